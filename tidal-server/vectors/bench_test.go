@@ -1,0 +1,73 @@
+package vectors
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+var sinkF32 float32
+
+func BenchmarkDot1536(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 1))
+	x, y := randVec(r, 1536), randVec(r, 1536)
+	b.SetBytes(2 * 4 * 1536)
+	for b.Loop() {
+		sinkF32 += dot(x, y)
+	}
+	// One multiply and one add per component.
+	b.ReportMetric(2*1536*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+func BenchmarkNearest(b *testing.B) {
+	const n, dim, k = 10_000, 1536, 10
+	r := rand.New(rand.NewPCG(2, 2))
+	s := New(dim)
+	for e := range uint64(n) {
+		if err := s.Put(e, randVec(r, dim)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	q := randVec(r, dim)
+	b.SetBytes(n * dim * 4)
+	for b.Loop() {
+		if _, err := s.Nearest(q, k); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "vectors/s")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "queries/s")
+}
+
+// BenchmarkPut times a replacement (validation plus an in-place copy) and
+// a new entity (which also grows the arena; on hosts where first-touch page
+// faults are expensive that growth dominates).
+func BenchmarkPut(b *testing.B) {
+	const dim = 1536
+	r := rand.New(rand.NewPCG(3, 3))
+	vecs := make([][]float32, 64)
+	for i := range vecs {
+		vecs[i] = randVec(r, dim)
+	}
+	b.Run("replace", func(b *testing.B) {
+		s := New(dim)
+		b.SetBytes(dim * 4)
+		i := 0
+		for b.Loop() {
+			if err := s.Put(uint64(i%16), vecs[i%len(vecs)]); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+	b.Run("new", func(b *testing.B) {
+		s := New(dim)
+		b.SetBytes(dim * 4)
+		i := 0
+		for b.Loop() {
+			if err := s.Put(uint64(i), vecs[i%len(vecs)]); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+}

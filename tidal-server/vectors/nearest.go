@@ -1,0 +1,150 @@
+package vectors
+
+import (
+	"fmt"
+	"math"
+)
+
+// Nearest returns the k stored vectors most similar to q by cosine
+// similarity, best first; equal scores are ordered by entity, ascending, so
+// the answer does not depend on insertion order. Fewer than k matches are
+// returned when the store holds fewer than k vectors. q must pass Validate
+// (the error is then a *FieldError); k must be positive.
+//
+// The search is exact: one pass over the arena keeping the k best in a
+// bounded min-heap, O(n·dim + n·log k). Scores are computed in float32 with
+// a fixed summation order, so a given binary on a given architecture always
+// returns the same scores; they may differ in the last bits across
+// architectures (e.g. where the compiler fuses multiply-adds), which is why
+// scores are never part of the replicated state.
+func (s *Store) Nearest(q []float32, k int) ([]Match, error) {
+	if k <= 0 {
+		return nil, &FieldError{Field: "k", Message: fmt.Sprintf("expected a positive number of results, found %d", k)}
+	}
+	qnorm, ferr := s.check(q)
+	if ferr != nil {
+		return nil, ferr
+	}
+	// Normalising the query once makes every partial dot product bounded by
+	// the stored vector's norm (see MinNorm/MaxNorm), and leaves one
+	// division per candidate.
+	unit := make([]float32, len(q))
+	for i, x := range q {
+		unit[i] = float32(float64(x) / qnorm)
+	}
+
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	n := len(s.entities)
+	h := topK{items: make([]Match, 0, min(k, n)), k: k}
+	dim := s.dim
+	for i := 0; i < n; i++ {
+		d := dot(unit, s.arena[i*dim:(i+1)*dim])
+		score := float32(float64(d) / s.norms[i])
+		// Rounding can push a cosine a hair outside [-1, 1].
+		score = float32(math.Max(-1, math.Min(1, float64(score))))
+		h.offer(Match{Entity: s.entities[i], Score: score})
+	}
+	return h.sorted(), nil
+}
+
+// dot returns the dot product of a and b, which must have equal lengths.
+//
+// Eight independent accumulators break the dependency chain of a single
+// running sum, so the CPU keeps several multiply-adds in flight; the
+// re-slicing to a constant length lets the compiler drop every bounds
+// check inside the loop. The summation order is fixed, so the result is
+// reproducible.
+func dot(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3, s4, s5, s6, s7 float32
+	i := 0
+	for ; i+8 <= len(a); i += 8 {
+		x := a[i : i+8 : i+8]
+		y := b[i : i+8 : i+8]
+		s0 += x[0] * y[0]
+		s1 += x[1] * y[1]
+		s2 += x[2] * y[2]
+		s3 += x[3] * y[3]
+		s4 += x[4] * y[4]
+		s5 += x[5] * y[5]
+		s6 += x[6] * y[6]
+		s7 += x[7] * y[7]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+}
+
+// worse reports whether a ranks below b: a lower score, or an equal score
+// and a higher entity id.
+func worse(a, b Match) bool {
+	if a.Score != b.Score {
+		return a.Score < b.Score
+	}
+	return a.Entity > b.Entity
+}
+
+// topK keeps the k best matches seen so far in a min-heap whose root is the
+// worst of them, so a candidate is compared against the root and most are
+// discarded in O(1).
+type topK struct {
+	items []Match
+	k     int
+}
+
+func (h *topK) offer(m Match) {
+	if len(h.items) < h.k {
+		h.items = append(h.items, m)
+		h.up(len(h.items) - 1)
+		return
+	}
+	if !worse(h.items[0], m) {
+		return
+	}
+	h.items[0] = m
+	h.down(0)
+}
+
+func (h *topK) up(i int) {
+	for i > 0 {
+		parent := (i - 1) / 2
+		if !worse(h.items[i], h.items[parent]) {
+			return
+		}
+		h.items[i], h.items[parent] = h.items[parent], h.items[i]
+		i = parent
+	}
+}
+
+func (h *topK) down(i int) {
+	n := len(h.items)
+	for {
+		least := i
+		if l := 2*i + 1; l < n && worse(h.items[l], h.items[least]) {
+			least = l
+		}
+		if r := 2*i + 2; r < n && worse(h.items[r], h.items[least]) {
+			least = r
+		}
+		if least == i {
+			return
+		}
+		h.items[i], h.items[least] = h.items[least], h.items[i]
+		i = least
+	}
+}
+
+// sorted empties the heap into a slice ordered best first.
+func (h *topK) sorted() []Match {
+	out := h.items
+	for n := len(out) - 1; n > 0; n-- {
+		// Move the current worst to the end of the unsorted prefix.
+		out[0], out[n] = out[n], out[0]
+		h.items = out[:n]
+		h.down(0)
+	}
+	h.items = nil
+	return out
+}

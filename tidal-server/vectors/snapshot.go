@@ -1,0 +1,183 @@
+package vectors
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"math"
+	"slices"
+)
+
+// Snapshot format, version 1 (all integers little-endian):
+//
+//	header   magic "tidalvec" | version uint32 | dim uint32 | count uint64
+//	record   entity uint64 | dim × float32 (IEEE-754 bits)      × count
+//	trailer  CRC-32C (Castagnoli) of every byte before it, uint32
+//
+// Records are in strictly ascending entity order, so the encoding is a
+// function of the state alone: equal states give equal bytes, and Digest is
+// the SHA-256 of these bytes. The length is fixed by the header, so Restore
+// reads exactly what Snapshot wrote and a snapshot can sit inside a larger
+// stream.
+const (
+	snapshotMagic   = "tidalvec"
+	snapshotVersion = 1
+	headerSize      = 8 + 4 + 4 + 8
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Snapshot writes the canonical encoding of the store to w.
+func (s *Store) Snapshot(w io.Writer) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.encodeLocked(w)
+}
+
+// Digest returns the hex SHA-256 of the canonical encoding (see Snapshot):
+// two stores have equal digests exactly when they hold the same vectors
+// for the same entities, bit for bit.
+func (s *Store) Digest() string {
+	h := sha256.New()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.encodeLocked(h); err != nil {
+		// hash.Hash.Write never fails.
+		panic(fmt.Sprintf("vectors: hashing state: %v", err))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func (s *Store) encodeLocked(w io.Writer) error {
+	crc := crc32.New(castagnoli)
+	bw := bufio.NewWriterSize(io.MultiWriter(w, crc), 1<<16)
+
+	var hdr [headerSize]byte
+	copy(hdr[:8], snapshotMagic)
+	binary.LittleEndian.PutUint32(hdr[8:], snapshotVersion)
+	binary.LittleEndian.PutUint32(hdr[12:], uint32(s.dim))
+	binary.LittleEndian.PutUint64(hdr[16:], uint64(len(s.entities)))
+	if _, err := bw.Write(hdr[:]); err != nil {
+		return fmt.Errorf("vectors: writing snapshot header: %w", err)
+	}
+
+	order := slices.Clone(s.entities)
+	slices.Sort(order)
+	rec := make([]byte, 8+4*s.dim)
+	for _, e := range order {
+		i := s.slot[e]
+		binary.LittleEndian.PutUint64(rec, e)
+		for j, x := range s.arena[i*s.dim : (i+1)*s.dim] {
+			binary.LittleEndian.PutUint32(rec[8+4*j:], math.Float32bits(x))
+		}
+		if _, err := bw.Write(rec); err != nil {
+			return fmt.Errorf("vectors: writing snapshot record for entity %d: %w", e, err)
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("vectors: writing snapshot: %w", err)
+	}
+	// The trailer is not part of what it checksums, so it bypasses crc.
+	var trailer [4]byte
+	binary.LittleEndian.PutUint32(trailer[:], crc.Sum32())
+	if _, err := w.Write(trailer[:]); err != nil {
+		return fmt.Errorf("vectors: writing snapshot trailer: %w", err)
+	}
+	return nil
+}
+
+// Restore replaces the store's contents with a snapshot read from r. It
+// reads exactly the snapshot's bytes, checks the checksum, the store's
+// dimension, the record order and every vector, and on any error leaves
+// the store unchanged. Errors name the byte offset in the snapshot.
+func (s *Store) Restore(r io.Reader) error {
+	crc := crc32.New(castagnoli)
+	d := decoder{r: r, crc: crc}
+
+	var hdr [headerSize]byte
+	if err := d.read(hdr[:], "header"); err != nil {
+		return err
+	}
+	if magic := string(hdr[:8]); magic != snapshotMagic {
+		return fmt.Errorf("vectors: snapshot offset 0: expected magic %q, found %q", snapshotMagic, magic)
+	}
+	if v := binary.LittleEndian.Uint32(hdr[8:]); v != snapshotVersion {
+		return fmt.Errorf("vectors: snapshot offset 8: expected version %d, found %d", snapshotVersion, v)
+	}
+	if dim := binary.LittleEndian.Uint32(hdr[12:]); dim != uint32(s.dim) {
+		return fmt.Errorf("vectors: snapshot offset 12: expected dimension %d (from the schema), found %d", s.dim, dim)
+	}
+	count := binary.LittleEndian.Uint64(hdr[16:])
+
+	// Capacity grows with what is actually read, so a corrupt count cannot
+	// make us allocate memory the stream does not back.
+	next := &Store{dim: s.dim, slot: make(map[uint64]int)}
+	rec := make([]byte, 8+4*s.dim)
+	vec := make([]float32, s.dim)
+	for n := uint64(0); n < count; n++ {
+		at := d.off
+		if err := d.read(rec, fmt.Sprintf("record %d of %d", n, count)); err != nil {
+			return err
+		}
+		e := binary.LittleEndian.Uint64(rec)
+		if n > 0 && e <= next.entities[n-1] {
+			return fmt.Errorf("vectors: snapshot offset %d: record %d: expected entity > %d (ascending order), found %d",
+				at, n, next.entities[n-1], e)
+		}
+		for j := range vec {
+			vec[j] = math.Float32frombits(binary.LittleEndian.Uint32(rec[8+4*j:]))
+		}
+		norm, ferr := next.check(vec)
+		if ferr != nil {
+			return fmt.Errorf("vectors: snapshot offset %d: record %d (entity %d): %w", at, n, e, ferr)
+		}
+		next.putLocked(e, vec, norm)
+	}
+
+	computed := crc.Sum32()
+	var trailer [4]byte
+	at := d.off
+	d.crc = nil
+	if err := d.read(trailer[:], "checksum trailer"); err != nil {
+		return err
+	}
+	if stored := binary.LittleEndian.Uint32(trailer[:]); stored != computed {
+		return fmt.Errorf("vectors: snapshot offset %d: checksum mismatch: stored %08x, computed %08x over %d bytes",
+			at, stored, computed, at)
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.slot, s.entities, s.norms, s.arena = next.slot, next.entities, next.norms, next.arena
+	return nil
+}
+
+// decoder reads exact byte counts, feeding them to a checksum and tracking
+// the offset for error messages.
+type decoder struct {
+	r   io.Reader
+	crc hash.Hash32
+	off int64
+}
+
+func (d *decoder) read(p []byte, what string) error {
+	n, err := io.ReadFull(d.r, p)
+	if err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return fmt.Errorf("vectors: snapshot offset %d: %s: expected %d bytes, found %d before end of stream",
+				d.off, what, len(p), n)
+		}
+		return fmt.Errorf("vectors: snapshot offset %d: reading %s: %w", d.off, what, err)
+	}
+	if d.crc != nil {
+		d.crc.Write(p)
+	}
+	d.off += int64(n)
+	return nil
+}

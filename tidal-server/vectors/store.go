@@ -1,0 +1,179 @@
+// Package vectors holds one embedding per entity and answers exact cosine
+// top-k queries over them.
+//
+// The store is part of the replicated state machine: Put is applied in log
+// order on every node, so it depends only on its arguments (no clock, no
+// randomness, no goroutines) and the canonical state — every (entity,
+// vector) pair, sorted by entity — is what Snapshot writes and Digest
+// hashes. Query results are derived data and never enter that state.
+//
+// Layout: vectors live back to back in one []float32 arena, slot i at
+// arena[i*dim:(i+1)*dim]; an entity keeps its slot for life, so replacing
+// an embedding overwrites in place and the arena never fragments. Each slot
+// also keeps the vector's Euclidean norm (computed in float64), so a query
+// costs one dot product per stored vector and no square roots.
+//
+// A Store is safe for concurrent use: Put and Restore take a write lock,
+// everything else a read lock, so queries run in parallel with each other
+// and never observe a half-written vector.
+package vectors
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+)
+
+// DefaultDim is the embedding width of the reference deployment, used when
+// the schema does not name one.
+const DefaultDim = 1536
+
+// MaxDim bounds the dimension a store accepts. It keeps one vector, and one
+// snapshot record, within a size that a single allocation handles easily.
+const MaxDim = 1 << 16
+
+// MinNorm and MaxNorm bound the Euclidean norm of an accepted vector.
+//
+// Scoring computes dot(q/|q|, v) in float32 and divides by |v| afterwards.
+// The normalised query has norm 1, so every partial sum of the dot product
+// is bounded by |v|: with |v| <= 1e18 nothing can overflow float32
+// (max ~3.4e38), and with |v| >= 1e-18 the products lost to float32
+// underflow (below ~1.4e-45 each) shift a cosine by less than 1e-20.
+// Real embeddings have norms near 1; anything outside this range is far
+// more likely a unit bug than data.
+const (
+	MinNorm = 1e-18
+	MaxNorm = 1e18
+)
+
+// FieldError is a rejected vector: Field names the offending part in the
+// request's terms ("vector" or "vector[17]"), Message says what was
+// expected and what was found.
+type FieldError struct {
+	Field   string
+	Message string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
+
+// Match is one result of a nearest-neighbour query.
+type Match struct {
+	Entity uint64
+	Score  float32 // cosine similarity in [-1, 1]
+}
+
+// Store maps entity ids to fixed-dimension embeddings.
+type Store struct {
+	dim int
+
+	mu sync.RWMutex
+	// slot maps an entity to its index in entities, norms and the arena.
+	slot     map[uint64]int
+	entities []uint64  // slot -> entity
+	norms    []float64 // slot -> Euclidean norm of the vector, in [MinNorm, MaxNorm]
+	arena    []float32 // slot i is arena[i*dim : (i+1)*dim]
+}
+
+// New returns an empty store of vectors with dim components. It panics if
+// dim is not in [1, MaxDim]: the dimension comes from a validated schema,
+// so a bad one is a programming error.
+func New(dim int) *Store {
+	if dim < 1 || dim > MaxDim {
+		panic(fmt.Sprintf("vectors: dimension must be in [1, %d], found %d", MaxDim, dim))
+	}
+	return &Store{dim: dim, slot: make(map[uint64]int)}
+}
+
+// Dim returns the number of components every vector in the store has.
+func (s *Store) Dim() int { return s.dim }
+
+// Len returns the number of entities that have an embedding.
+func (s *Store) Len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.entities)
+}
+
+// Validate reports why vec cannot be stored or used as a query, or nil if
+// it can: it must have exactly Dim components, all finite, and a norm in
+// [MinNorm, MaxNorm] (the zero vector has no direction, so its cosine
+// similarity is undefined).
+func (s *Store) Validate(vec []float32) *FieldError {
+	_, ferr := s.check(vec)
+	return ferr
+}
+
+// check validates vec and returns its norm.
+func (s *Store) check(vec []float32) (float64, *FieldError) {
+	if len(vec) != s.dim {
+		return 0, &FieldError{Field: "vector",
+			Message: fmt.Sprintf("expected %d components, found %d", s.dim, len(vec))}
+	}
+	var sumSq float64
+	for i, x := range vec {
+		f := float64(x)
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return 0, &FieldError{Field: fmt.Sprintf("vector[%d]", i),
+				Message: fmt.Sprintf("expected a finite number, found %v", f)}
+		}
+		sumSq += f * f
+	}
+	if sumSq == 0 {
+		return 0, &FieldError{Field: "vector",
+			Message: "expected a non-zero vector (cosine similarity is undefined for the zero vector), found all zeros"}
+	}
+	norm := math.Sqrt(sumSq)
+	if norm < MinNorm || norm > MaxNorm {
+		return 0, &FieldError{Field: "vector",
+			Message: fmt.Sprintf("expected a norm in [%g, %g], found %.3g", MinNorm, MaxNorm, norm)}
+	}
+	return norm, nil
+}
+
+// Put stores a copy of vec as entity's embedding, replacing any earlier
+// one. An invalid vector is rejected with a *FieldError and changes
+// nothing.
+func (s *Store) Put(entity uint64, vec []float32) error {
+	norm, ferr := s.check(vec)
+	if ferr != nil {
+		return ferr
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.putLocked(entity, vec, norm)
+	return nil
+}
+
+func (s *Store) putLocked(entity uint64, vec []float32, norm float64) {
+	i, ok := s.slot[entity]
+	if !ok {
+		i = len(s.entities)
+		s.slot[entity] = i
+		s.entities = append(s.entities, entity)
+		s.norms = append(s.norms, norm)
+		if len(s.arena)+s.dim > cap(s.arena) {
+			// Double rather than let append grow large slices by 1.25x:
+			// every growth copies the whole arena, so fewer, larger steps
+			// keep the amortised cost of a new entity near two copies.
+			s.arena = slices.Grow(s.arena, max(len(s.arena), 64*s.dim))
+		}
+		s.arena = append(s.arena, vec...)
+		return
+	}
+	s.norms[i] = norm
+	copy(s.arena[i*s.dim:(i+1)*s.dim], vec)
+}
+
+// Get returns a copy of entity's embedding, exactly as it was put.
+func (s *Store) Get(entity uint64) ([]float32, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	i, ok := s.slot[entity]
+	if !ok {
+		return nil, false
+	}
+	out := make([]float32, s.dim)
+	copy(out, s.arena[i*s.dim:(i+1)*s.dim])
+	return out, true
+}
