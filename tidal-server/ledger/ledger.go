@@ -1,0 +1,596 @@
+package ledger
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+)
+
+// DefaultIDsPerGeneration is the id-memory generation size used when
+// Options leaves it zero: a retry is recognised as long as fewer than
+// 500,000 other events were applied since the original.
+const DefaultIDsPerGeneration = 500000
+
+// MaxBatchLen bounds the events of one log entry (positions are stored as
+// uint32 and an API layer should refuse far smaller batches anyway).
+const MaxBatchLen = 1 << 20
+
+// Options tune a Ledger. IDsPerGeneration shapes the replicated state (it
+// decides when ids are forgotten), so every node must use the same value;
+// Restore refuses a snapshot taken with another.
+type Options struct {
+	IDsPerGeneration int
+}
+
+// Ledger is the signal state machine. See the package documentation for
+// the semantics. It is safe for concurrent use: Apply, SetApplied and
+// Restore take an exclusive lock, the read methods a shared one.
+type Ledger struct {
+	mu        sync.RWMutex
+	schema    Schema
+	sigs      []sigSpec
+	idsPerGen int
+
+	applied  uint64
+	entities map[uint64]*entityState
+	keys     int // (entity, signal) pairs with at least one event
+	buckets  int // window buckets held, over all keys
+	cur, old map[string]idRecord
+
+	// class is Apply's scratch: per event, the signal index to fold or
+	// isDuplicate. Guarded by mu (exclusive).
+	class []int8
+}
+
+const isDuplicate int8 = -1
+
+type sigSpec struct {
+	name       string
+	halfLifeMs float64
+	windows    []winSpec
+	bucketed   int // windows with a duration; they come first in cell.buckets order
+}
+
+type winSpec struct {
+	name   string
+	width  int64 // bucket width in ms; 0 for the "all" window
+	bucket int   // index into cell.buckets, -1 for "all"
+}
+
+type entityState struct {
+	cells []*cell // by signal index; nil until the first event of that signal
+}
+
+// cell is the state of one (entity, signal) pair.
+type cell struct {
+	count     uint64
+	weightSum float64
+	anchor    int64   // newest ts folded
+	decayed   float64 // Σ w·2^-(anchor-ts)/h
+	buckets   [][]bucket
+}
+
+// bucket counts the events whose ts/width == k; a window's buckets are
+// kept sorted by k and pruned below anchor/width - BucketsPerWindow.
+type bucket struct {
+	k int64
+	n uint64
+}
+
+// idRecord is what the id memory keeps per applied event id: where it
+// landed and the payload a retry is compared against.
+type idRecord struct {
+	index, term uint64
+	entity      uint64
+	weight      float64
+	pos         uint32
+	signal      uint16
+}
+
+// New returns an empty ledger (applied index 0). It panics if the schema
+// does not validate: schemas are checked when loaded, so an invalid one
+// here is a caller bug.
+func New(s Schema, o Options) *Ledger {
+	if err := s.Validate(); err != nil {
+		panic(fmt.Sprintf("ledger.New: invalid schema: %v", err))
+	}
+	if o.IDsPerGeneration <= 0 {
+		o.IDsPerGeneration = DefaultIDsPerGeneration
+	}
+	l := &Ledger{schema: s, idsPerGen: o.IDsPerGeneration}
+	for _, st := range s.Signals {
+		spec := sigSpec{name: st.Name, halfLifeMs: float64(st.HalfLife) / float64(time.Millisecond)}
+		for _, w := range st.Windows {
+			ws := winSpec{name: w.Name, bucket: -1}
+			if w.Duration > 0 {
+				ws.width = w.Duration.Milliseconds() / BucketsPerWindow
+				ws.bucket = spec.bucketed
+				spec.bucketed++
+			}
+			spec.windows = append(spec.windows, ws)
+		}
+		l.sigs = append(l.sigs, spec)
+	}
+	l.reset()
+	return l
+}
+
+func (l *Ledger) reset() {
+	l.applied = 0
+	l.entities = map[uint64]*entityState{}
+	l.keys, l.buckets = 0, 0
+	l.cur = map[string]idRecord{}
+	l.old = map[string]idRecord{}
+}
+
+// Schema returns the schema the ledger was built with.
+func (l *Ledger) Schema() Schema { return l.schema }
+
+// Result is the outcome of one applied batch.
+type Result struct {
+	Applied    int // events folded
+	Duplicates int // events whose id and payload were already applied: acknowledged, not folded
+}
+
+// Apply folds the events of the committed log entry at (index, term).
+//
+// It is atomic: either every event is folded or recognised as a retry and
+// the applied index becomes index, or an error is returned and nothing
+// changes — not even the applied index. Errors are deterministic functions
+// of the state and the batch (so every replica rejects the same entries):
+// *EventError for an invalid event, *ConflictError for an id reused with a
+// different payload. The caller then marks the entry consumed with
+// SetApplied(index). An index not above AppliedIndex wraps
+// ErrAlreadyApplied.
+func (l *Ledger) Apply(index, term uint64, events []Event) (Result, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if index <= l.applied {
+		return Result{}, fmt.Errorf("%w: entry index %d, applied index %d", ErrAlreadyApplied, index, l.applied)
+	}
+	l.class = slices.Grow(l.class[:0], len(events))[:len(events)]
+	if err := l.classify(events, l.class); err != nil {
+		return Result{}, err
+	}
+	var res Result
+	for i := range events {
+		e := &events[i]
+		si := l.class[i]
+		if si == isDuplicate {
+			res.Duplicates++
+			continue
+		}
+		l.cur[e.ID] = idRecord{index: index, term: term, entity: e.Entity, weight: e.Weight, pos: uint32(i), signal: uint16(si)}
+		l.fold(e, int(si))
+		res.Applied++
+	}
+	l.applied = index
+	// Rotate at the entry boundary, by count of ids, never by time: the
+	// generation that is dropped holds only ids older than the
+	// IDsPerGeneration ids now in the previous generation.
+	if len(l.cur) >= l.idsPerGen {
+		l.old = l.cur
+		l.cur = make(map[string]idRecord, l.idsPerGen)
+	}
+	return res, nil
+}
+
+// Check reports the error Apply would return for this batch against the
+// current state (invalid events, ids reused with another payload, within
+// the batch or against remembered ids), without changing anything. The
+// node calls it before proposing to answer 400/409 early; Apply stays
+// authoritative because the state may change before the entry commits.
+func (l *Ledger) Check(events []Event) error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.classify(events, make([]int8, len(events)))
+}
+
+// classify validates the batch and sets class[i] to the signal index of
+// event i, or isDuplicate for a retry of an applied event or of an earlier
+// event of the same batch. It reads but never writes ledger state.
+func (l *Ledger) classify(events []Event, class []int8) error {
+	if len(events) > MaxBatchLen {
+		return &FieldError{Field: "events", Message: fmt.Sprintf("expected at most %d events in one entry, found %d", MaxBatchLen, len(events))}
+	}
+	// Earlier events of this batch by id; a linear scan is cheaper for
+	// the common small batches.
+	var inBatch map[string]int
+	if len(events) > 16 {
+		inBatch = make(map[string]int, len(events))
+	}
+	// Invalid events are reported before conflicts: whether a batch is
+	// well-formed must not depend on the state it meets.
+	for i := range events {
+		if fe := l.schema.ValidateEvent(events[i]); fe != nil {
+			return &EventError{Index: i, Err: fe}
+		}
+	}
+	for i := range events {
+		e := &events[i]
+		si := l.schema.signalIndex(e.Signal)
+		class[i] = int8(si)
+		if rec, ok := l.remembered(e.ID); ok {
+			if rec.entity != e.Entity || int(rec.signal) != si || math.Float64bits(rec.weight) != math.Float64bits(e.Weight) {
+				return l.conflict(i, e, l.location(e.ID, rec))
+			}
+			class[i] = isDuplicate
+			continue
+		}
+		j := -1
+		if inBatch != nil {
+			if p, ok := inBatch[e.ID]; ok {
+				j = p
+			} else {
+				inBatch[e.ID] = i
+			}
+		} else {
+			for p := range i {
+				if events[p].ID == e.ID {
+					j = p
+					break
+				}
+			}
+		}
+		if j >= 0 {
+			p := &events[j]
+			if p.Entity != e.Entity || p.Signal != e.Signal || math.Float64bits(p.Weight) != math.Float64bits(e.Weight) {
+				return l.conflict(i, e, Location{ID: p.ID, Position: j, Entity: p.Entity, Signal: p.Signal, Weight: p.Weight})
+			}
+			class[i] = isDuplicate
+		}
+	}
+	return nil
+}
+
+func (l *Ledger) conflict(i int, e *Event, prev Location) error {
+	return &ConflictError{Index: i, ID: e.ID, Entity: e.Entity, Signal: e.Signal, Weight: e.Weight, Previous: prev}
+}
+
+func (l *Ledger) remembered(id string) (idRecord, bool) {
+	if rec, ok := l.cur[id]; ok {
+		return rec, true
+	}
+	rec, ok := l.old[id]
+	return rec, ok
+}
+
+func (l *Ledger) fold(e *Event, si int) {
+	ent := l.entities[e.Entity]
+	if ent == nil {
+		ent = &entityState{cells: make([]*cell, len(l.sigs))}
+		l.entities[e.Entity] = ent
+	}
+	spec := &l.sigs[si]
+	c := ent.cells[si]
+	if c == nil {
+		c = &cell{anchor: e.TS, buckets: make([][]bucket, spec.bucketed)}
+		ent.cells[si] = c
+		l.keys++
+	}
+	c.count++
+	c.weightSum += e.Weight
+	c.decayed, c.anchor = foldDecayed(c.decayed, c.anchor, e.TS, e.Weight, spec.halfLifeMs)
+	for _, w := range spec.windows {
+		if w.bucket < 0 {
+			continue
+		}
+		before := len(c.buckets[w.bucket])
+		c.buckets[w.bucket] = addToBuckets(c.buckets[w.bucket], e.TS/w.width, c.anchor/w.width)
+		l.buckets += len(c.buckets[w.bucket]) - before
+	}
+}
+
+// addToBuckets counts one event in bucket k of a window whose newest
+// bucket is top, pruning buckets that no read at or after the anchor can
+// reach (k < top - BucketsPerWindow).
+func addToBuckets(bs []bucket, k, top int64) []bucket {
+	lo := top - BucketsPerWindow
+	drop := 0
+	for drop < len(bs) && bs[drop].k < lo {
+		drop++
+	}
+	if drop > 0 {
+		bs = bs[:copy(bs, bs[drop:])]
+	}
+	if k < lo {
+		return bs
+	}
+	i := len(bs)
+	for i > 0 && bs[i-1].k > k {
+		i--
+	}
+	if i > 0 && bs[i-1].k == k {
+		bs[i-1].n++
+		return bs
+	}
+	bs = append(bs, bucket{})
+	copy(bs[i+1:], bs[i:])
+	bs[i] = bucket{k: k, n: 1}
+	return bs
+}
+
+// windowCount sums the buckets a read at `at` covers: the bucket holding
+// at and the BucketsPerWindow before it.
+func windowCount(bs []bucket, width, at int64) uint64 {
+	top := at / width
+	if at%width != 0 && at < 0 {
+		top-- // floor division: at comes from callers and may be anything
+	}
+	lo := top - BucketsPerWindow
+	var n uint64
+	for _, b := range bs {
+		if b.k >= lo && b.k <= top {
+			n += b.n
+		}
+	}
+	return n
+}
+
+// AppliedIndex is the log index of the last entry applied or marked
+// consumed.
+func (l *Ledger) AppliedIndex() uint64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.applied
+}
+
+// SetApplied records that the entries up to index were consumed without
+// folding signals (embedding puts, raft no-ops, configuration changes,
+// batches Apply rejected). Setting the current index again is a no-op so
+// callers may call it after every entry; going backwards panics, since it
+// means entries are being replayed into a state that already holds them.
+func (l *Ledger) SetApplied(index uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if index < l.applied {
+		panic(fmt.Sprintf("ledger: SetApplied(%d) below applied index %d", index, l.applied))
+	}
+	l.applied = index
+}
+
+// EntityView is what the ledger knows about one entity at a given time.
+// Signals holds every signal type of the schema, zero when no event of
+// that type was applied.
+type EntityView struct {
+	Entity  uint64
+	Signals map[string]SignalView
+}
+
+// SignalView holds one (entity, signal) pair's aggregates. Score is the
+// decayed score and Windows the windowed counts, both evaluated at the
+// time the view was asked for; Windows has one entry per schema window.
+type SignalView struct {
+	Count     uint64
+	WeightSum float64
+	Score     float64
+	Windows   map[string]uint64
+}
+
+// Get returns the entity's aggregates evaluated at `at` (unix ms).
+func (l *Ledger) Get(entity uint64, at int64) EntityView {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	v := EntityView{Entity: entity, Signals: make(map[string]SignalView, len(l.sigs))}
+	ent := l.entities[entity]
+	for si := range l.sigs {
+		spec := &l.sigs[si]
+		var c *cell
+		if ent != nil {
+			c = ent.cells[si]
+		}
+		sv := SignalView{Windows: make(map[string]uint64, len(spec.windows))}
+		for _, w := range spec.windows {
+			sv.Windows[w.name] = c.windowValue(w, at)
+		}
+		if c != nil {
+			sv.Count, sv.WeightSum = c.count, c.weightSum
+			sv.Score = decayedAt(c.decayed, c.anchor, at, spec.halfLifeMs)
+		}
+		v.Signals[spec.name] = sv
+	}
+	return v
+}
+
+func (c *cell) windowValue(w winSpec, at int64) uint64 {
+	switch {
+	case c == nil:
+		return 0
+	case w.bucket < 0:
+		return c.count
+	default:
+		return windowCount(c.buckets[w.bucket], w.width, at)
+	}
+}
+
+// Ranked is one entry of a top-k answer.
+type Ranked struct {
+	Entity uint64
+	Value  float64
+}
+
+// Top returns the k entities with the highest value for the signal: the
+// decayed score at `at` when window is "", otherwise the count in that
+// window at `at`. Ties go to the lower entity id; entities whose value is
+// zero are left out. The scan is exhaustive (O(entities · log k)).
+func (l *Ledger) Top(signal, window string, k int, at int64) ([]Ranked, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	si := l.schema.signalIndex(signal)
+	if si < 0 {
+		return nil, &FieldError{Field: "signal", Message: fmt.Sprintf("unknown signal %q (schema declares %s)", signal, l.schema.signalNames())}
+	}
+	spec := &l.sigs[si]
+	wi := -1
+	if window != "" {
+		for i, w := range spec.windows {
+			if w.name == window {
+				wi = i
+			}
+		}
+		if wi < 0 {
+			names := make([]string, len(spec.windows))
+			for i, w := range spec.windows {
+				names[i] = w.name
+			}
+			return nil, &FieldError{Field: "window", Message: fmt.Sprintf("signal %q has no window %q (expected \"\" for the decayed score or one of %q)", signal, window, names)}
+		}
+	}
+	if k <= 0 {
+		return nil, &FieldError{Field: "k", Message: fmt.Sprintf("expected k >= 1, found %d", k)}
+	}
+	h := make(rankHeap, 0, min(k, len(l.entities)))
+	for id, ent := range l.entities {
+		c := ent.cells[si]
+		if c == nil {
+			continue
+		}
+		var v float64
+		if wi < 0 {
+			v = decayedAt(c.decayed, c.anchor, at, spec.halfLifeMs)
+		} else {
+			v = float64(c.windowValue(spec.windows[wi], at))
+		}
+		if v == 0 {
+			continue
+		}
+		r := Ranked{Entity: id, Value: v}
+		if len(h) < k {
+			h.push(r)
+		} else if ranksBefore(r, h[0]) {
+			h[0] = r
+			h.down(0)
+		}
+	}
+	out := []Ranked(h)
+	sort.Slice(out, func(i, j int) bool { return ranksBefore(out[i], out[j]) })
+	return out, nil
+}
+
+func ranksBefore(a, b Ranked) bool {
+	if a.Value != b.Value {
+		return a.Value > b.Value
+	}
+	return a.Entity < b.Entity
+}
+
+// rankHeap is a min-heap by rank: the root is the entry that ranks last,
+// the one a better candidate evicts.
+type rankHeap []Ranked
+
+func (h *rankHeap) push(r Ranked) {
+	*h = append(*h, r)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !ranksBefore(s[p], s[i]) {
+			break
+		}
+		s[p], s[i] = s[i], s[p]
+		i = p
+	}
+}
+
+func (h rankHeap) down(i int) {
+	for {
+		worst := i
+		for _, c := range []int{2*i + 1, 2*i + 2} {
+			if c < len(h) && ranksBefore(h[worst], h[c]) {
+				worst = c
+			}
+		}
+		if worst == i {
+			return
+		}
+		h[i], h[worst] = h[worst], h[i]
+		i = worst
+	}
+}
+
+// Location is where an applied event landed. Position is the event's
+// place in its entry's batch.
+type Location struct {
+	ID       string
+	Index    uint64
+	Term     uint64
+	Position int
+	Entity   uint64
+	Signal   string
+	Weight   float64
+}
+
+func (l *Ledger) location(id string, r idRecord) Location {
+	return Location{ID: id, Index: r.index, Term: r.term, Position: int(r.pos), Entity: r.entity, Signal: l.sigs[r.signal].name, Weight: r.weight}
+}
+
+// Lookup reports where the event with this id was applied, if the id is
+// still remembered (see the package documentation for how long that is).
+func (l *Ledger) Lookup(id string) (Location, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	rec, ok := l.remembered(id)
+	if !ok {
+		return Location{}, false
+	}
+	return l.location(id, rec), true
+}
+
+// AuditEvents calls fn for every remembered applied event id in (index,
+// position) order, stopping at fn's first error. The ids are copied under
+// the lock and fn runs without it, so a slow consumer (an HTTP response)
+// does not hold up Apply.
+func (l *Ledger) AuditEvents(fn func(Location) error) error {
+	l.mu.RLock()
+	locs := make([]Location, 0, len(l.old)+len(l.cur))
+	for _, gen := range []map[string]idRecord{l.old, l.cur} {
+		start := len(locs)
+		for id, rec := range gen {
+			locs = append(locs, l.location(id, rec))
+		}
+		// Every id of old precedes every id of cur, so sorting each
+		// generation on its own orders the whole.
+		part := locs[start:]
+		sort.Slice(part, func(i, j int) bool {
+			if part[i].Index != part[j].Index {
+				return part[i].Index < part[j].Index
+			}
+			return part[i].Position < part[j].Position
+		})
+	}
+	l.mu.RUnlock()
+	for _, loc := range locs {
+		if err := fn(loc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Stats summarises the state's size.
+type Stats struct {
+	AppliedIndex     uint64
+	Entities         int // entities with at least one event
+	Keys             int // (entity, signal) pairs with at least one event
+	Buckets          int // window buckets held
+	IDs              int // event ids remembered, both generations
+	IDsCurrent       int // ids in the current generation
+	IDsPerGeneration int // at most 2·IDsPerGeneration + (one entry's batch) ids are remembered
+}
+
+// Stats returns the current sizes.
+func (l *Ledger) Stats() Stats {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return Stats{
+		AppliedIndex:     l.applied,
+		Entities:         len(l.entities),
+		Keys:             l.keys,
+		Buckets:          l.buckets,
+		IDs:              len(l.cur) + len(l.old),
+		IDsCurrent:       len(l.cur),
+		IDsPerGeneration: l.idsPerGen,
+	}
+}

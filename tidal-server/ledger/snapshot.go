@@ -1,0 +1,430 @@
+package ledger
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"io"
+	"math"
+	"slices"
+	"time"
+)
+
+// Snapshot format, version 1. All integers are unsigned varints unless
+// noted; floats are their IEEE-754 bits as 8 little-endian bytes. Maps are
+// written in sorted order so that equal states give equal bytes.
+//
+//	magic "TIDALLDG", version
+//	signal count, then per signal: name, half-life ns, window count,
+//	    per window: name, duration ns            (the schema's signal part)
+//	ids per generation, applied index
+//	entity count, then per entity in ascending id order:
+//	    entity id, bitmask of signals present,
+//	    per present signal: count, weight sum (f64), anchor ts (zig-zag),
+//	        decayed sum (f64), per bucketed window: bucket count,
+//	        per bucket in ascending order: k, n
+//	previous generation, then current generation of the id memory, each:
+//	    id count, per id in (index, position) order:
+//	    id, index, term, position, entity, signal index, weight (f64)
+//	sha256 of all the above (32 bytes)
+//
+// Strings are a length followed by the bytes.
+const (
+	snapshotMagic   = "TIDALLDG"
+	snapshotVersion = 1
+)
+
+// Snapshot writes the whole state in the canonical encoding above. Equal
+// states give equal bytes. The shared lock is held while writing, so pass
+// a writer that does not block (a file, a buffer).
+func (l *Ledger) Snapshot(w io.Writer) error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	h := sha256.New()
+	enc := &encoder{w: w, h: h}
+	l.encode(enc)
+	if enc.err == nil {
+		enc.flush()
+	}
+	if enc.err != nil {
+		return fmt.Errorf("ledger: writing snapshot: %w", enc.err)
+	}
+	if _, err := w.Write(h.Sum(nil)); err != nil {
+		return fmt.Errorf("ledger: writing snapshot: %w", err)
+	}
+	return nil
+}
+
+// Digest is the hex sha256 of the canonical encoding of the state: the
+// applied index, every aggregate, the id memory and the options that shape
+// them. Replicas that applied the same log prefix report the same digest;
+// it equals the checksum that ends a Snapshot of the same state.
+func (l *Ledger) Digest() string {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	h := sha256.New()
+	enc := &encoder{h: h}
+	l.encode(enc)
+	enc.flush()
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func (l *Ledger) encode(e *encoder) {
+	e.raw([]byte(snapshotMagic))
+	e.uvarint(snapshotVersion)
+	e.uvarint(uint64(len(l.schema.Signals)))
+	for _, st := range l.schema.Signals {
+		e.str(st.Name)
+		e.uvarint(uint64(st.HalfLife))
+		e.uvarint(uint64(len(st.Windows)))
+		for _, w := range st.Windows {
+			e.str(w.Name)
+			e.uvarint(uint64(w.Duration))
+		}
+	}
+	e.uvarint(uint64(l.idsPerGen))
+	e.uvarint(l.applied)
+
+	ids := make([]uint64, 0, len(l.entities))
+	for id := range l.entities {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	e.uvarint(uint64(len(ids)))
+	for _, id := range ids {
+		ent := l.entities[id]
+		var mask uint64
+		for si, c := range ent.cells {
+			if c != nil {
+				mask |= 1 << si
+			}
+		}
+		e.uvarint(id)
+		e.uvarint(mask)
+		for _, c := range ent.cells {
+			if c == nil {
+				continue
+			}
+			e.uvarint(c.count)
+			e.f64(c.weightSum)
+			e.varint(c.anchor)
+			e.f64(c.decayed)
+			for _, bs := range c.buckets {
+				e.uvarint(uint64(len(bs)))
+				for _, b := range bs {
+					e.varint(b.k)
+					e.uvarint(b.n)
+				}
+			}
+		}
+		if e.err != nil {
+			return
+		}
+	}
+	for _, gen := range []map[string]idRecord{l.old, l.cur} {
+		type entry struct {
+			id  string
+			rec idRecord
+		}
+		entries := make([]entry, 0, len(gen))
+		for id, rec := range gen {
+			entries = append(entries, entry{id, rec})
+		}
+		slices.SortFunc(entries, func(a, b entry) int {
+			if a.rec.index != b.rec.index {
+				return cmpUint(a.rec.index, b.rec.index)
+			}
+			return cmpUint(uint64(a.rec.pos), uint64(b.rec.pos))
+		})
+		e.uvarint(uint64(len(entries)))
+		for _, en := range entries {
+			e.str(en.id)
+			e.uvarint(en.rec.index)
+			e.uvarint(en.rec.term)
+			e.uvarint(uint64(en.rec.pos))
+			e.uvarint(en.rec.entity)
+			e.uvarint(uint64(en.rec.signal))
+			e.f64(en.rec.weight)
+		}
+	}
+}
+
+func cmpUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// encoder buffers the encoding and feeds it to the hash and, when w is
+// set, to the snapshot writer. The first write error sticks.
+type encoder struct {
+	w   io.Writer
+	h   hash.Hash
+	buf []byte
+	err error
+}
+
+func (e *encoder) maybeFlush() {
+	if len(e.buf) >= 64<<10 {
+		e.flush()
+	}
+}
+
+func (e *encoder) flush() {
+	if e.err != nil {
+		return
+	}
+	e.h.Write(e.buf)
+	if e.w != nil {
+		_, e.err = e.w.Write(e.buf)
+	}
+	e.buf = e.buf[:0]
+}
+
+func (e *encoder) raw(p []byte)     { e.buf = append(e.buf, p...); e.maybeFlush() }
+func (e *encoder) uvarint(v uint64) { e.buf = binary.AppendUvarint(e.buf, v); e.maybeFlush() }
+func (e *encoder) varint(v int64)   { e.buf = binary.AppendVarint(e.buf, v); e.maybeFlush() }
+func (e *encoder) f64(v float64) {
+	e.buf = binary.LittleEndian.AppendUint64(e.buf, math.Float64bits(v))
+	e.maybeFlush()
+}
+func (e *encoder) str(s string) {
+	e.uvarint(uint64(len(s)))
+	e.buf = append(e.buf, s...)
+	e.maybeFlush()
+}
+
+// Restore replaces the whole state with a snapshot's. The snapshot is read
+// to the end, its checksum verified before anything is decoded, and every
+// structural invariant checked (sorted order, bounds, no trailing bytes);
+// on any error the ledger is unchanged. A snapshot taken under a different
+// schema (signal part) or IDsPerGeneration is refused: folding the log
+// that follows it with other parameters would diverge from the replicas
+// that took it.
+func (l *Ledger) Restore(r io.Reader) error {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return fmt.Errorf("ledger: restore: reading snapshot: %w", err)
+	}
+	if len(data) < len(snapshotMagic)+sha256.Size {
+		return fmt.Errorf("ledger: restore: snapshot is %d bytes, expected at least %d", len(data), len(snapshotMagic)+sha256.Size)
+	}
+	body, sum := data[:len(data)-sha256.Size], data[len(data)-sha256.Size:]
+	if got := sha256.Sum256(body); !bytes.Equal(got[:], sum) {
+		return fmt.Errorf("ledger: restore: checksum mismatch over %d bytes: trailer says %x, content hashes to %x", len(body), sum, got)
+	}
+	fresh := &Ledger{schema: l.schema, sigs: l.sigs, idsPerGen: l.idsPerGen}
+	fresh.reset()
+	d := &decoder{data: body}
+	if err := fresh.decode(d); err != nil {
+		return fmt.Errorf("ledger: restore: at offset %d: %w", d.off, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.applied = fresh.applied
+	l.entities, l.keys, l.buckets = fresh.entities, fresh.keys, fresh.buckets
+	l.cur, l.old = fresh.cur, fresh.old
+	return nil
+}
+
+func (l *Ledger) decode(d *decoder) error {
+	if magic := d.raw(len(snapshotMagic)); string(magic) != snapshotMagic {
+		return fmt.Errorf("expected magic %q, found %q", snapshotMagic, magic)
+	}
+	if v := d.uvarint(); v != snapshotVersion {
+		return fmt.Errorf("expected snapshot version %d, found %d", snapshotVersion, v)
+	}
+	nsig := d.uvarint()
+	if d.err == nil && nsig != uint64(len(l.schema.Signals)) {
+		return fmt.Errorf("snapshot has %d signal types, this ledger's schema %d", nsig, len(l.schema.Signals))
+	}
+	for i := 0; i < len(l.schema.Signals) && d.err == nil; i++ {
+		want := l.schema.Signals[i]
+		got := SignalType{Name: d.str(), HalfLife: time.Duration(d.uvarint())}
+		nw := d.uvarint()
+		for j := uint64(0); j < nw && j <= MaxWindowsPerSignal && d.err == nil; j++ {
+			got.Windows = append(got.Windows, Window{Name: d.str(), Duration: time.Duration(d.uvarint())})
+		}
+		if d.err == nil && !sameSignalType(want, got) {
+			return fmt.Errorf("snapshot signals[%d] is %s, this ledger's schema has %s", i, describeSignal(got), describeSignal(want))
+		}
+	}
+	if n := d.uvarint(); d.err == nil && n != uint64(l.idsPerGen) {
+		return fmt.Errorf("snapshot was taken with %d ids per generation, this ledger uses %d", n, l.idsPerGen)
+	}
+	l.applied = d.uvarint()
+
+	nent := d.uvarint()
+	var prev uint64
+	for i := uint64(0); i < nent && d.err == nil; i++ {
+		id := d.uvarint()
+		if i > 0 && id <= prev {
+			return fmt.Errorf("entity %d follows entity %d: expected ascending ids", id, prev)
+		}
+		prev = id
+		mask := d.uvarint()
+		if d.err == nil && (mask == 0 || (len(l.sigs) < 64 && mask>>len(l.sigs) != 0)) {
+			return fmt.Errorf("entity %d: signal mask %#x does not fit %d signal types", id, mask, len(l.sigs))
+		}
+		ent := &entityState{cells: make([]*cell, len(l.sigs))}
+		for si := range l.sigs {
+			if mask&(1<<si) == 0 {
+				continue
+			}
+			c := &cell{count: d.uvarint(), weightSum: d.f64(), anchor: d.varint(), decayed: d.f64()}
+			if d.err == nil && c.count == 0 {
+				return fmt.Errorf("entity %d signal %q: count 0 in a present cell", id, l.sigs[si].name)
+			}
+			c.buckets = make([][]bucket, l.sigs[si].bucketed)
+			for _, w := range l.sigs[si].windows {
+				if w.bucket < 0 {
+					continue
+				}
+				nb := d.uvarint()
+				if d.err == nil && nb > BucketsPerWindow+1 {
+					return fmt.Errorf("entity %d signal %q window %q: %d buckets, expected at most %d", id, l.sigs[si].name, w.name, nb, BucketsPerWindow+1)
+				}
+				bs := make([]bucket, 0, nb)
+				for j := uint64(0); j < nb && d.err == nil; j++ {
+					b := bucket{k: d.varint(), n: d.uvarint()}
+					if j > 0 && b.k <= bs[j-1].k {
+						return fmt.Errorf("entity %d signal %q window %q: bucket %d follows bucket %d: expected ascending", id, l.sigs[si].name, w.name, b.k, bs[j-1].k)
+					}
+					bs = append(bs, b)
+				}
+				c.buckets[w.bucket] = bs
+				l.buckets += len(bs)
+			}
+			ent.cells[si] = c
+			l.keys++
+		}
+		l.entities[id] = ent
+	}
+	for g, gen := range []map[string]idRecord{l.old, l.cur} {
+		n := d.uvarint()
+		var last idRecord
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			id := d.str()
+			rec := idRecord{index: d.uvarint(), term: d.uvarint()}
+			pos, entity, sig := d.uvarint(), d.uvarint(), d.uvarint()
+			rec.entity, rec.weight = entity, d.f64()
+			if d.err != nil {
+				break
+			}
+			if pos >= MaxBatchLen || sig >= uint64(len(l.sigs)) {
+				return fmt.Errorf("id %q: position %d or signal index %d out of range", id, pos, sig)
+			}
+			rec.pos, rec.signal = uint32(pos), uint16(sig)
+			if i > 0 && (rec.index < last.index || rec.index == last.index && rec.pos <= last.pos) {
+				return fmt.Errorf("id %q at (%d, %d) follows (%d, %d): expected ascending log order", id, rec.index, rec.pos, last.index, last.pos)
+			}
+			last = rec
+			if _, dup := l.old[id]; dup {
+				return fmt.Errorf("id %q remembered twice", id)
+			}
+			if _, dup := l.cur[id]; dup {
+				return fmt.Errorf("id %q remembered twice", id)
+			}
+			gen[id] = rec
+		}
+		if g == 1 && len(l.cur) >= l.idsPerGen {
+			return fmt.Errorf("current id generation holds %d ids, expected fewer than %d (it rotates when full)", len(l.cur), l.idsPerGen)
+		}
+	}
+	if d.err != nil {
+		return d.err
+	}
+	if d.off != len(d.data) {
+		return fmt.Errorf("%d trailing bytes after the id memory", len(d.data)-d.off)
+	}
+	return nil
+}
+
+func sameSignalType(a, b SignalType) bool {
+	return a.Name == b.Name && a.HalfLife == b.HalfLife && slices.Equal(a.Windows, b.Windows)
+}
+
+func describeSignal(st SignalType) string {
+	s := fmt.Sprintf("{%s half_life %v windows [", st.Name, st.HalfLife)
+	for i, w := range st.Windows {
+		if i > 0 {
+			s += " "
+		}
+		s += w.Name
+	}
+	return s + "]}"
+}
+
+// decoder reads the snapshot body; the first error sticks and later reads
+// return zero values, so decode checks d.err where a value steers control.
+type decoder struct {
+	data []byte
+	off  int
+	err  error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("truncated or malformed %s", what)
+	}
+}
+
+func (d *decoder) raw(n int) []byte {
+	if d.err != nil || len(d.data)-d.off < n {
+		d.fail("bytes")
+		return nil
+	}
+	p := d.data[d.off : d.off+n]
+	d.off += n
+	return p
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.data[d.off:])
+	if n <= 0 {
+		d.fail("uvarint")
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.data[d.off:])
+	if n <= 0 {
+		d.fail("varint")
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+func (d *decoder) f64() float64 {
+	p := d.raw(8)
+	if p == nil {
+		return 0
+	}
+	return math.Float64frombits(binary.LittleEndian.Uint64(p))
+}
+
+func (d *decoder) str() string {
+	n := d.uvarint()
+	if d.err == nil && n > uint64(len(d.data)-d.off) {
+		d.fail("string")
+		return ""
+	}
+	return string(d.raw(int(n)))
+}
