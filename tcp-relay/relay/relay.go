@@ -1,0 +1,448 @@
+// Package relay forwards every TCP connection accepted on one listener to
+// one upstream address, and injects faults into the forwarded streams.
+//
+// Each connection is pumped by two goroutines, one per direction. While no
+// fault covers a direction its pump hands both *net.TCPConn to
+// TCPConn.ReadFrom, which on Linux moves the bytes with splice(2) and never
+// copies them through user space. When the fault set changes the relay
+// "kicks" every connection by setting the read deadline of both sockets in
+// the past: a blocked splice or read returns at once, the pump reloads the
+// fault set and continues in the mode it calls for (the fault-aware loop in
+// pump.go, or splice again once the faults are gone).
+//
+// Invariant (what makes a change take effect when the call returns): a pump
+// clears or sets its source's read deadline *before* loading the fault
+// set, and Apply stores the fault set *before* kicking. So either the pump
+// loaded the new set, or the kick lands after the pump's own deadline
+// update and interrupts its next read. In both cases no byte is read under
+// the old set after Apply returns; bytes read earlier are in flight and are
+// delivered as they would have been (TCP streams never get holes). Apply
+// only stores a pointer and sets deadlines, so it cannot hang however busy
+// or stuck the connections are.
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+var (
+	// ErrFaultExists is returned when adding a fault whose name is taken.
+	ErrFaultExists = errors.New("fault already exists")
+	// ErrNoFault is returned when removing a fault that is not installed.
+	ErrNoFault = errors.New("no such fault")
+	// ErrClosed is returned by operations on a closed relay.
+	ErrClosed = errors.New("relay closed")
+)
+
+// Config describes a relay.
+type Config struct {
+	Name     string
+	Listen   string // host:port; port 0 picks a free one (see Addr)
+	Upstream string // host:port dialed for every accepted connection
+	// DialTimeout bounds the upstream dial; default 5s.
+	DialTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// Stats are the relay's counters. Bytes count what was written to the
+// destination; on the splice path they are updated every few MB and when
+// a copy round ends.
+type Stats struct {
+	ConnectionsTotal  uint64 `json:"connections_total"`
+	ConnectionsActive int64  `json:"connections_active"`
+	BytesUpstream     uint64 `json:"bytes_upstream"`
+	BytesDownstream   uint64 `json:"bytes_downstream"`
+	FaultsActive      int    `json:"faults_active"`
+}
+
+// installed is a fault on a relay, with an id that is never reused so a
+// connection's toxicity decision stays tied to one installation.
+type installed struct {
+	Fault
+	id uint64
+}
+
+// snapshot is an immutable fault set. changed is closed when a newer
+// snapshot replaces it, waking pumps that wait on a timer.
+type snapshot struct {
+	faults  []installed
+	maxID   uint64
+	changed chan struct{}
+}
+
+// Relay is one listener forwarding to one upstream. Safe for concurrent use.
+type Relay struct {
+	cfg    Config
+	ln     *net.TCPListener
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	snap atomic.Pointer[snapshot]
+
+	mu     sync.Mutex // guards conns, nextID, closed; orders snapshot swaps with conn registration
+	conns  map[*conn]struct{}
+	nextID uint64
+	closed bool
+
+	total, up, down atomic.Uint64
+	active          atomic.Int64
+
+	wg sync.WaitGroup // accept loop and connection goroutines
+}
+
+// Listen binds cfg.Listen and starts forwarding to cfg.Upstream.
+func Listen(cfg Config) (*Relay, error) {
+	if err := checkName(cfg.Name); err != nil {
+		return nil, err
+	}
+	if _, _, err := net.SplitHostPort(cfg.Upstream); err != nil {
+		return nil, fieldErr("upstream", "expected host:port, found %q: %v", cfg.Upstream, err)
+	}
+	if _, _, err := net.SplitHostPort(cfg.Listen); err != nil {
+		return nil, fieldErr("listen", "expected host:port, found %q: %v", cfg.Listen, err)
+	}
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("relay %s: listen on %s: %w", cfg.Name, cfg.Listen, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Relay{
+		cfg:    cfg,
+		ln:     ln.(*net.TCPListener),
+		log:    cfg.Logger.With("relay", cfg.Name),
+		ctx:    ctx,
+		cancel: cancel,
+		conns:  make(map[*conn]struct{}),
+	}
+	r.snap.Store(&snapshot{changed: make(chan struct{})})
+	r.wg.Add(1)
+	go r.accept()
+	return r, nil
+}
+
+func (r *Relay) Name() string     { return r.cfg.Name }
+func (r *Relay) Upstream() string { return r.cfg.Upstream }
+
+// Addr is the address the relay listens on (with the real port when the
+// configured one was 0).
+func (r *Relay) Addr() *net.TCPAddr { return r.ln.Addr().(*net.TCPAddr) }
+
+// Stats returns a copy of the counters.
+func (r *Relay) Stats() Stats {
+	return Stats{
+		ConnectionsTotal:  r.total.Load(),
+		ConnectionsActive: r.active.Load(),
+		BytesUpstream:     r.up.Load(),
+		BytesDownstream:   r.down.Load(),
+		FaultsActive:      len(r.snap.Load().faults),
+	}
+}
+
+// Faults returns the installed faults in the order they were added.
+func (r *Relay) Faults() []Fault {
+	s := r.snap.Load()
+	out := make([]Fault, len(s.faults))
+	for i, f := range s.faults {
+		out[i] = f.Fault
+	}
+	return out
+}
+
+// AddFault installs f. It returns once f acts on every existing connection
+// (see the package invariant), with the time it took effect.
+func (r *Relay) AddFault(f Fault) (time.Time, error) { return r.Apply(nil, []Fault{f}) }
+
+// RemoveFault removes the fault called name, with the same guarantee.
+func (r *Relay) RemoveFault(name string) (time.Time, error) { return r.Apply([]string{name}, nil) }
+
+// RemoveAll removes every fault.
+func (r *Relay) RemoveAll() time.Time {
+	var names []string
+	for _, f := range r.Faults() {
+		names = append(names, f.Name)
+	}
+	at, err := r.Apply(names, nil)
+	if err != nil {
+		// Only a concurrent removal can make a name vanish; retry on the
+		// fresh set rather than leave faults behind.
+		return r.RemoveAll()
+	}
+	return at
+}
+
+// Apply removes the faults named in remove and then installs add, as one
+// atomic change: no connection ever sees the set in between (this is how
+// the mesh moves a partition without opening a link for an instant).
+// It returns once the change acts on every existing connection.
+func (r *Relay) Apply(remove []string, add []Fault) (time.Time, error) {
+	for _, f := range add {
+		if err := checkName(f.Name); err != nil {
+			return time.Time{}, err
+		}
+		if f.Toxic == nil {
+			return time.Time{}, fieldErr("type", "fault %q has no toxic", f.Name)
+		}
+		if f.Direction != Upstream && f.Direction != Downstream && f.Direction != Both {
+			return time.Time{}, fieldErr("direction", "expected upstream, downstream or both, found %q", f.Direction)
+		}
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return time.Time{}, fmt.Errorf("relay %s: %w", r.cfg.Name, ErrClosed)
+	}
+	old := r.snap.Load()
+	next := slices.Clone(old.faults)
+	for _, name := range remove {
+		i := slices.IndexFunc(next, func(f installed) bool { return f.Name == name })
+		if i < 0 {
+			r.mu.Unlock()
+			return time.Time{}, fmt.Errorf("relay %s: fault %q: %w", r.cfg.Name, name, ErrNoFault)
+		}
+		next = slices.Delete(next, i, i+1)
+	}
+	var resets []installed
+	for _, f := range add {
+		if slices.ContainsFunc(next, func(g installed) bool { return g.Name == f.Name }) {
+			r.mu.Unlock()
+			return time.Time{}, fmt.Errorf("relay %s: fault %q: %w", r.cfg.Name, f.Name, ErrFaultExists)
+		}
+		r.nextID++
+		in := installed{Fault: f, id: r.nextID}
+		next = append(next, in)
+		if _, ok := f.Toxic.(Reset); ok {
+			resets = append(resets, in)
+		}
+	}
+	r.snap.Store(&snapshot{faults: next, maxID: r.nextID, changed: make(chan struct{})})
+	conns := make([]*conn, 0, len(r.conns))
+	for c := range r.conns {
+		conns = append(conns, c)
+	}
+	r.mu.Unlock()
+
+	close(old.changed)
+	for _, c := range conns {
+		for _, f := range resets {
+			if on, _ := c.affected(f); on {
+				c.reset(f.Direction)
+			}
+		}
+		c.kick()
+	}
+	return time.Now(), nil
+}
+
+// Close stops accepting, closes every connection and waits for all
+// goroutines of the relay to end.
+func (r *Relay) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	conns := make([]*conn, 0, len(r.conns))
+	for c := range r.conns {
+		conns = append(conns, c)
+	}
+	r.mu.Unlock()
+	r.cancel()
+	err := r.ln.Close()
+	for _, c := range conns {
+		c.shutdown(false, false)
+	}
+	r.wg.Wait()
+	return err
+}
+
+func (r *Relay) accept() {
+	defer r.wg.Done()
+	var backoff time.Duration
+	for {
+		c, err := r.ln.AcceptTCP()
+		if err != nil {
+			if r.ctx.Err() != nil {
+				return
+			}
+			// EMFILE and friends: back off instead of spinning.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			r.log.Warn("accept failed", "err", err, "retry_in", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-r.ctx.Done():
+				return
+			}
+			continue
+		}
+		backoff = 0
+		r.wg.Add(1)
+		go r.serve(c)
+	}
+}
+
+// serve runs one connection to its end.
+func (r *Relay) serve(client *net.TCPConn) {
+	defer r.wg.Done()
+	c := &conn{r: r, client: client, done: make(chan struct{}), hits: make(map[uint64]hit),
+		rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+	for _, f := range r.snap.Load().faults {
+		if _, ok := f.Toxic.(Reject); ok {
+			if on, _ := c.affected(f); on {
+				_ = client.SetLinger(0)
+				_ = client.Close()
+				return
+			}
+		}
+	}
+	d := net.Dialer{Timeout: r.cfg.DialTimeout}
+	sc, err := d.DialContext(r.ctx, "tcp", r.cfg.Upstream)
+	if err != nil {
+		// An unreachable upstream looks to the client like a refused
+		// connection, not like a server that accepted and hung up.
+		r.log.Debug("dial upstream failed", "upstream", r.cfg.Upstream, "err", err)
+		_ = client.SetLinger(0)
+		_ = client.Close()
+		return
+	}
+	c.server = sc.(*net.TCPConn)
+
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		_ = client.Close()
+		_ = c.server.Close()
+		return
+	}
+	r.conns[c] = struct{}{}
+	r.mu.Unlock()
+	r.total.Add(1)
+	r.active.Add(1)
+
+	// Registered before this load: a reset added later finds c in r.conns.
+	for _, f := range r.snap.Load().faults {
+		if _, ok := f.Toxic.(Reset); ok {
+			if on, _ := c.affected(f); on {
+				c.reset(f.Direction)
+			}
+		}
+	}
+
+	up := newPump(c, Upstream, client, c.server, &r.up)
+	down := newPump(c, Downstream, c.server, client, &r.down)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); up.run() }()
+	down.run()
+	wg.Wait()
+	c.shutdown(false, false)
+
+	r.mu.Lock()
+	delete(r.conns, c)
+	r.mu.Unlock()
+	r.active.Add(-1)
+}
+
+// hit is a connection's toxicity decision for one installed fault.
+type hit struct {
+	on    bool
+	since time.Time // when the fault first acted on the connection
+}
+
+// conn is one client connection and its upstream connection.
+type conn struct {
+	r              *Relay
+	client, server *net.TCPConn
+	done           chan struct{}
+	once           sync.Once
+
+	mu   sync.Mutex // guards hits, rng
+	hits map[uint64]hit
+	rng  *rand.Rand
+}
+
+// affected draws (once) whether f acts on c, and since when.
+func (c *conn) affected(f installed) (bool, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h, ok := c.hits[f.id]
+	if !ok {
+		h = hit{on: f.Toxicity >= 1 || c.rng.Float64() < f.Toxicity, since: time.Now()}
+		c.hits[f.id] = h
+	}
+	return h.on, h.since
+}
+
+// forget drops decisions for faults removed before s: ids up to s.maxID
+// that s no longer holds can never come back.
+func (c *conn) forget(s *snapshot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id := range c.hits {
+		if id <= s.maxID && !slices.ContainsFunc(s.faults, func(f installed) bool { return f.id == id }) {
+			delete(c.hits, id)
+		}
+	}
+}
+
+// past is a read deadline that has always expired.
+var past = time.Unix(1, 0)
+
+// kick interrupts any read in progress on either socket; see the package
+// invariant.
+func (c *conn) kick() {
+	_ = c.client.SetReadDeadline(past)
+	_ = c.server.SetReadDeadline(past)
+}
+
+// reset sends RST to the side(s) d names and closes the connection.
+func (c *conn) reset(d Direction) {
+	c.shutdown(d.covers(Downstream), d.covers(Upstream))
+}
+
+// shutdown closes both sockets, with RST on the ones asked for.
+func (c *conn) shutdown(resetClient, resetServer bool) {
+	c.once.Do(func() {
+		if resetClient {
+			_ = c.client.SetLinger(0)
+		}
+		if resetServer {
+			_ = c.server.SetLinger(0)
+		}
+		_ = c.client.Close()
+		_ = c.server.Close()
+		close(c.done)
+	})
+}
+
+func (c *conn) isDone() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// isReset reports whether err means the peer reset its connection, which
+// the relay passes on to the other side.
+func isReset(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
