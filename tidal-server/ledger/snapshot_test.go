@@ -1,0 +1,188 @@
+package ledger
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func snapshotBytes(t *testing.T, l *Ledger) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := l.Snapshot(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestSnapshotRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 11))
+	s := DefaultSchema()
+	l := New(s, Options{IDsPerGeneration: 40})
+	index, maxTS := randomHistory(t, rng, l, newRef(s, 40), 500)
+
+	// Through a real file, as the snapshot store will.
+	path := filepath.Join(t.TempDir(), "ledger.snap")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Snapshot(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err = os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	restored := New(s, Options{IDsPerGeneration: 40})
+	if err := restored.Restore(f); err != nil {
+		t.Fatal(err)
+	}
+
+	if restored.Digest() != l.Digest() {
+		t.Fatal("digest differs after restore")
+	}
+	orig, _ := os.ReadFile(path)
+	if !bytes.Equal(snapshotBytes(t, restored), orig) {
+		t.Fatal("snapshot of the restored ledger differs from the snapshot it was restored from")
+	}
+	if want := fmt.Sprintf("%x", orig[len(orig)-32:]); l.Digest() != want {
+		t.Fatalf("Digest %s is not the snapshot's checksum %s", l.Digest(), want)
+	}
+	if restored.Stats() != l.Stats() {
+		t.Fatalf("stats: restored %+v, original %+v", restored.Stats(), l.Stats())
+	}
+	for entity := range uint64(15) {
+		a, b := l.Get(entity, maxTS), restored.Get(entity, maxTS)
+		if fmt.Sprint(a) != fmt.Sprint(b) {
+			t.Fatalf("entity %d: original %v, restored %v", entity, a, b)
+		}
+	}
+	// The restored ledger must keep evolving exactly like the original
+	// (bucket pruning, id rotation and decay anchors are all in the state).
+	for i := range 300 {
+		index++
+		batch := []Event{ev(fmt.Sprintf("n%d", i), uint64(i%15), "view", 1, maxTS-int64(rng.IntN(3600000))),
+			ev(fmt.Sprintf("e%d", rng.IntN(400)), uint64(i%13), "like", 2, maxTS)}
+		_, errA := l.Apply(index, 2, batch)
+		_, errB := restored.Apply(index, 2, batch)
+		if fmt.Sprint(errA) != fmt.Sprint(errB) {
+			t.Fatalf("entry %d: original %v, restored %v", index, errA, errB)
+		}
+		if errA != nil {
+			l.SetApplied(index)
+			restored.SetApplied(index)
+		}
+	}
+	if restored.Digest() != l.Digest() {
+		t.Fatal("digests diverged after applying the same entries")
+	}
+}
+
+func TestEmptySnapshotRoundTrip(t *testing.T) {
+	l := New(DefaultSchema(), Options{})
+	r := New(DefaultSchema(), Options{})
+	mustApply(t, r, 1, ev("a", 1, "view", 1, t0)) // to be overwritten
+	if err := r.Restore(bytes.NewReader(snapshotBytes(t, l))); err != nil {
+		t.Fatal(err)
+	}
+	if r.Digest() != l.Digest() || r.AppliedIndex() != 0 || r.Stats().IDs != 0 {
+		t.Fatalf("restoring an empty snapshot left %+v", r.Stats())
+	}
+}
+
+func TestRestoreRefusesBadSnapshots(t *testing.T) {
+	s := DefaultSchema()
+	l := New(s, Options{IDsPerGeneration: 10})
+	mustApply(t, l, 1, ev("a", 1, "view", 1, t0), ev("b", 2, "like", 2, t0+5))
+	good := snapshotBytes(t, l)
+
+	target := New(s, Options{IDsPerGeneration: 10})
+	mustApply(t, target, 1, ev("x", 9, "share", 1, t0))
+	digest := target.Digest()
+
+	other := DefaultSchema()
+	other.Signals[1].HalfLife = time.Hour
+	cases := map[string]struct {
+		into *Ledger
+		data []byte
+		want string
+	}{
+		"flipped bit":     {target, flip(good, len(good)/2), "checksum mismatch"},
+		"truncated":       {target, good[:len(good)-1], "checksum mismatch"},
+		"empty":           {target, nil, "expected at least"},
+		"trailing":        {target, append(append([]byte{}, good...), 0), "checksum mismatch"},
+		"other schema":    {New(other, Options{IDsPerGeneration: 10}), good, `snapshot signals[1] is {like half_life 72h0m0s`},
+		"other ids/gen":   {New(s, Options{IDsPerGeneration: 11}), good, "taken with 10 ids per generation, this ledger uses 11"},
+		"bad magic":       {target, resum(append([]byte("XXXXXXXX"), good[8:len(good)-32]...)), `expected magic "TIDALLDG"`},
+		"trailing inside": {target, resum(append(append([]byte{}, good[:len(good)-32]...), 7)), "1 trailing bytes"},
+		"cut inside":      {target, resum(good[:len(good)-40]), "truncated or malformed"},
+	}
+	for name, c := range cases {
+		before := c.into.Digest()
+		err := c.into.Restore(bytes.NewReader(c.data))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an error containing %q", name, err, c.want)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+		if c.into.Digest() != before {
+			t.Errorf("%s: a failed restore changed the state", name)
+		}
+	}
+	if target.Digest() != digest {
+		t.Fatal("failed restores changed the state")
+	}
+}
+
+func flip(b []byte, i int) []byte {
+	c := append([]byte{}, b...)
+	c[i] ^= 0x10
+	return c
+}
+
+// resum gives a body a valid trailer, to reach the structural checks.
+func resum(body []byte) []byte {
+	return append(append([]byte{}, body...), sha256Sum(body)...)
+}
+
+func TestDigestDeterminism(t *testing.T) {
+	history := func(weight float64, lastIndex uint64) *Ledger {
+		l := New(DefaultSchema(), Options{IDsPerGeneration: 5})
+		for i := range uint64(30) {
+			mustApply(t, l, i+1, ev(fmt.Sprint(i), i%4, "view", 1, t0+int64(i*997)%50000),
+				ev(fmt.Sprint("w", i), 1, "like", weight, t0+int64(i)))
+		}
+		l.SetApplied(lastIndex)
+		return l
+	}
+	a, b := history(1, 30), history(1, 30)
+	if a.Digest() != b.Digest() || !bytes.Equal(snapshotBytes(t, a), snapshotBytes(t, b)) {
+		t.Fatal("equal histories gave different digests or snapshots")
+	}
+	if c := history(1.5, 30); c.Digest() == a.Digest() {
+		t.Fatal("different weights gave equal digests")
+	}
+	if d := history(1, 31); d.Digest() == a.Digest() {
+		t.Fatal("different applied indexes gave equal digests")
+	}
+	// Same aggregates, different id memory: still a different state.
+	e, f := New(DefaultSchema(), Options{}), New(DefaultSchema(), Options{})
+	mustApply(t, e, 1, ev("x", 1, "view", 1, t0))
+	mustApply(t, f, 1, ev("y", 1, "view", 1, t0))
+	if e.Digest() == f.Digest() {
+		t.Fatal("different remembered ids gave equal digests")
+	}
+}
