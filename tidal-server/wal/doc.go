@@ -1,0 +1,124 @@
+// Package wal is tidal-server's write-ahead log: the durable raft log of one
+// node. It stores raft entries by index, the newest HardState and the newest
+// snapshot mark, and gives them back after a crash. It knows nothing of raft
+// itself; package replica translates.
+//
+// # Files
+//
+// A log is a directory of segment files named by a 16-hex-digit sequence
+// number ("000000000000002a.wal") plus a LOCK file that one process holds
+// (flock) while the log is open. Segments are created complete — fallocated
+// to Options.SegmentSize, header written and fdatasynced — under a ".tmp"
+// name, then renamed into place and the directory fsynced; so every segment
+// file that exists starts with a durable header, and leftover ".tmp" files
+// are debris that Open deletes. Compaction removes segments oldest first,
+// fsyncing the directory after each, so the sequence numbers on disk are
+// always contiguous.
+//
+// # Record format
+//
+// A segment is a run of records followed by zeroes (the unwritten part of
+// the preallocation) or by the end of the file:
+//
+//	+-----------+-----------+--------+------------------+
+//	| length u32| crc32c u32| type u8| payload [length] |
+//	+-----------+-----------+--------+------------------+
+//
+// Integers are little-endian. The CRC is CRC-32C (Castagnoli) over the type
+// byte and the payload. Types, with their payloads:
+//
+//	1 segment header  magic "TIDALWAL", version u32 (1), sequence u64
+//	2 entry           index u64, term u64, entry type u8, data
+//	3 hard state      term u64, vote u64, commit u64
+//	4 snapshot mark   index u64, term u64
+//
+// Type 0 does not exist, so a header of nine zero bytes is never a record:
+// it is what never-written preallocated space looks like. The first record
+// of a segment is its header, and only there; its sequence must match the
+// file name.
+//
+// # Writing: group commit
+//
+// Save encodes its Batch (snapshot mark, then entries, then hard state) in
+// the caller's goroutine, then under a mutex checks the index rules below
+// and appends it to a queue: the lock covers the hand-off, never I/O. One
+// writer goroutine takes everything queued when it wakes (up to
+// BatchMaxBytes; with BatchTimeout > 0 it may first wait that long for
+// more), writes it with one pwrite at the end of the current segment and
+// calls fdatasync once; only then are the waiting Saves released. A group
+// never spans segments: if it does not fit, the writer syncs the current
+// segment and rolls over to the next first.
+//
+// If a write, fdatasync, or segment creation fails, the WAL is fenced:
+// that group and every Save after it fail with an error wrapping ErrFenced,
+// and nothing more is written. After a failed fdatasync the kernel may
+// have dropped the dirty pages and a retry could "succeed"; carrying on is
+// how replicas diverge. Reopening the log is the only way forward.
+//
+// # Index rules (checked by Save, and again by replay)
+//
+//   - Entries in a batch have consecutive indexes.
+//   - An entry's index is above the newest snapshot mark and at most one
+//     past the last entry (or past the mark, if that is newer). A fresh log
+//     therefore starts at index 1, or at the index after a saved mark.
+//   - An entry whose index is at or below the last index replaces that
+//     index and everything after it: this is how raft truncates a
+//     conflicting suffix, and replay does the same.
+//   - Snapshot marks never go backwards. A mark drops the entries at or
+//     below it; a mark past the last entry empties the log and the next
+//     entry must follow the mark.
+//
+// # Recovery rule
+//
+// Open reads the segments in order. In each it decodes records from offset
+// 0 until one fails to decode. If every byte from there to the end of the
+// file is zero (or there are no bytes), that is the segment's clean end.
+// Otherwise the bytes at that offset are damaged, and:
+//
+//   - they are a torn tail, which Open truncates (ftruncate to the offset,
+//     fdatasync, preallocate again), logs, and reports in
+//     Recovered.TornTail, if and only if the segment is the newest, the
+//     damage is after its header, and no record decodes at any later
+//     offset of the file;
+//   - otherwise they are corruption: Open returns a *CorruptionError
+//     naming the file and offset and does not open the log.
+//
+// A partial last record, or a last record with a bad checksum followed only
+// by zeroes, is thus torn; a bad record in an older segment, or one with a
+// valid record anywhere after it, is corruption. The rule is exact for a
+// killed process (a write that did not finish leaves a prefix) and for a
+// power loss that tears the last write at a sector boundary. It cannot tell
+// a flipped bit in the very last record from a torn write, and treats it as
+// torn; that record was the newest, so if it was acknowledged at all it was
+// the last thing acknowledged. Conversely, if a power loss persisted the
+// pages of the last, unsynced write out of order, Open reports corruption
+// although nothing acknowledged was lost; `tidal-server wal repair` (Repair)
+// then truncates at the damage.
+//
+// Records that decode but break the index rules, and a gap in segment
+// sequence numbers, are corruption too.
+//
+// # Compaction
+//
+// Compact(below) removes whole segments, oldest first and never the one
+// being written, whose entries are all below below, which must not exceed
+// the durable snapshot mark's index + 1. If the newest hard state or mark
+// would go with them, both are first rewritten into the current segment.
+// Entries at or below the newest mark that survive in kept segments are
+// dropped by replay. Because the oldest segment of a compacted log is not
+// segment 0, replay lets the first entry or mark it reads anchor the index
+// sequence.
+//
+// # Invariants
+//
+//   - A Save that returned nil with sync set is on disk and will be
+//     recovered (unless a later entry replaced it, or a mark covered it).
+//   - Recovery returns a prefix of what was written, in write order; the
+//     only thing it ever drops is a torn tail of the newest segment, which
+//     no Save with sync returned nil for.
+//   - Once fenced, the WAL writes nothing, and what it reported durable is
+//     frozen.
+//   - The files on disk are always an openable log: segment creation,
+//     truncation and removal are each made durable before the next write
+//     depends on them.
+package wal

@@ -1,0 +1,219 @@
+package wal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+)
+
+// Record types. Zero is deliberately not a type: a header of zeroes is what
+// preallocated, never-written space looks like.
+const (
+	recSegmentHeader uint8 = 1
+	recEntry         uint8 = 2
+	recHardState     uint8 = 3
+	recSnapshotMark  uint8 = 4
+)
+
+const (
+	// recordHeaderSize is length(4) + crc(4) + type(1).
+	recordHeaderSize = 9
+	// maxRecordPayload bounds what a decoder believes a length field. A
+	// larger claim is corruption, not an allocation.
+	maxRecordPayload = 256 << 20
+
+	segmentMagic       = "TIDALWAL"
+	segmentVersion     = 1
+	segmentHeaderBody  = 8 + 4 + 8 // magic, version, sequence
+	segmentHeaderBytes = recordHeaderSize + segmentHeaderBody
+
+	entryFixedBody = 8 + 8 + 1 // index, term, type
+	hardStateBody  = 8 + 8 + 8
+	snapMarkBody   = 8 + 8
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func typeName(t uint8) string {
+	switch t {
+	case recSegmentHeader:
+		return "segment header"
+	case recEntry:
+		return "entry"
+	case recHardState:
+		return "hard state"
+	case recSnapshotMark:
+		return "snapshot mark"
+	}
+	return fmt.Sprintf("unknown type %d", t)
+}
+
+// errZeroHeader means the bytes where a record header should be are all
+// zero. Whether that is a clean end or damage depends on what follows, which
+// only the segment scanner can see.
+var errZeroHeader = errors.New("record header is all zeroes")
+
+// record is one decoded record. payload aliases the buffer it was decoded
+// from.
+type record struct {
+	typ     uint8
+	payload []byte
+}
+
+// appendRecord frames payload as one record of type typ onto dst.
+func appendRecord(dst []byte, typ uint8, payload []byte) []byte {
+	var h [recordHeaderSize]byte
+	binary.LittleEndian.PutUint32(h[0:4], uint32(len(payload)))
+	crc := crc32.Update(0, castagnoli, []byte{typ})
+	crc = crc32.Update(crc, castagnoli, payload)
+	binary.LittleEndian.PutUint32(h[4:8], crc)
+	h[8] = typ
+	dst = append(dst, h[:]...)
+	return append(dst, payload...)
+}
+
+// decodeRecord decodes the record at the start of b and returns it with the
+// number of bytes it occupies. It never allocates in proportion to what the
+// bytes claim, and never panics, whatever b holds.
+func decodeRecord(b []byte) (record, int, error) {
+	if len(b) < recordHeaderSize {
+		if isZero(b) {
+			return record{}, 0, errZeroHeader
+		}
+		return record{}, 0, fmt.Errorf("record header needs %d bytes, found %d", recordHeaderSize, len(b))
+	}
+	length := binary.LittleEndian.Uint32(b[0:4])
+	sum := binary.LittleEndian.Uint32(b[4:8])
+	typ := b[8]
+	if length == 0 && sum == 0 && typ == 0 {
+		return record{}, 0, errZeroHeader
+	}
+	if typ < recSegmentHeader || typ > recSnapshotMark {
+		return record{}, 0, fmt.Errorf("record type: expected 1..4, found %d", typ)
+	}
+	if length > maxRecordPayload {
+		return record{}, 0, fmt.Errorf("record length %d exceeds the maximum %d", length, maxRecordPayload)
+	}
+	end := recordHeaderSize + int(length)
+	if end > len(b) {
+		return record{}, 0, fmt.Errorf("%s record claims %d payload bytes, only %d remain", typeName(typ), length, len(b)-recordHeaderSize)
+	}
+	if got := crc32.Checksum(b[8:end], castagnoli); got != sum {
+		return record{}, 0, fmt.Errorf("%s record checksum: expected %#08x, computed %#08x", typeName(typ), sum, got)
+	}
+	payload := b[recordHeaderSize:end]
+	if err := checkPayloadSize(typ, len(payload)); err != nil {
+		return record{}, 0, err
+	}
+	return record{typ: typ, payload: payload}, end, nil
+}
+
+func checkPayloadSize(typ uint8, n int) error {
+	want, exact := 0, true
+	switch typ {
+	case recSegmentHeader:
+		want = segmentHeaderBody
+	case recHardState:
+		want = hardStateBody
+	case recSnapshotMark:
+		want = snapMarkBody
+	case recEntry:
+		want, exact = entryFixedBody, false
+	}
+	if exact && n != want {
+		return fmt.Errorf("%s payload: expected %d bytes, found %d", typeName(typ), want, n)
+	}
+	if !exact && n < want {
+		return fmt.Errorf("%s payload: expected at least %d bytes, found %d", typeName(typ), want, n)
+	}
+	return nil
+}
+
+func isZero(b []byte) bool {
+	for len(b) >= len(zeroes) {
+		if string(b[:len(zeroes)]) != string(zeroes[:]) {
+			return false
+		}
+		b = b[len(zeroes):]
+	}
+	return string(b) == string(zeroes[:len(b)])
+}
+
+var zeroes [4096]byte
+
+// Payload codecs. All integers are little-endian.
+
+func appendEntryRecord(dst []byte, e Entry) []byte {
+	body := make([]byte, entryFixedBody, entryFixedBody+len(e.Data))
+	binary.LittleEndian.PutUint64(body[0:8], e.Index)
+	binary.LittleEndian.PutUint64(body[8:16], e.Term)
+	body[16] = e.Type
+	body = append(body, e.Data...)
+	return appendRecord(dst, recEntry, body)
+}
+
+// entrySize is the on-disk size of e's record.
+func entrySize(e Entry) int { return recordHeaderSize + entryFixedBody + len(e.Data) }
+
+// decodeEntry returns an Entry whose Data aliases p.
+func decodeEntry(p []byte) Entry {
+	return Entry{
+		Index: binary.LittleEndian.Uint64(p[0:8]),
+		Term:  binary.LittleEndian.Uint64(p[8:16]),
+		Type:  p[16],
+		Data:  p[entryFixedBody:],
+	}
+}
+
+func appendHardStateRecord(dst []byte, hs HardState) []byte {
+	var body [hardStateBody]byte
+	binary.LittleEndian.PutUint64(body[0:8], hs.Term)
+	binary.LittleEndian.PutUint64(body[8:16], hs.Vote)
+	binary.LittleEndian.PutUint64(body[16:24], hs.Commit)
+	return appendRecord(dst, recHardState, body[:])
+}
+
+func decodeHardState(p []byte) HardState {
+	return HardState{
+		Term:   binary.LittleEndian.Uint64(p[0:8]),
+		Vote:   binary.LittleEndian.Uint64(p[8:16]),
+		Commit: binary.LittleEndian.Uint64(p[16:24]),
+	}
+}
+
+func appendSnapshotMarkRecord(dst []byte, m SnapshotMark) []byte {
+	var body [snapMarkBody]byte
+	binary.LittleEndian.PutUint64(body[0:8], m.Index)
+	binary.LittleEndian.PutUint64(body[8:16], m.Term)
+	return appendRecord(dst, recSnapshotMark, body[:])
+}
+
+func decodeSnapshotMark(p []byte) SnapshotMark {
+	return SnapshotMark{
+		Index: binary.LittleEndian.Uint64(p[0:8]),
+		Term:  binary.LittleEndian.Uint64(p[8:16]),
+	}
+}
+
+func appendSegmentHeader(dst []byte, seq uint64) []byte {
+	var body [segmentHeaderBody]byte
+	copy(body[0:8], segmentMagic)
+	binary.LittleEndian.PutUint32(body[8:12], segmentVersion)
+	binary.LittleEndian.PutUint64(body[12:20], seq)
+	return appendRecord(dst, recSegmentHeader, body[:])
+}
+
+// checkSegmentHeader verifies that p is the header of segment seq.
+func checkSegmentHeader(p []byte, seq uint64) error {
+	if string(p[0:8]) != segmentMagic {
+		return fmt.Errorf("segment header magic: expected %q, found %q", segmentMagic, p[0:8])
+	}
+	if v := binary.LittleEndian.Uint32(p[8:12]); v != segmentVersion {
+		return fmt.Errorf("segment header version: expected %d, found %d", segmentVersion, v)
+	}
+	if got := binary.LittleEndian.Uint64(p[12:20]); got != seq {
+		return fmt.Errorf("segment header sequence: expected %d (from the file name), found %d", seq, got)
+	}
+	return nil
+}

@@ -1,0 +1,118 @@
+package wal
+
+import (
+	"fmt"
+	"slices"
+)
+
+// indexTracker holds the rules that keep the log a contiguous run of
+// indexes. Save applies them before a batch is queued, and replay applies
+// them again to what it reads back, so a log that replays is one Save could
+// have written.
+type indexTracker struct {
+	// anchored is false only at the start of a replay whose oldest
+	// segments were compacted away: the first entry or mark seen anchors
+	// the log wherever it is.
+	anchored bool
+	snap     uint64 // index of the newest snapshot mark
+	last     uint64 // index of the last entry, or snap when the log is empty past it
+}
+
+func (t *indexTracker) admitMark(m SnapshotMark) error {
+	if t.anchored && m.Index < t.snap {
+		return fmt.Errorf("snapshot mark at index %d: expected at least the previous mark's index %d", m.Index, t.snap)
+	}
+	t.snap = m.Index
+	if !t.anchored || t.last < m.Index {
+		t.last = m.Index
+	}
+	t.anchored = true
+	return nil
+}
+
+// admitEntries checks a run of entries with indexes first..last (already
+// known to be contiguous).
+func (t *indexTracker) admitEntries(first, last uint64) error {
+	if t.anchored && first <= t.snap {
+		return fmt.Errorf("entry index %d: expected above the snapshot mark's index %d", first, t.snap)
+	}
+	if t.anchored && first > t.last+1 {
+		return fmt.Errorf("entry index %d: expected at most %d (one past the last entry); the log would have a gap", first, t.last+1)
+	}
+	t.last = last
+	t.anchored = true
+	return nil
+}
+
+// checkContiguous verifies that es have consecutive indexes.
+func checkContiguous(es []Entry) error {
+	for i := 1; i < len(es); i++ {
+		if es[i].Index != es[i-1].Index+1 {
+			return fmt.Errorf("entries[%d].Index: expected %d (one past entries[%d]), found %d", i, es[i-1].Index+1, i-1, es[i].Index)
+		}
+	}
+	return nil
+}
+
+// logState rebuilds the log from records in write order.
+type logState struct {
+	indexTracker
+	snap    SnapshotMark
+	hs      HardState
+	hasSnap bool
+	hasHS   bool
+	entries []Entry // contiguous; entries above snap.Index only
+}
+
+func newLogState(anchored bool) *logState {
+	return &logState{indexTracker: indexTracker{anchored: anchored}}
+}
+
+func (s *logState) applyEntry(e Entry) error {
+	if err := s.admitEntries(e.Index, e.Index); err != nil {
+		return err
+	}
+	// A rewrite of index i replaces i and everything after it: this is
+	// how raft truncates a conflicting suffix.
+	if n := len(s.entries); n > 0 && e.Index <= s.entries[n-1].Index {
+		cut := max(0, int(int64(e.Index)-int64(s.entries[0].Index)))
+		clear(s.entries[cut:])
+		s.entries = s.entries[:cut]
+	}
+	e.Data = slices.Clone(e.Data) // the segment buffer must not outlive replay
+	s.entries = append(s.entries, e)
+	return nil
+}
+
+func (s *logState) applyMark(m SnapshotMark) error {
+	if err := s.admitMark(m); err != nil {
+		return err
+	}
+	s.snap, s.hasSnap = m, true
+	// Entries at or below the mark are covered by the snapshot.
+	i, _ := slices.BinarySearchFunc(s.entries, m.Index+1, func(e Entry, idx uint64) int {
+		switch {
+		case e.Index < idx:
+			return -1
+		case e.Index > idx:
+			return 1
+		}
+		return 0
+	})
+	clear(s.entries[:i])
+	s.entries = s.entries[i:]
+	return nil
+}
+
+func (s *logState) apply(rec record) error {
+	switch rec.typ {
+	case recEntry:
+		return s.applyEntry(decodeEntry(rec.payload))
+	case recHardState:
+		s.hs, s.hasHS = decodeHardState(rec.payload), true
+		return nil
+	case recSnapshotMark:
+		return s.applyMark(decodeSnapshotMark(rec.payload))
+	}
+	return fmt.Errorf("unexpected %s record", typeName(rec.typ))
+}

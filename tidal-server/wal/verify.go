@@ -1,0 +1,287 @@
+package wal
+
+import (
+	"fmt"
+	"path/filepath"
+)
+
+// Report is what Verify found, and for Repair also what it dropped.
+type Report struct {
+	Dir      string
+	Segments []SegmentReport
+	// Records counts the good records replayed, segment headers excluded.
+	Records int
+	// Problem is the first damage found, nil if the log is clean. When
+	// TornTail is also set, the damage is a torn tail that Open truncates
+	// by itself; otherwise Open refuses the log.
+	Problem  *CorruptionError
+	TornTail *TornTail
+	// Dropped lists what Repair cut off, in the order it did so.
+	Dropped []Dropped
+}
+
+// SegmentReport describes one segment file.
+type SegmentReport struct {
+	File string
+	Seq  uint64
+	Size int64
+	// Records counts records that decoded, from the start of the segment
+	// up to the first bad one (the header excluded).
+	Records int
+	// LastGoodOffset is one past the last record that decoded.
+	LastGoodOffset int64
+	// DataEnd is one past the last non-zero byte of the file.
+	DataEnd int64
+	// Problem describes the first bad bytes of this segment, if any.
+	Problem string
+}
+
+// Dropped is one cut Repair made.
+type Dropped struct {
+	File string
+	// Offset is where the file was truncated; 0 with Removed set when
+	// the whole file went.
+	Offset  int64
+	Removed bool
+	// Bytes is how many non-zero bytes were dropped.
+	Bytes int64
+	// Records is how many whole records in the dropped bytes still
+	// decoded (they were after the damage, so replay could not use them).
+	Records int
+}
+
+// segSummary is inspect's view of one segment.
+type segSummary struct {
+	seq        uint64
+	path       string
+	size       int64
+	end        int64 // one past the last good record
+	dataEnd    int64
+	records    []int64 // offsets of the good records, header excluded
+	hasEntries bool
+	maxIndex   uint64
+	problem    string
+	laterValid int // records decoding after the bad bytes
+}
+
+// inspection is everything Open, Verify and Repair need from one read-only
+// pass over the directory.
+type inspection struct {
+	segs         []segSummary
+	state        *logState
+	hsSeq, smSeq uint64
+	replayed     int
+	problem      *CorruptionError
+	problemSeg   int // index into segs
+	torn         *TornTail
+}
+
+// inspect scans every segment in order and replays them up to the first
+// problem, then classifies that problem (see the package documentation).
+// Segments after the problem are still scanned, for the report.
+func inspect(dir string) (*inspection, error) {
+	seqs, err := listSegments(dir)
+	if err != nil {
+		return nil, fmt.Errorf("wal: list segments in %s: %w", dir, err)
+	}
+	in := &inspection{problemSeg: -1}
+	// A log whose first segment is 0 was never compacted: replay starts
+	// at index 0 like a fresh log. Otherwise the first entry or mark read
+	// anchors it.
+	in.state = newLogState(len(seqs) > 0 && seqs[0] == 0)
+	for i, seq := range seqs {
+		scan, err := readSegment(dir, seq)
+		if err != nil {
+			return nil, fmt.Errorf("wal: read segment: %w", err)
+		}
+		sum := segSummary{seq: seq, path: scan.path, size: scan.size, end: scan.end}
+		sum.dataEnd = max(scan.end, scan.junkEnd)
+		for _, r := range scan.records {
+			sum.records = append(sum.records, r.offset)
+			if r.typ == recEntry {
+				sum.hasEntries = true
+				sum.maxIndex = max(sum.maxIndex, decodeEntry(r.payload).Index)
+			}
+		}
+		if scan.problem != nil {
+			sum.problem = scan.problem.Error()
+			sum.laterValid = scan.laterValid
+		}
+		in.segs = append(in.segs, sum)
+		if in.problem != nil {
+			continue
+		}
+
+		if i > 0 && seq != seqs[i-1]+1 {
+			in.problem = &CorruptionError{File: scan.path, Offset: 0,
+				Reason: fmt.Sprintf("segment sequence: expected %d after %d, found %d; a segment is missing", seqs[i-1]+1, seqs[i-1], seq)}
+			in.problemSeg = i
+			continue
+		}
+		for _, r := range scan.records {
+			if err := in.state.apply(r.record); err != nil {
+				in.problem = &CorruptionError{File: scan.path, Offset: r.offset, Reason: err.Error()}
+				in.problemSeg = i
+				break
+			}
+			in.replayed++
+			switch r.typ {
+			case recHardState:
+				in.hsSeq = seq
+			case recSnapshotMark:
+				in.smSeq = seq
+			}
+		}
+		if in.problem != nil || scan.problem == nil {
+			continue
+		}
+		in.problemSeg = i
+		newest := i == len(seqs)-1
+		reason := scan.problem.Error()
+		switch {
+		case scan.end == 0:
+			reason += "; the segment header is damaged"
+		case scan.laterValid > 0:
+			reason += fmt.Sprintf("; %d valid record(s) follow from offset %d, so this is not a torn tail", scan.laterValid, scan.laterValidAt)
+		case !newest:
+			reason += "; the segment is not the newest, so this is not a torn tail"
+		default:
+			in.torn = &TornTail{File: scan.path, Offset: scan.end, Bytes: scan.junkEnd - scan.end}
+		}
+		in.problem = &CorruptionError{File: scan.path, Offset: scan.end, Reason: reason}
+	}
+	return in, nil
+}
+
+func (in *inspection) report(dir string) *Report {
+	r := &Report{Dir: dir, Records: in.replayed, Problem: in.problem, TornTail: in.torn}
+	for _, s := range in.segs {
+		r.Segments = append(r.Segments, SegmentReport{
+			File: s.path, Seq: s.seq, Size: s.size, Records: len(s.records),
+			LastGoodOffset: s.end, DataEnd: s.dataEnd, Problem: s.problem,
+		})
+	}
+	return r
+}
+
+// Verify scans the log in dir without changing anything and reports every
+// segment and the first problem. A returned error means the directory could
+// not be read; damage is reported in Report.Problem.
+func Verify(dir string) (*Report, error) {
+	in, err := inspect(dir)
+	if err != nil {
+		return nil, err
+	}
+	return in.report(dir), nil
+}
+
+// Repair makes the log in dir openable by cutting it after the last good
+// record: the damaged segment is truncated at the first problem, and every
+// later segment is removed (newest first, so a crash midway leaves a log
+// that is still a prefix). It holds the directory lock, so it fails while a
+// WAL has the log open. Acknowledged writes after the cut are lost; the
+// Report says exactly what went.
+func Repair(dir string) (*Report, error) {
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Close()
+	in, err := inspect(dir)
+	if err != nil {
+		return nil, err
+	}
+	r := in.report(dir)
+	if in.problem == nil {
+		return r, nil
+	}
+	fs := osFS{}
+	k := in.problemSeg
+	for i := len(in.segs) - 1; i > k; i-- {
+		s := in.segs[i]
+		if err := fs.Remove(s.path); err != nil {
+			return r, fmt.Errorf("wal: repair: remove %s: %w", s.path, err)
+		}
+		if err := fs.SyncDir(dir); err != nil {
+			return r, fmt.Errorf("wal: repair: sync %s: %w", dir, err)
+		}
+		r.Dropped = append(r.Dropped, Dropped{File: s.path, Removed: true, Bytes: s.dataEnd, Records: len(s.records) + s.laterValid})
+	}
+
+	s := in.segs[k]
+	cut := in.problem.Offset
+	dropped := Dropped{File: s.path, Offset: cut, Bytes: max(0, s.dataEnd-cut), Records: s.laterValid}
+	for _, off := range s.records {
+		if off >= cut {
+			dropped.Records++
+		}
+	}
+	if cut < segmentHeaderBytes {
+		// Without a good header the segment holds nothing usable.
+		dropped.Offset, dropped.Removed = 0, true
+		if err := fs.Remove(s.path); err != nil {
+			return r, fmt.Errorf("wal: repair: remove %s: %w", s.path, err)
+		}
+		if err := fs.SyncDir(dir); err != nil {
+			return r, fmt.Errorf("wal: repair: sync %s: %w", dir, err)
+		}
+	} else if err := truncateDurably(s.path, cut); err != nil {
+		return r, err
+	}
+	r.Dropped = append(r.Dropped, dropped)
+
+	after, err := inspect(dir)
+	if err != nil {
+		return r, err
+	}
+	if after.problem != nil {
+		return r, fmt.Errorf("wal: repair: log still damaged after the cut: %w", after.problem)
+	}
+	return r, nil
+}
+
+func truncateDurably(path string, size int64) error {
+	f, err := osFS{}.OpenWrite(path)
+	if err != nil {
+		return fmt.Errorf("wal: repair: %w", err)
+	}
+	defer f.Close()
+	if err := f.Truncate(size); err != nil {
+		return fmt.Errorf("wal: repair: truncate %s to %d: %w", path, size, err)
+	}
+	if err := f.Datasync(); err != nil {
+		return fmt.Errorf("wal: repair: sync %s: %w", path, err)
+	}
+	return nil
+}
+
+// String renders the report for the `tidal-server wal verify|repair`
+// commands.
+func (r *Report) String() string {
+	var b []byte
+	b = fmt.Appendf(b, "wal %s: %d segment(s), %d good record(s)\n", r.Dir, len(r.Segments), r.Records)
+	for _, s := range r.Segments {
+		b = fmt.Appendf(b, "  %s seq=%d size=%d records=%d last_good_offset=%d data_end=%d",
+			filepath.Base(s.File), s.Seq, s.Size, s.Records, s.LastGoodOffset, s.DataEnd)
+		if s.Problem != "" {
+			b = fmt.Appendf(b, " problem=%q", s.Problem)
+		}
+		b = append(b, '\n')
+	}
+	switch {
+	case r.Problem == nil:
+		b = append(b, "ok: no damage\n"...)
+	case r.TornTail != nil:
+		b = fmt.Appendf(b, "torn tail (open truncates it): %s at offset %d, %d byte(s)\n", r.TornTail.File, r.TornTail.Offset, r.TornTail.Bytes)
+	default:
+		b = fmt.Appendf(b, "damaged: %v\n", r.Problem)
+	}
+	for _, d := range r.Dropped {
+		if d.Removed {
+			b = fmt.Appendf(b, "dropped: removed %s (%d byte(s), %d decodable record(s))\n", d.File, d.Bytes, d.Records)
+		} else {
+			b = fmt.Appendf(b, "dropped: truncated %s at offset %d (%d byte(s), %d decodable record(s))\n", d.File, d.Offset, d.Bytes, d.Records)
+		}
+	}
+	return string(b)
+}

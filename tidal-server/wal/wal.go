@@ -1,0 +1,813 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Options configures a WAL. The zero value is usable.
+type Options struct {
+	// SegmentSize is the size segments are preallocated to, in bytes
+	// (default 64 MiB). A group commit that does not fit in the current
+	// segment goes to a new one; a single group larger than a segment
+	// grows its segment past this size.
+	SegmentSize int64
+	// BatchMaxBytes (wal.batch_max_bytes) bounds the bytes one group
+	// commit writes (default 4 MiB). A single Save larger than this is
+	// written alone.
+	BatchMaxBytes int
+	// BatchTimeout (wal.batch_timeout) is how long the writer may wait to
+	// gather more Saves after the first one arrives. Zero (the default)
+	// means take whatever is queued: under load the queue fills while the
+	// previous fsync runs, which is all the batching group commit needs.
+	BatchTimeout time.Duration
+	// NoSync skips fdatasync after group writes. Tests and benchmarks only:
+	// Save then promises nothing about durability.
+	NoSync bool
+	// Logger receives torn-tail truncations and fencing; slog.Default()
+	// if nil.
+	Logger *slog.Logger
+	// Metrics is optional.
+	Metrics *Metrics
+}
+
+const (
+	defaultSegmentSize   = 64 << 20
+	defaultBatchMaxBytes = 4 << 20
+)
+
+// Entry is one raft log entry as the WAL stores it; the WAL does not
+// interpret Type or Data.
+type Entry struct {
+	Index, Term uint64
+	Type        uint8
+	Data        []byte
+}
+
+// HardState is raft's persistent vote state.
+type HardState struct{ Term, Vote, Commit uint64 }
+
+// SnapshotMark records that a snapshot at Index was durably saved elsewhere;
+// entries at or below Index are no longer needed.
+type SnapshotMark struct{ Index, Term uint64 }
+
+// Batch is everything one raft Ready asks to persist. Its records are
+// written in the order Snapshot, Entries, HardState, as one contiguous
+// write in one segment.
+type Batch struct {
+	Entries   []Entry
+	HardState *HardState
+	Snapshot  *SnapshotMark
+}
+
+// Recovered is the durable state Open found.
+type Recovered struct {
+	Snapshot  SnapshotMark // newest mark; zero if none
+	HardState HardState    // newest; zero if none
+	// Entries are those above Snapshot.Index, in index order, contiguous,
+	// with conflicting suffixes already resolved.
+	Entries []Entry
+	// TornTail is non-nil when Open truncated a torn tail.
+	TornTail *TornTail
+}
+
+// TornTail describes the partial write Open (or Repair) cut off the newest
+// segment.
+type TornTail struct {
+	File   string
+	Offset int64 // where the last good record ended and the file now ends
+	Bytes  int64 // non-zero bytes dropped from Offset on
+}
+
+// Stats are cumulative counters since Open.
+type Stats struct {
+	Fsyncs  uint64 // fdatasyncs of group commits
+	Writes  uint64 // group-commit writes
+	Batches uint64 // Save calls written
+	Records uint64
+	Bytes   uint64
+}
+
+// CorruptionError reports damage Open will not repair by itself: a bad
+// record that is not a torn tail of the newest segment, a missing segment,
+// or records that break the log's index rules.
+type CorruptionError struct {
+	File   string
+	Offset int64
+	Reason string
+}
+
+func (e *CorruptionError) Error() string {
+	return fmt.Sprintf("wal: corruption in %s at offset %d: %s", e.File, e.Offset, e.Reason)
+}
+
+var (
+	// ErrFenced is wrapped by every Save after a write or fdatasync
+	// failed. The failed batch may or may not be on disk; nothing is
+	// written after it, so the durable log is frozen at a prefix of what
+	// was acknowledged plus possibly that batch. Reopen to recover.
+	ErrFenced = errors.New("wal: fenced after a failed write or sync")
+	// ErrClosed is returned by Save after Close.
+	ErrClosed = errors.New("wal: closed")
+)
+
+// WAL is an open write-ahead log. Save is safe for concurrent use; Compact
+// and Close may be called from any goroutine.
+type WAL struct {
+	dir     string
+	opts    Options
+	fs      fileSystem
+	log     *slog.Logger
+	lock    *os.File
+	kick    chan struct{} // cap 1: "the queue changed or Close was called"
+	exited  chan struct{} // closed when the writer goroutine returns
+	compact sync.Mutex    // serializes Compact calls
+
+	mu       sync.Mutex
+	queue    []*Pending
+	queued   int // bytes in queue
+	tracker  indexTracker
+	stagedHS *HardState    // newest queued, for Compact's rewrite
+	stagedSM *SnapshotMark // newest queued
+	closed   bool
+	fenced   error
+	segments []*segmentInfo // ascending; the last is the one being written
+	durable  struct {
+		snap          SnapshotMark
+		hsSeq, smSeq  uint64 // segments holding the newest HardState / mark
+		hasHS, hasSnp bool
+	}
+
+	// Owned by the writer goroutine.
+	file  segmentFile
+	off   int64
+	dirty bool // written since the last fdatasync
+	wbuf  []byte
+
+	stats struct{ fsyncs, writes, batches, records, bytes atomic.Uint64 }
+}
+
+type segmentInfo struct {
+	seq        uint64
+	hasEntries bool
+	maxIndex   uint64 // largest entry index ever written to it
+}
+
+// Open opens the log in dir, creating dir and a first segment if needed,
+// and returns what it recovered. See the package documentation for what
+// counts as a torn tail (truncated here) and what as corruption (returned as
+// *CorruptionError, with no WAL).
+func Open(dir string, opts Options) (*WAL, *Recovered, error) {
+	return open(dir, opts, osFS{})
+}
+
+func open(dir string, opts Options, fs fileSystem) (_ *WAL, _ *Recovered, err error) {
+	if opts.SegmentSize == 0 {
+		opts.SegmentSize = defaultSegmentSize
+	}
+	if opts.SegmentSize < 4*segmentHeaderBytes {
+		return nil, nil, fmt.Errorf("wal: SegmentSize %d: expected at least %d", opts.SegmentSize, 4*segmentHeaderBytes)
+	}
+	if opts.BatchMaxBytes <= 0 {
+		opts.BatchMaxBytes = defaultBatchMaxBytes
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("wal: create %s: %w", dir, err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.Close()
+		}
+	}()
+	if err := removeTemporaries(dir, fs); err != nil {
+		return nil, nil, err
+	}
+
+	in, err := inspect(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	if in.problem != nil && in.torn == nil {
+		return nil, nil, in.problem
+	}
+
+	w := &WAL{
+		dir:    dir,
+		opts:   opts,
+		fs:     fs,
+		log:    opts.Logger,
+		lock:   lock,
+		kick:   make(chan struct{}, 1),
+		exited: make(chan struct{}),
+	}
+	st := in.state
+	w.tracker = st.indexTracker
+	if st.hasHS {
+		hs := st.hs
+		w.stagedHS = &hs
+		w.durable.hasHS, w.durable.hsSeq = true, in.hsSeq
+	}
+	if st.hasSnap {
+		sm := st.snap
+		w.stagedSM = &sm
+		w.durable.hasSnp, w.durable.smSeq, w.durable.snap = true, in.smSeq, sm
+	}
+	for _, s := range in.segs {
+		w.segments = append(w.segments, &segmentInfo{seq: s.seq, hasEntries: s.hasEntries, maxIndex: s.maxIndex})
+	}
+
+	if len(in.segs) == 0 {
+		w.tracker = indexTracker{anchored: true}
+		f, err := w.createSegment(0)
+		if err != nil {
+			return nil, nil, err
+		}
+		w.file, w.off = f, segmentHeaderBytes
+		w.segments = append(w.segments, &segmentInfo{seq: 0})
+	} else {
+		last := in.segs[len(in.segs)-1]
+		if err := w.reopenNewest(last.path, last.end, in.torn); err != nil {
+			return nil, nil, err
+		}
+		w.off = last.end
+	}
+
+	rec := &Recovered{HardState: st.hs, Snapshot: st.snap, Entries: st.entries, TornTail: in.torn}
+	go w.run()
+	return w, rec, nil
+}
+
+// reopenNewest opens the newest segment for appending at end, cutting off a
+// torn tail first, and preallocates it again (Repair and torn-tail
+// truncation leave it short).
+func (w *WAL) reopenNewest(path string, end int64, torn *TornTail) error {
+	f, err := w.fs.OpenWrite(path)
+	if err != nil {
+		return fmt.Errorf("wal: open newest segment: %w", err)
+	}
+	if torn != nil {
+		if err := f.Truncate(end); err != nil {
+			f.Close()
+			return fmt.Errorf("wal: truncate torn tail of %s at %d: %w", path, end, err)
+		}
+		w.log.Warn("wal: truncated torn tail of the newest segment",
+			"file", torn.File, "offset", torn.Offset, "bytes", torn.Bytes)
+	}
+	if err := f.Preallocate(w.opts.SegmentSize); err != nil {
+		f.Close()
+		return fmt.Errorf("wal: preallocate %s: %w", path, err)
+	}
+	// The truncation must be durable before anything is appended after
+	// it, or a crash could bring the torn bytes back behind new records.
+	if err := f.Datasync(); err != nil {
+		f.Close()
+		return fmt.Errorf("wal: sync %s: %w", path, err)
+	}
+	w.file = f
+	return nil
+}
+
+func lockDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, lockName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("wal: open lock file: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("wal: lock %s: expected no other process to have the log open: %w", path, err)
+	}
+	return f, nil
+}
+
+// removeTemporaries deletes segments whose creation a crash interrupted;
+// they were never renamed into place, so nothing in them was acknowledged.
+func removeTemporaries(dir string, fs fileSystem) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("wal: read %s: %w", dir, err)
+	}
+	for _, e := range ents {
+		if filepath.Ext(e.Name()) == tmpSuffix {
+			if err := fs.Remove(filepath.Join(dir, e.Name())); err != nil {
+				return fmt.Errorf("wal: remove leftover %s: %w", e.Name(), err)
+			}
+		}
+	}
+	return nil
+}
+
+// createSegment creates segment seq complete with its header under a
+// temporary name and renames it into place, so a segment file that exists
+// always starts with a durable header.
+func (w *WAL) createSegment(seq uint64) (segmentFile, error) {
+	final := filepath.Join(w.dir, segmentName(seq))
+	tmp := final + tmpSuffix
+	f, err := w.fs.CreateExclusive(tmp)
+	if err != nil {
+		return nil, fmt.Errorf("wal: create segment: %w", err)
+	}
+	fail := func(what string, err error) (segmentFile, error) {
+		f.Close()
+		return nil, fmt.Errorf("wal: create segment %s: %s: %w", final, what, err)
+	}
+	if err := f.Preallocate(w.opts.SegmentSize); err != nil {
+		return fail("preallocate", err)
+	}
+	if _, err := f.WriteAt(appendSegmentHeader(nil, seq), 0); err != nil {
+		return fail("write header", err)
+	}
+	if err := f.Datasync(); err != nil {
+		return fail("sync", err)
+	}
+	if err := w.fs.Rename(tmp, final); err != nil {
+		return fail("rename", err)
+	}
+	if err := w.fs.SyncDir(w.dir); err != nil {
+		return fail("sync directory", err)
+	}
+	return f, nil
+}
+
+// Save writes b and, if sync, waits for it to be fdatasynced. Batches
+// queued while the writer is busy go out together as one write and one
+// fdatasync; Save returns only after that sync (or write, if !sync). It is
+// Stage followed by Wait.
+//
+// Entries must have consecutive indexes, above the newest snapshot mark and
+// at most one past the last entry saved; an entry at or below the last
+// index replaces that index and everything after it.
+//
+// If ctx ends first, Save returns its error but the batch may still be
+// written: the outcome is unknown, as with any I/O that was handed off.
+// After a failed write or sync, Save returns an error wrapping ErrFenced.
+func (w *WAL) Save(ctx context.Context, b Batch, sync bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	p, err := w.Stage(b, sync)
+	if err != nil {
+		return err
+	}
+	return p.Wait(ctx)
+}
+
+// Pending is a staged batch on its way to disk.
+type Pending struct {
+	buf        []byte
+	sync       bool
+	records    int
+	hasEntries bool
+	maxIndex   uint64
+	hs         bool
+	snap       *SnapshotMark
+	done       chan error // cap 1, so the writer never blocks on it
+
+	result   error
+	finished bool
+}
+
+// Stage checks b against the index rules and queues it for the writer,
+// without waiting. Batches are written in the order Stage accepted them, so
+// a caller that allocates indexes can do that and Stage under its own lock,
+// and Wait outside it: the lock then covers only the hand-off, and
+// concurrent callers share fdatasyncs.
+func (w *WAL) Stage(b Batch, sync bool) (*Pending, error) {
+	if err := checkContiguous(b.Entries); err != nil {
+		return nil, fmt.Errorf("wal: save: %w", err)
+	}
+	p := &Pending{sync: sync, done: make(chan error, 1)}
+	size := 0
+	for i, e := range b.Entries {
+		if entryFixedBody+len(e.Data) > maxRecordPayload {
+			return nil, fmt.Errorf("wal: save: entries[%d]: %d data bytes exceed the maximum %d", i, len(e.Data), maxRecordPayload-entryFixedBody)
+		}
+		size += entrySize(e)
+	}
+	// Encoding happens here, in the caller's goroutine, so concurrent
+	// callers encode in parallel and the lock only covers the hand-off.
+	buf := make([]byte, 0, size+2*recordHeaderSize+hardStateBody+snapMarkBody)
+	if b.Snapshot != nil {
+		buf = appendSnapshotMarkRecord(buf, *b.Snapshot)
+		sm := *b.Snapshot
+		p.snap = &sm
+		p.records++
+	}
+	for _, e := range b.Entries {
+		buf = appendEntryRecord(buf, e)
+		p.maxIndex = max(p.maxIndex, e.Index)
+	}
+	p.records += len(b.Entries)
+	p.hasEntries = len(b.Entries) > 0
+	if b.HardState != nil {
+		buf = appendHardStateRecord(buf, *b.HardState)
+		p.hs = true
+		p.records++
+	}
+	p.buf = buf
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.admitLocked(b); err != nil {
+		return nil, err
+	}
+	w.enqueueLocked(p)
+	return p, nil
+}
+
+// Wait returns once the batch is written and, if it was staged with sync,
+// fdatasynced; or with an error wrapping ErrFenced if that failed. If ctx
+// ends first, Wait returns an error wrapping ctx.Err() and the outcome is
+// unknown; Wait may be called again. Wait is not safe for concurrent use.
+func (p *Pending) Wait(ctx context.Context) error {
+	if p.finished {
+		return p.result
+	}
+	select {
+	case err := <-p.done:
+		p.result, p.finished = err, true
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("wal: save: gave up waiting, the batch may still be written: %w", ctx.Err())
+	}
+}
+
+// admitLocked checks b against everything queued before it and, if it
+// fits, records it as queued.
+func (w *WAL) admitLocked(b Batch) error {
+	if w.fenced != nil {
+		return w.fenced
+	}
+	if w.closed {
+		return ErrClosed
+	}
+	t := w.tracker
+	if b.Snapshot != nil {
+		if err := t.admitMark(*b.Snapshot); err != nil {
+			return fmt.Errorf("wal: save: %w", err)
+		}
+	}
+	if n := len(b.Entries); n > 0 {
+		if err := t.admitEntries(b.Entries[0].Index, b.Entries[n-1].Index); err != nil {
+			return fmt.Errorf("wal: save: %w", err)
+		}
+	}
+	w.tracker = t
+	if b.HardState != nil {
+		hs := *b.HardState
+		w.stagedHS = &hs
+	}
+	if b.Snapshot != nil {
+		sm := *b.Snapshot
+		w.stagedSM = &sm
+	}
+	return nil
+}
+
+func (w *WAL) enqueueLocked(p *Pending) {
+	w.queue = append(w.queue, p)
+	w.queued += len(p.buf)
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run is the writer goroutine: the only code that writes segment data.
+func (w *WAL) run() {
+	defer close(w.exited)
+	for range w.kick {
+		if w.opts.BatchTimeout > 0 {
+			w.gather()
+		}
+		for {
+			group, closing := w.take()
+			if len(group) > 0 {
+				w.commit(group)
+				continue
+			}
+			if closing {
+				w.shutdown()
+				return
+			}
+			break
+		}
+	}
+}
+
+// gather waits up to BatchTimeout for the queue to reach BatchMaxBytes.
+func (w *WAL) gather() {
+	timer := time.NewTimer(w.opts.BatchTimeout)
+	defer timer.Stop()
+	for {
+		w.mu.Lock()
+		enough := w.queued >= w.opts.BatchMaxBytes || w.closed || w.fenced != nil
+		w.mu.Unlock()
+		if enough {
+			return
+		}
+		select {
+		case <-w.kick:
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+// take removes the next group from the queue: at least one Save, and more
+// while they fit in BatchMaxBytes. closing reports that Close was called
+// and the queue is empty.
+func (w *WAL) take() (group []*Pending, closing bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, bytes := 0, 0
+	for n < len(w.queue) && (n == 0 || bytes+len(w.queue[n].buf) <= w.opts.BatchMaxBytes) {
+		bytes += len(w.queue[n].buf)
+		n++
+	}
+	group = w.queue[:n:n]
+	w.queue = w.queue[n:]
+	w.queued -= bytes
+	if len(w.queue) == 0 {
+		w.queue = nil
+	}
+	return group, w.closed && len(w.queue) == 0
+}
+
+// commit writes one group with one write and at most one fdatasync, then
+// releases its waiters. Any failure fences the WAL.
+func (w *WAL) commit(group []*Pending) {
+	w.wbuf = w.wbuf[:0]
+	needSync := false
+	for _, p := range group {
+		w.wbuf = append(w.wbuf, p.buf...)
+		needSync = needSync || p.sync
+	}
+	needSync = needSync && !w.opts.NoSync
+
+	if len(w.wbuf) > 0 {
+		if w.off+int64(len(w.wbuf)) > w.opts.SegmentSize && w.off > segmentHeaderBytes {
+			if err := w.rollover(); err != nil {
+				w.fence(err, group)
+				return
+			}
+		}
+		if _, err := w.file.WriteAt(w.wbuf, w.off); err != nil {
+			w.fence(fmt.Errorf("write %d bytes at offset %d of %s: %w", len(w.wbuf), w.off, w.activePath(), err), group)
+			return
+		}
+		w.off += int64(len(w.wbuf))
+		w.dirty = true
+	}
+	if needSync && w.dirty {
+		start := time.Now()
+		err := w.file.Datasync()
+		w.opts.Metrics.observeSync(time.Since(start))
+		if err != nil {
+			w.fence(fmt.Errorf("fdatasync %s: %w", w.activePath(), err), group)
+			return
+		}
+		w.dirty = false
+		w.stats.fsyncs.Add(1)
+	}
+
+	records := 0
+	w.mu.Lock()
+	active := w.segments[len(w.segments)-1]
+	for _, p := range group {
+		records += p.records
+		if p.hasEntries {
+			active.hasEntries = true
+			active.maxIndex = max(active.maxIndex, p.maxIndex)
+		}
+		if p.hs {
+			w.durable.hasHS, w.durable.hsSeq = true, active.seq
+		}
+		if p.snap != nil {
+			w.durable.hasSnp, w.durable.smSeq, w.durable.snap = true, active.seq, *p.snap
+		}
+	}
+	w.mu.Unlock()
+
+	w.stats.writes.Add(1)
+	w.stats.batches.Add(uint64(len(group)))
+	w.stats.records.Add(uint64(records))
+	w.stats.bytes.Add(uint64(len(w.wbuf)))
+	w.opts.Metrics.observeGroup(len(group), len(w.wbuf))
+	for _, p := range group {
+		p.done <- nil
+	}
+}
+
+func (w *WAL) activePath() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return filepath.Join(w.dir, segmentName(w.segments[len(w.segments)-1].seq))
+}
+
+// rollover makes the old segment durable and switches to a new one. The old
+// segment is synced first: unsynced bytes there behind synced bytes in the
+// next segment would look like corruption, not a torn tail, on recovery.
+func (w *WAL) rollover() error {
+	if w.dirty && !w.opts.NoSync {
+		if err := w.file.Datasync(); err != nil {
+			return fmt.Errorf("fdatasync %s before rollover: %w", w.activePath(), err)
+		}
+		w.dirty = false
+		w.stats.fsyncs.Add(1)
+	}
+	w.mu.Lock()
+	seq := w.segments[len(w.segments)-1].seq + 1
+	w.mu.Unlock()
+	f, err := w.createSegment(seq)
+	if err != nil {
+		return err
+	}
+	if err := w.file.Close(); err != nil {
+		f.Close()
+		return fmt.Errorf("close %s: %w", w.activePath(), err)
+	}
+	w.file, w.off = f, segmentHeaderBytes
+	w.mu.Lock()
+	w.segments = append(w.segments, &segmentInfo{seq: seq})
+	w.mu.Unlock()
+	return nil
+}
+
+// fence stops the WAL for good after a failed write or sync: the failed
+// group and everything queued behind it get the error, and admitLocked
+// turns away everything after. Carrying on after a failed fdatasync is how
+// replicas diverge: the kernel may have dropped the dirty pages and a later
+// sync would report success.
+func (w *WAL) fence(cause error, group []*Pending) {
+	w.mu.Lock()
+	first := w.fenced == nil
+	if first {
+		w.fenced = fmt.Errorf("%w: %w", ErrFenced, cause)
+	}
+	err := w.fenced
+	queued := w.queue
+	w.queue, w.queued = nil, 0
+	w.mu.Unlock()
+	if first {
+		w.log.Error("wal: fenced; refusing all further writes", "err", cause)
+		w.opts.Metrics.setFenced()
+	}
+	for _, p := range group {
+		p.done <- err
+	}
+	for _, p := range queued {
+		p.done <- err
+	}
+}
+
+// shutdown runs on the writer goroutine once Close has drained the queue.
+func (w *WAL) shutdown() {
+	w.mu.Lock()
+	fenced := w.fenced != nil
+	w.mu.Unlock()
+	if w.dirty && !fenced && !w.opts.NoSync {
+		if err := w.file.Datasync(); err != nil {
+			w.log.Error("wal: fdatasync on close failed", "err", err)
+		}
+	}
+}
+
+// Close writes out what is queued, waits for it, and releases the log. Saves
+// after Close return ErrClosed.
+func (w *WAL) Close() error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return ErrClosed
+	}
+	w.closed = true
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+	<-w.exited
+	err := w.file.Close()
+	if lerr := w.lock.Close(); err == nil {
+		err = lerr
+	}
+	return err
+}
+
+// Stats returns cumulative counters.
+func (w *WAL) Stats() Stats {
+	return Stats{
+		Fsyncs:  w.stats.fsyncs.Load(),
+		Writes:  w.stats.writes.Load(),
+		Batches: w.stats.batches.Load(),
+		Records: w.stats.records.Load(),
+		Bytes:   w.stats.bytes.Load(),
+	}
+}
+
+// Compact removes whole segments, oldest first, whose every entry is below
+// below. below must not exceed the durable snapshot mark's index + 1: the
+// WAL never drops an entry no snapshot covers. The segment being written is
+// never removed. If the newest HardState or snapshot mark lives in a segment
+// about to go, both are first rewritten (synced) into the current segment.
+func (w *WAL) Compact(below uint64) error {
+	w.compact.Lock()
+	defer w.compact.Unlock()
+
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return ErrClosed
+	}
+	snap := w.durable.snap
+	if below > snap.Index+1 {
+		w.mu.Unlock()
+		return fmt.Errorf("wal: compact below %d: expected at most %d (one past the durable snapshot mark)", below, snap.Index+1)
+	}
+	n := 0
+	for n < len(w.segments)-1 && (!w.segments[n].hasEntries || w.segments[n].maxIndex < below) {
+		n++
+	}
+	if n == 0 {
+		w.mu.Unlock()
+		return nil
+	}
+	lastGone := w.segments[n-1].seq
+	needRewrite := (w.durable.hasHS && w.durable.hsSeq <= lastGone) || (w.durable.hasSnp && w.durable.smSeq <= lastGone)
+	var p *Pending
+	if needRewrite {
+		if err := w.admitLocked(Batch{}); err != nil {
+			w.mu.Unlock()
+			return err
+		}
+		// Rewrite the newest queued values, not the newest durable ones:
+		// this record goes behind everything queued, and replay takes
+		// the last HardState and mark it reads.
+		p = &Pending{sync: true, done: make(chan error, 1)}
+		if w.stagedSM != nil {
+			p.buf = appendSnapshotMarkRecord(p.buf, *w.stagedSM)
+			p.snap = w.stagedSM
+			p.records++
+		}
+		if w.stagedHS != nil {
+			p.buf = appendHardStateRecord(p.buf, *w.stagedHS)
+			p.hs = true
+			p.records++
+		}
+		w.enqueueLocked(p)
+	}
+	gone := make([]uint64, n)
+	for i := range gone {
+		gone[i] = w.segments[i].seq
+	}
+	w.mu.Unlock()
+
+	if p != nil {
+		if err := p.Wait(context.Background()); err != nil {
+			return fmt.Errorf("wal: compact: rewrite hard state and snapshot mark: %w", err)
+		}
+	}
+	// Oldest first, each removal durable before the next: a crash leaves
+	// a shorter prefix removed, never a hole in the sequence.
+	for _, seq := range gone {
+		path := filepath.Join(w.dir, segmentName(seq))
+		if err := w.fs.Remove(path); err != nil {
+			return fmt.Errorf("wal: compact: remove %s: %w", path, err)
+		}
+		if err := w.fs.SyncDir(w.dir); err != nil {
+			return fmt.Errorf("wal: compact: sync %s: %w", w.dir, err)
+		}
+		w.mu.Lock()
+		w.segments = w.segments[1:]
+		w.mu.Unlock()
+	}
+	return nil
+}
+
+// Segments returns the sequence numbers of the live segments, oldest first.
+func (w *WAL) Segments() []uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	seqs := make([]uint64, len(w.segments))
+	for i, s := range w.segments {
+		seqs[i] = s.seq
+	}
+	return seqs
+}
