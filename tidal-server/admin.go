@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/tidaldb/tidal/tidal-server/client"
+	"github.com/tidaldb/tidal/tidal-server/replica"
+	"github.com/tidaldb/tidal/tidal-server/server"
+)
+
+// adminFlags are shared by the commands that talk to a running node.
+type adminFlags struct {
+	addr    string
+	timeout time.Duration
+}
+
+func (a *adminFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&a.addr, "addr", "127.0.0.1:7070", "client address (HTTP API) of any node")
+	cmd.Flags().DurationVar(&a.timeout, "timeout", 10*time.Second, "how long to wait for the node")
+}
+
+func (a *adminFlags) client() (*client.Client, context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
+	return client.New(a.addr), ctx, cancel
+}
+
+func newStatusCommand() *cobra.Command {
+	var a adminFlags
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show a node's view of the cluster: leader, term, indexes, members",
+		Long: `Show what one node knows of the cluster. Match index and lag per member are
+known only on the leader; ask the leader for replication progress.`,
+		Example: "  tidal-server status --addr 127.0.0.1:7071\n  tidal-server status --addr 127.0.0.1:7071 --json",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, ctx, cancel := a.client()
+			defer cancel()
+			st, err := c.Status(ctx)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(st)
+			}
+			fmt.Fprintf(out, "node %d   leader %d   term %d   commit %d   applied %d\n\n", st.Node, st.Leader, st.Term, st.Commit, st.Applied)
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tROLE\tPEER\tCLIENT\tMATCH\tLAG\tREACHABLE")
+			for _, m := range st.Members {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%v\n", m.ID, m.Role, m.PeerAddr, m.ClientAddr, m.Match, m.Lag, m.Reachable)
+			}
+			return tw.Flush()
+		},
+	}
+	a.register(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw /cluster/status JSON")
+	return cmd
+}
+
+func newMembersCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "members", Short: "Add or remove cluster members"}
+	var a adminFlags
+	var m client.Member
+	add := &cobra.Command{
+		Use:   "add",
+		Short: "Add a node (as a learner; promoted to voter once it has caught up)",
+		Long: `Add a node to the cluster. It joins as a learner and the leader promotes it to
+voter once its log is within --promote-within entries of the commit index.
+Then start the new node with --join and the full --peers list. Ids are never
+reused: pick one no node ever had.`,
+		Example: `  tidal-server members add --addr 127.0.0.1:7071 --id 4 --peer-addr 127.0.0.1:7104 --client-addr 127.0.0.1:7074`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if m.ID == 0 {
+				return fmt.Errorf("--id: required, a node id > 0")
+			}
+			if m.PeerAddr == "" {
+				return fmt.Errorf("--peer-addr: required")
+			}
+			c, ctx, cancel := a.client()
+			defer cancel()
+			got, err := c.AddMember(ctx, m)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "added member %d (peer %s, client %s) as learner\n", got.ID, got.PeerAddr, got.ClientAddr)
+			return nil
+		},
+	}
+	a.register(add)
+	add.Flags().Uint64Var(&m.ID, "id", 0, "new member's id")
+	add.Flags().StringVar(&m.PeerAddr, "peer-addr", "", "new member's peer address")
+	add.Flags().StringVar(&m.ClientAddr, "client-addr", "", "new member's client address")
+
+	var ra adminFlags
+	remove := &cobra.Command{
+		Use:     "remove ID",
+		Short:   "Remove a member; its id can never be used again",
+		Example: "  tidal-server members remove 3 --addr 127.0.0.1:7071",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseUint(args[0], 10, 64)
+			if err != nil || id == 0 {
+				return fmt.Errorf("ID: expected a node id > 0, found %q", args[0])
+			}
+			c, ctx, cancel := ra.client()
+			defer cancel()
+			if err := c.RemoveMember(ctx, id); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "removed member %d\n", id)
+			return nil
+		},
+	}
+	ra.register(remove)
+	cmd.AddCommand(add, remove)
+	return cmd
+}
+
+func newTransferLeaderCommand() *cobra.Command {
+	var a adminFlags
+	cmd := &cobra.Command{
+		Use:     "transfer-leader ID",
+		Short:   "Move leadership to member ID and wait until it leads",
+		Example: "  tidal-server transfer-leader 2 --addr 127.0.0.1:7071",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseUint(args[0], 10, 64)
+			if err != nil || id == 0 {
+				return fmt.Errorf("ID: expected a node id > 0, found %q", args[0])
+			}
+			c, ctx, cancel := a.client()
+			defer cancel()
+			if err := c.TransferLeader(ctx, id); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "member %d is the leader\n", id)
+			return nil
+		},
+	}
+	a.register(cmd)
+	return cmd
+}
+
+func newBackupCommand() *cobra.Command {
+	var a adminFlags
+	var out string
+	cmd := &cobra.Command{
+		Use:   "backup",
+		Short: "Write a consistent copy of a node's state to a file",
+		Long: `Stream the node's current state (ledger, embeddings, write-id memory) into a
+CRC-protected file. Restore it with "tidal-server restore".`,
+		Example: "  tidal-server backup --addr 127.0.0.1:7071 --out tidal.backup",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if out == "" {
+				return fmt.Errorf("--out: required")
+			}
+			c, ctx, cancel := a.client()
+			defer cancel()
+			tmp := out + ".partial"
+			f, err := os.Create(tmp)
+			if err != nil {
+				return err
+			}
+			n, err := c.Backup(ctx, f)
+			if err == nil {
+				err = f.Sync()
+			}
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				os.Remove(tmp)
+				return err
+			}
+			data, err := os.ReadFile(tmp)
+			if err != nil {
+				return err
+			}
+			if _, err := server.ReadBackup(data); err != nil {
+				os.Remove(tmp)
+				return fmt.Errorf("backup received but does not verify: %w", err)
+			}
+			if err := os.Rename(tmp, out); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (%d bytes, verified)\n", out, n)
+			return nil
+		},
+	}
+	a.register(cmd)
+	cmd.Flags().StringVar(&out, "out", "", "file to write")
+	return cmd
+}
+
+func newRestoreCommand() *cobra.Command {
+	var from, dataDir, peerAddr, clientAddr string
+	var id uint64
+	cmd := &cobra.Command{
+		Use:   "restore",
+		Short: "Create a new single-node data dir from a backup file",
+		Long: `Create a data dir for a new one-node cluster whose state is the backup's.
+Start it with "tidal-server run" using the same --id, --peer-addr and
+--data-dir, then add members with "tidal-server members add".`,
+		Example: `  tidal-server restore --from tidal.backup --data-dir restored --id 1 --peer-addr 127.0.0.1:7100
+  tidal-server run --data-dir restored --id 1 --peer-addr 127.0.0.1:7100`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if from == "" {
+				return fmt.Errorf("--from: required")
+			}
+			data, err := os.ReadFile(from)
+			if err != nil {
+				return err
+			}
+			state, err := server.ReadBackup(data)
+			if err != nil {
+				return fmt.Errorf("%s: %w", from, err)
+			}
+			index, err := server.StateIndex(state)
+			if err != nil {
+				return fmt.Errorf("%s: %w", from, err)
+			}
+			if err := replica.RestoreDataDir(dataDir, replica.Member{ID: id, PeerAddr: peerAddr, ClientAddr: clientAddr}, index, state); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "restored %s into %s at index %d as node %d\n", from, dataDir, index, id)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&from, "from", "", "backup file")
+	f.StringVar(&dataDir, "data-dir", "tidal-data", "new data dir (must not hold a WAL)")
+	f.Uint64Var(&id, "id", 1, "node id of the restored node")
+	f.StringVar(&peerAddr, "peer-addr", "127.0.0.1:7100", "peer address of the restored node")
+	f.StringVar(&clientAddr, "client-addr", "127.0.0.1:7070", "client address of the restored node")
+	return cmd
+}

@@ -1,0 +1,122 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/tidaldb/tidal/tidal-server/ledger"
+	"github.com/tidaldb/tidal/tidal-server/replica"
+	"github.com/tidaldb/tidal/tidal-server/vectors"
+)
+
+// Error codes of the JSON error body. They are part of the API: clients
+// branch on them, so they never change meaning.
+const (
+	CodeInvalid     = "invalid_argument"
+	CodeConflict    = "conflict"
+	CodeTooLarge    = "too_large"
+	CodeMediaType   = "unsupported_media_type"
+	CodeUnavailable = "unavailable"
+	CodeTimeout     = "timeout"
+	CodeNotFound    = "not_found"
+	CodeInternal    = "internal"
+)
+
+// Error is an API error: an HTTP status, a stable code, a message for
+// people and, for bad input, the field at fault ("events[3].weight").
+type Error struct {
+	Status     int
+	Code       string
+	Message    string
+	Field      string
+	RetryAfter int // seconds; 0 = no header
+}
+
+func (e *Error) Error() string {
+	if e.Field != "" {
+		return e.Field + ": " + e.Message
+	}
+	return e.Message
+}
+
+func invalid(field, format string, args ...any) *Error {
+	return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+		Field   string `json:"field,omitempty"`
+	} `json:"error"`
+}
+
+// toAPIError maps any error a handler meets to the status DESIGN.md fixes.
+func toAPIError(err error) *Error {
+	var ae *Error
+	if errors.As(err, &ae) {
+		return ae
+	}
+	var ee *ledger.EventError
+	if errors.As(err, &ee) {
+		return invalid(fmt.Sprintf("events[%d].%s", ee.Index, ee.Err.Field), "%s", ee.Err.Message)
+	}
+	var ce *ledger.ConflictError
+	if errors.As(err, &ce) {
+		return &Error{Status: http.StatusConflict, Code: CodeConflict, Field: fmt.Sprintf("events[%d].id", ce.Index), Message: strings.TrimPrefix(ce.Error(), fmt.Sprintf("events[%d].id: ", ce.Index))}
+	}
+	var fe *vectors.FieldError
+	if errors.As(err, &fe) {
+		return invalid(fe.Field, "%s", fe.Message)
+	}
+	var lfe *ledger.FieldError
+	if errors.As(err, &lfe) {
+		return invalid(lfe.Field, "%s", lfe.Message)
+	}
+	var me *replica.MembershipError
+	if errors.As(err, &me) {
+		if me.NotFound {
+			return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: me.Msg}
+		}
+		return &Error{Status: http.StatusConflict, Code: CodeConflict, Message: me.Msg}
+	}
+	// Conflicts from other packages (embedding write ids) name their field.
+	var conflict interface{ Conflict() string }
+	if errors.As(err, &conflict) {
+		return &Error{Status: http.StatusConflict, Code: CodeConflict, Field: conflict.Conflict(), Message: err.Error()}
+	}
+	switch {
+	case errors.Is(err, ErrQueueFull), errors.Is(err, replica.ErrOverloaded):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error(), RetryAfter: 1}
+	case errors.Is(err, replica.ErrNoLeader):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error(), RetryAfter: 1}
+	case errors.Is(err, replica.ErrUnknownOutcome):
+		return &Error{Status: http.StatusGatewayTimeout, Code: CodeTimeout, Message: err.Error() + "; retry with the same ids"}
+	case errors.Is(err, replica.ErrStopped), errors.Is(err, replica.ErrFenced), errors.Is(err, replica.ErrRemoved):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error()}
+	case errors.Is(err, errDeadline):
+		return &Error{Status: http.StatusGatewayTimeout, Code: CodeTimeout, Message: err.Error()}
+	}
+	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: err.Error()}
+}
+
+var errDeadline = errors.New("deadline passed before the read could be served")
+
+func writeError(w http.ResponseWriter, err error) *Error {
+	ae := toAPIError(err)
+	var body errorBody
+	body.Error.Code = ae.Code
+	body.Error.Message = ae.Message
+	body.Error.Field = ae.Field
+	if ae.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(ae.RetryAfter))
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(ae.Status)
+	json.NewEncoder(w).Encode(body)
+	return ae
+}

@@ -1,0 +1,217 @@
+package peer
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+)
+
+// sender owns the connection and the outbound queue to one peer.
+type sender struct {
+	t     *Transport
+	id    uint64
+	addr  string
+	label string
+	queue chan []byte
+	ctx   context.Context
+	stopF context.CancelFunc
+	done  chan struct{}
+
+	// failure bookkeeping for transition logging; sender goroutine only,
+	// except drops, which are counted by Send under t.mu.
+	failures int
+}
+
+func newSender(t *Transport, id uint64, addr string) *sender {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &sender{t: t, id: id, addr: addr, label: strconv.FormatUint(id, 10), queue: make(chan []byte, t.opts.QueueSize),
+		ctx: ctx, stopF: cancel, done: make(chan struct{})}
+}
+
+func (s *sender) stop() {
+	s.stopF()
+	<-s.done
+}
+
+// enqueue never blocks: a full queue means the peer is not keeping up, and
+// raft would rather know than wait.
+func (s *sender) enqueue(m []byte) {
+	select {
+	case s.queue <- m:
+		s.t.metrics.queueDepth.WithLabelValues(s.label).Set(float64(len(s.queue)))
+	default:
+		s.t.metrics.dropped.WithLabelValues(s.label).Inc()
+		go s.t.inbound.ReportUnreachable(s.id)
+	}
+}
+
+func (s *sender) dial() (*grpc.ClientConn, error) {
+	o := s.t.opts
+	return grpc.NewClient(s.addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}), grpc.MaxCallSendMsgSize(o.BatchMaxBytes+(8<<20))),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout, PermitWithoutStream: true}),
+	)
+}
+
+var messagesDesc = &grpc.StreamDesc{StreamName: methodMessages, ClientStreams: true}
+var snapshotDesc = &grpc.StreamDesc{StreamName: methodSnapshots, ClientStreams: true}
+
+func (s *sender) run() {
+	defer close(s.done)
+	conn, err := s.dial()
+	if err != nil {
+		s.t.log.Error("peer address unusable", "peer", s.id, "addr", s.addr, "err", err)
+		<-s.ctx.Done()
+		return
+	}
+	defer conn.Close()
+	backoff := s.t.opts.DialBackoff
+	for s.ctx.Err() == nil {
+		err := s.stream(conn)
+		if s.ctx.Err() != nil {
+			return
+		}
+		s.noteFailure(err)
+		select {
+		case <-time.After(backoff):
+		case <-s.ctx.Done():
+			return
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// stream keeps one Messages stream open and feeds it batches until an
+// error; the caller reconnects.
+func (s *sender) stream(conn *grpc.ClientConn) error {
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	st, err := conn.NewStream(ctx, messagesDesc, "/"+serviceName+"/"+methodMessages)
+	if err != nil {
+		return err
+	}
+	o := s.t.opts
+	batch := make([][]byte, 0, o.BatchMaxCount)
+	for {
+		batch = batch[:0]
+		var first []byte
+		select {
+		case first = <-s.queue:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		batch = append(batch, first)
+		size := len(first)
+	drain:
+		for len(batch) < o.BatchMaxCount && size < o.BatchMaxBytes {
+			select {
+			case m := <-s.queue:
+				batch = append(batch, m)
+				size += len(m)
+			default:
+				break drain
+			}
+		}
+		s.t.metrics.queueDepth.WithLabelValues(s.label).Set(float64(len(s.queue)))
+		payload := encodeBatch(batch)
+		start := time.Now()
+		if err := st.SendMsg(&payload); err != nil {
+			// The batch is lost; raft will resend what matters.
+			s.t.inbound.ReportUnreachable(s.id)
+			return err
+		}
+		s.t.metrics.sendSeconds.WithLabelValues(s.label).Observe(time.Since(start).Seconds())
+		s.t.metrics.batchSize.WithLabelValues(s.label).Observe(float64(len(batch)))
+		s.noteSuccess()
+	}
+}
+
+func (s *sender) noteFailure(err error) {
+	s.failures++
+	s.t.metrics.failures.WithLabelValues(s.label).Inc()
+	if s.failures == 1 || s.failures%100 == 0 {
+		s.t.log.Warn("cannot send to peer; retrying with backoff", "peer", s.id, "addr", s.addr, "failures", s.failures, "err", err)
+	}
+}
+
+func (s *sender) noteSuccess() {
+	if s.failures > 0 {
+		s.t.log.Info("peer reachable again", "peer", s.id, "addr", s.addr, "after_failures", s.failures)
+		s.failures = 0
+	}
+}
+
+// sendSnapshot streams one MsgSnap in chunks on its own connection, so a
+// large snapshot never sits in front of heartbeats.
+func (s *sender) sendSnapshot(data []byte) {
+	ok := false
+	defer func() { s.t.inbound.ReportSnapshot(s.id, ok) }()
+	conn, err := s.dial()
+	if err != nil {
+		s.t.log.Error("snapshot send: dial", "peer", s.id, "err", err)
+		return
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	st, err := conn.NewStream(ctx, snapshotDesc, "/"+serviceName+"/"+methodSnapshots)
+	if err != nil {
+		s.t.log.Warn("snapshot send: open stream", "peer", s.id, "err", err)
+		return
+	}
+	for off := 0; off < len(data); off += s.t.opts.ChunkSize {
+		chunk := data[off:min(off+s.t.opts.ChunkSize, len(data))]
+		if err := st.SendMsg(&chunk); err != nil {
+			s.t.log.Warn("snapshot send: chunk", "peer", s.id, "offset", off, "err", err)
+			return
+		}
+	}
+	if err := st.CloseSend(); err != nil {
+		return
+	}
+	var ack []byte
+	if err := st.RecvMsg(&ack); err != nil {
+		s.t.log.Warn("snapshot send: peer refused", "peer", s.id, "err", err)
+		return
+	}
+	ok = true
+	s.t.metrics.snapshotsSent.WithLabelValues(s.label).Inc()
+	s.t.log.Info("snapshot sent", "peer", s.id, "bytes", len(data), "took", time.Since(start))
+}
+
+type metrics struct {
+	batchSize     *prometheus.HistogramVec
+	sendSeconds   *prometheus.HistogramVec
+	queueDepth    *prometheus.GaugeVec
+	failures      *prometheus.CounterVec
+	dropped       *prometheus.CounterVec
+	snapshotsSent *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		batchSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tidal_transport_batch_messages",
+			Help: "Raft messages per gRPC stream send, per peer.", Buckets: prometheus.ExponentialBuckets(1, 2, 11)}, []string{"peer"}),
+		sendSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tidal_transport_send_duration_seconds",
+			Help: "Time to hand one batch to the stream, per peer.", Buckets: prometheus.ExponentialBuckets(10e-6, 2, 16)}, []string{"peer"}),
+		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tidal_transport_queue_depth",
+			Help: "Messages waiting in the per-peer send queue."}, []string{"peer"}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tidal_transport_send_failures_total",
+			Help: "Stream failures per peer (each followed by a reconnect)."}, []string{"peer"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tidal_transport_dropped_total",
+			Help: "Messages dropped because the peer's queue was full or the peer unknown."}, []string{"peer"}),
+		snapshotsSent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tidal_transport_snapshots_sent_total",
+			Help: "Snapshots streamed to each peer."}, []string{"peer"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.batchSize, m.sendSeconds, m.queueDepth, m.failures, m.dropped, m.snapshotsSent)
+	}
+	return m
+}

@@ -1,0 +1,91 @@
+package replica
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+)
+
+// Member is one node of the cluster as the replicated membership table
+// knows it. The addresses travel in the ConfChange's context, so every node
+// learns them from the log, and they are part of every snapshot.
+type Member struct {
+	ID         uint64 `json:"id"`
+	PeerAddr   string `json:"peer_addr"`
+	ClientAddr string `json:"client_addr,omitempty"`
+}
+
+// confContext is what a ConfChange carries: the member it adds (if any)
+// and the request id of the proposer waiting for it.
+type confContext struct {
+	Member  Member `json:"member"`
+	Request uint64 `json:"request,omitempty"`
+	Origin  uint64 `json:"origin,omitempty"`
+}
+
+// membership is the replicated membership table. It is mutated only by the
+// apply loop, in log order, so it is identical on every node at the same
+// applied index.
+type membership struct {
+	Members map[uint64]Member `json:"members"`
+	// Removed holds every id that was ever removed: ids are never reused,
+	// because a removed node's stale log and votes must not count for a
+	// newcomer that happens to get its id.
+	Removed map[uint64]bool `json:"removed"`
+}
+
+func newMembership() *membership {
+	return &membership{Members: map[uint64]Member{}, Removed: map[uint64]bool{}}
+}
+
+func (m *membership) clone() *membership {
+	c := newMembership()
+	for id, mem := range m.Members {
+		c.Members[id] = mem
+	}
+	for id := range m.Removed {
+		c.Removed[id] = true
+	}
+	return c
+}
+
+func (m *membership) sorted() []Member {
+	out := make([]Member, 0, len(m.Members))
+	for _, mem := range m.Members {
+		out = append(out, mem)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// checkAdd reports why id cannot be added, or nil.
+func (m *membership) checkAdd(id uint64) error {
+	if id == 0 {
+		return fmt.Errorf("member id 0 is reserved")
+	}
+	if m.Removed[id] {
+		return fmt.Errorf("member id %d was removed earlier; ids are never reused", id)
+	}
+	if _, ok := m.Members[id]; ok {
+		return fmt.Errorf("member id %d is already a member", id)
+	}
+	return nil
+}
+
+// encodeSnapshot frames the membership table ahead of the state machine's
+// bytes: u32 length | JSON | state machine snapshot.
+func (m *membership) marshal() ([]byte, error) { return json.Marshal(m) }
+
+func unmarshalMembership(b []byte) (*membership, error) {
+	m := newMembership()
+	if err := json.Unmarshal(b, m); err != nil {
+		return nil, fmt.Errorf("decode membership: %w", err)
+	}
+	if m.Members == nil {
+		m.Members = map[uint64]Member{}
+	}
+	if m.Removed == nil {
+		m.Removed = map[uint64]bool{}
+	}
+	return m, nil
+}

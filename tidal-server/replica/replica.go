@@ -1,0 +1,1230 @@
+package replica
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidaldb/tidal/tidal-server/wal"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// Errors a proposer or reader can get. ErrUnknownOutcome is the only one
+// after which the write may or may not have been applied; the others mean
+// it certainly was not.
+var (
+	ErrNoLeader       = errors.New("replica: no leader known")
+	ErrOverloaded     = errors.New("replica: too many uncommitted proposals")
+	ErrUnknownOutcome = errors.New("replica: outcome unknown (deadline passed before the entry was applied here)")
+	ErrStopped        = errors.New("replica: stopped")
+	ErrFenced         = errors.New("replica: fenced after a failed write to the WAL")
+	ErrRemoved        = errors.New("replica: this node was removed from the cluster")
+)
+
+// StateMachine is the application state raft replicates. Apply and
+// SetApplied are called from one goroutine, in log order; they must be
+// deterministic (no clocks, no randomness) because every node applies the
+// same entries and must reach the same state.
+type StateMachine interface {
+	// Apply applies one committed entry's payload. The result is handed to
+	// the proposer on this node, if it is waiting.
+	Apply(index, term uint64, data []byte) any
+	// SetApplied records an entry that carries no application data (raft
+	// no-ops, configuration changes).
+	SetApplied(index uint64)
+	Snapshot(w io.Writer) error
+	Restore(r io.Reader) error
+}
+
+// Outbound is one marshalled raft message for the transport.
+type Outbound struct {
+	To       uint64
+	Snapshot bool // a MsgSnap: the sender must call ReportSnapshot when done
+	Data     []byte
+}
+
+// Transport moves marshalled raft messages between nodes. Send must not
+// block on the network: raft retransmits, so a transport that cannot keep
+// up drops and calls ReportUnreachable.
+type Transport interface {
+	Send(msgs []Outbound)
+	SetPeer(id uint64, addr string)
+	RemovePeer(id uint64)
+}
+
+// Config configures a Replica. Zero values take the defaults noted.
+type Config struct {
+	ID uint64
+	// Peers is the initial cluster. It bootstraps raft only when the data
+	// dir holds no state and Join is false; otherwise it only seeds the
+	// transport's address book until the replicated table takes over.
+	Peers []Member
+	// Join starts a node that an existing cluster added with
+	// /admin/members: it waits to be sent the log instead of bootstrapping.
+	Join    bool
+	DataDir string
+
+	TickInterval    time.Duration // default 100ms
+	ElectionTicks   int           // default 10
+	HeartbeatTicks  int           // default 1
+	MaxSizePerMsg   uint64        // default 1 MiB
+	MaxInflightMsgs int           // replication window; default 256
+	// MaxUncommittedBytes bounds what the leader accepts before its log
+	// commits; past it proposals fail with ErrOverloaded (503). Default 64 MiB.
+	MaxUncommittedBytes uint64
+	SnapshotEvery       uint64 // applied entries between snapshots; default 10000
+	SnapshotCatchUp     uint64 // entries kept after a snapshot for slow followers; default 5000
+	// PromoteWithin: a learner is promoted to voter once its match index is
+	// within this many entries of the leader's commit. Default 1000.
+	PromoteWithin uint64
+
+	WAL          wal.Options
+	Transport    Transport // nil: single node, messages are dropped
+	StateMachine StateMachine
+	Logger       *slog.Logger
+	Metrics      *Metrics
+}
+
+func (c *Config) setDefaults() {
+	if c.TickInterval == 0 {
+		c.TickInterval = 100 * time.Millisecond
+	}
+	if c.ElectionTicks == 0 {
+		c.ElectionTicks = 10
+	}
+	if c.HeartbeatTicks == 0 {
+		c.HeartbeatTicks = 1
+	}
+	if c.MaxSizePerMsg == 0 {
+		c.MaxSizePerMsg = 1 << 20
+	}
+	if c.MaxInflightMsgs == 0 {
+		c.MaxInflightMsgs = 256
+	}
+	if c.MaxUncommittedBytes == 0 {
+		c.MaxUncommittedBytes = 64 << 20
+	}
+	if c.SnapshotEvery == 0 {
+		c.SnapshotEvery = 10000
+	}
+	if c.SnapshotCatchUp == 0 {
+		c.SnapshotCatchUp = 5000
+	}
+	if c.PromoteWithin == 0 {
+		c.PromoteWithin = 1000
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics(nil)
+	}
+}
+
+// Applied is what a successful proposal returns: where its entry landed
+// and what the state machine said.
+type Applied struct {
+	Index, Term uint64
+	Result      any
+}
+
+// Replica is one raft node with its log, snapshots and apply loop.
+type Replica struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *Metrics
+	node    raft.Node
+	storage *raft.MemoryStorage
+	wal     *wal.WAL
+	snaps   *snapStore
+	sm      StateMachine
+
+	nextRequest atomic.Uint64
+
+	mu        sync.Mutex // guards the fields below
+	proposals map[uint64]chan Applied
+	reads     map[uint64]chan uint64
+	members   *membership
+	confState *raftpb.ConfState
+	fenceErr  error
+	removed   bool
+
+	appliedMu      sync.Mutex
+	applied        uint64
+	appliedTerm    uint64
+	appliedWaiters []appliedWaiter
+
+	leader    atomic.Uint64
+	term      atomic.Uint64
+	commit    atomic.Uint64
+	role      atomic.Value // raft.StateType
+	snapIndex uint64       // run goroutine only
+	promoting map[uint64]time.Time
+
+	snapshotReq chan chan snapshotResult
+	stopc       chan struct{}
+	done        chan struct{}
+	stopOnce    sync.Once
+}
+
+type appliedWaiter struct {
+	index uint64
+	ch    chan struct{}
+}
+
+type snapshotResult struct {
+	index, term uint64
+	err         error
+}
+
+// Start opens (or creates) the node's data dir, recovers the newest
+// snapshot and the WAL after it, rebuilds the state machine, and starts
+// raft and the Ready loop.
+func Start(cfg Config) (*Replica, error) {
+	cfg.setDefaults()
+	if cfg.ID == 0 {
+		return nil, errors.New("replica: node id must be > 0")
+	}
+	if cfg.StateMachine == nil {
+		return nil, errors.New("replica: no state machine")
+	}
+	r := &Replica{
+		cfg:         cfg,
+		log:         cfg.Logger,
+		metrics:     cfg.Metrics,
+		storage:     raft.NewMemoryStorage(),
+		sm:          cfg.StateMachine,
+		proposals:   map[uint64]chan Applied{},
+		reads:       map[uint64]chan uint64{},
+		members:     newMembership(),
+		confState:   &raftpb.ConfState{},
+		promoting:   map[uint64]time.Time{},
+		snapshotReq: make(chan chan snapshotResult),
+		stopc:       make(chan struct{}),
+		done:        make(chan struct{}),
+	}
+	// Request ids only need to differ from those of earlier incarnations
+	// of this node whose entries may still commit; a clock-seeded counter
+	// gives that without persisting anything.
+	r.nextRequest.Store(uint64(time.Now().UnixNano()))
+	r.role.Store(raft.StateFollower)
+
+	var err error
+	if r.snaps, err = newSnapStore(filepath.Join(cfg.DataDir, "snap")); err != nil {
+		return nil, err
+	}
+	walOpts := cfg.WAL
+	if walOpts.Logger == nil {
+		walOpts.Logger = cfg.Logger
+	}
+	w, rec, err := wal.Open(filepath.Join(cfg.DataDir, "wal"), walOpts)
+	if err != nil {
+		return nil, err
+	}
+	r.wal = w
+	fresh := rec.Snapshot.Index == 0 && rec.HardState == (wal.HardState{}) && len(rec.Entries) == 0
+
+	if rec.Snapshot.Index > 0 {
+		snap, err := r.snaps.load(rec.Snapshot.Term, rec.Snapshot.Index)
+		if err != nil {
+			w.Close()
+			return nil, err
+		}
+		if err := r.restoreSnapshot(snap); err != nil {
+			w.Close()
+			return nil, err
+		}
+		if err := r.storage.ApplySnapshot(snap); err != nil {
+			w.Close()
+			return nil, fmt.Errorf("replica: load snapshot into raft storage: %w", err)
+		}
+		r.snapIndex = rec.Snapshot.Index
+	}
+	if !fresh {
+		hs := rec.HardState
+		if err := r.storage.SetHardState(&raftpb.HardState{Term: proto.Uint64(hs.Term), Vote: proto.Uint64(hs.Vote), Commit: proto.Uint64(hs.Commit)}); err != nil {
+			w.Close()
+			return nil, fmt.Errorf("replica: restore hard state: %w", err)
+		}
+		ents := make([]*raftpb.Entry, len(rec.Entries))
+		for i, e := range rec.Entries {
+			ents[i] = fromWALEntry(e)
+		}
+		if err := r.storage.Append(ents); err != nil {
+			w.Close()
+			return nil, fmt.Errorf("replica: restore %d log entries after snapshot %d: %w", len(ents), rec.Snapshot.Index, err)
+		}
+	}
+
+	// Until the replicated table is rebuilt, the configured peers are the
+	// best address book we have.
+	if cfg.Transport != nil {
+		for _, p := range cfg.Peers {
+			if p.ID != cfg.ID {
+				cfg.Transport.SetPeer(p.ID, p.PeerAddr)
+			}
+		}
+		for _, m := range r.members.Members {
+			if m.ID != cfg.ID {
+				cfg.Transport.SetPeer(m.ID, m.PeerAddr)
+			}
+		}
+	}
+
+	rc := &raft.Config{
+		ID:                        cfg.ID,
+		ElectionTick:              cfg.ElectionTicks,
+		HeartbeatTick:             cfg.HeartbeatTicks,
+		Storage:                   r.storage,
+		Applied:                   r.applied,
+		MaxSizePerMsg:             cfg.MaxSizePerMsg,
+		MaxInflightMsgs:           cfg.MaxInflightMsgs,
+		MaxUncommittedEntriesSize: cfg.MaxUncommittedBytes,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		ReadOnlyOption:            raft.ReadOnlySafe,
+		Logger:                    raftLogger{cfg.Logger},
+	}
+	switch {
+	case fresh && !cfg.Join:
+		if len(cfg.Peers) == 0 {
+			w.Close()
+			return nil, errors.New("replica: a new cluster needs at least one peer (this node)")
+		}
+		peers := make([]raft.Peer, 0, len(cfg.Peers))
+		found := false
+		for _, p := range cfg.Peers {
+			found = found || p.ID == cfg.ID
+			ctx, _ := json.Marshal(confContext{Member: p})
+			peers = append(peers, raft.Peer{ID: p.ID, Context: ctx})
+		}
+		if !found {
+			w.Close()
+			return nil, fmt.Errorf("replica: --peers does not list this node's id %d", cfg.ID)
+		}
+		r.log.Info("bootstrapping new cluster", "id", cfg.ID, "peers", len(peers))
+		r.node = raft.StartNode(rc, peers)
+	default:
+		r.log.Info("restarting raft node", "id", cfg.ID, "snapshot", rec.Snapshot.Index,
+			"entries", len(rec.Entries), "commit", rec.HardState.Commit, "join", cfg.Join && fresh)
+		r.node = raft.RestartNode(rc)
+	}
+	go r.run()
+	// A cluster of one need not wait out an election timeout to lead.
+	r.mu.Lock()
+	voters := r.confState.GetVoters()
+	r.mu.Unlock()
+	if (fresh && !cfg.Join && len(cfg.Peers) == 1) || (len(voters) == 1 && voters[0] == cfg.ID) {
+		if err := r.node.Campaign(context.Background()); err != nil {
+			r.log.Warn("campaign", "err", err)
+		}
+	}
+	return r, nil
+}
+
+func fromWALEntry(e wal.Entry) *raftpb.Entry {
+	t := raftpb.EntryType(e.Type)
+	return &raftpb.Entry{Index: proto.Uint64(e.Index), Term: proto.Uint64(e.Term), Type: &t, Data: e.Data}
+}
+
+func toWALEntry(e *raftpb.Entry) wal.Entry {
+	return wal.Entry{Index: e.GetIndex(), Term: e.GetTerm(), Type: uint8(e.GetType()), Data: e.GetData()}
+}
+
+// run is the Ready loop. It is the only goroutine that writes the WAL,
+// applies entries and mutates membership.
+func (r *Replica) run() {
+	defer close(r.done)
+	ticker := time.NewTicker(r.cfg.TickInterval)
+	defer ticker.Stop()
+	ticks := 0
+	for {
+		select {
+		case <-ticker.C:
+			r.node.Tick()
+			ticks++
+			if ticks%5 == 0 {
+				r.maybePromoteLearners()
+				r.updateMetrics()
+			}
+		case rd := <-r.node.Ready():
+			if err := r.handleReady(rd); err != nil {
+				r.fence(err)
+				return
+			}
+			r.node.Advance()
+			if r.isRemoved() {
+				r.log.Warn("this node was removed from the cluster; stopping raft")
+				return
+			}
+		case req := <-r.snapshotReq:
+			idx, term, err := r.takeSnapshot()
+			req <- snapshotResult{idx, term, err}
+		case <-r.stopc:
+			return
+		}
+	}
+}
+
+func (r *Replica) handleReady(rd raft.Ready) error {
+	if rd.SoftState != nil {
+		prev := r.leader.Swap(rd.SoftState.Lead)
+		r.role.Store(rd.SoftState.RaftState)
+		if prev != rd.SoftState.Lead {
+			r.metrics.LeaderChanges.Inc()
+			r.log.Info("leader changed", "from", prev, "to", rd.SoftState.Lead, "role", rd.SoftState.RaftState.String())
+		}
+	}
+	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
+		r.term.Store(rd.HardState.GetTerm())
+		r.commit.Store(rd.HardState.GetCommit())
+	}
+
+	// 1-2: persist.
+	var batch wal.Batch
+	hasSnap := rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot)
+	if hasSnap {
+		if err := r.snaps.save(rd.Snapshot); err != nil {
+			return fmt.Errorf("save received snapshot: %w", err)
+		}
+		md := rd.Snapshot.GetMetadata()
+		batch.Snapshot = &wal.SnapshotMark{Index: md.GetIndex(), Term: md.GetTerm()}
+	}
+	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
+		batch.HardState = &wal.HardState{Term: rd.HardState.GetTerm(), Vote: rd.HardState.GetVote(), Commit: rd.HardState.GetCommit()}
+	}
+	if len(rd.Entries) > 0 {
+		batch.Entries = make([]wal.Entry, len(rd.Entries))
+		for i, e := range rd.Entries {
+			batch.Entries[i] = toWALEntry(e)
+		}
+	}
+	if batch.HardState != nil || batch.Snapshot != nil || len(batch.Entries) > 0 {
+		start := time.Now()
+		if err := r.wal.Save(context.Background(), batch, rd.MustSync); err != nil {
+			return fmt.Errorf("persist ready (%d entries): %w", len(batch.Entries), err)
+		}
+		r.metrics.PersistSeconds.Observe(time.Since(start).Seconds())
+	}
+
+	// 3: raft's view of the log.
+	if hasSnap {
+		if err := r.storage.ApplySnapshot(rd.Snapshot); err != nil && !errors.Is(err, raft.ErrSnapOutOfDate) {
+			return fmt.Errorf("apply snapshot to raft storage: %w", err)
+		}
+		if err := r.restoreSnapshot(rd.Snapshot); err != nil {
+			return err
+		}
+		r.snapIndex = rd.Snapshot.GetMetadata().GetIndex()
+		r.log.Info("installed snapshot from leader", "index", r.snapIndex)
+	}
+	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
+		if err := r.storage.SetHardState(rd.HardState); err != nil {
+			return err
+		}
+	}
+	if len(rd.Entries) > 0 {
+		if err := r.storage.Append(rd.Entries); err != nil {
+			return fmt.Errorf("append to raft storage: %w", err)
+		}
+	}
+
+	// 4: messages, now that what they promise is durable.
+	r.send(rd.Messages)
+
+	// 5: apply.
+	if len(rd.CommittedEntries) > 0 {
+		start := time.Now()
+		if err := r.apply(rd.CommittedEntries); err != nil {
+			return err
+		}
+		r.metrics.ApplySeconds.Observe(time.Since(start).Seconds())
+		r.metrics.ApplyBatch.Observe(float64(len(rd.CommittedEntries)))
+	}
+
+	// 6: linearizable reads.
+	for _, rs := range rd.ReadStates {
+		if len(rs.RequestCtx) != 8 {
+			continue
+		}
+		id := binary.BigEndian.Uint64(rs.RequestCtx)
+		r.mu.Lock()
+		ch, ok := r.reads[id]
+		delete(r.reads, id)
+		r.mu.Unlock()
+		if ok {
+			ch <- rs.Index
+		}
+	}
+
+	if r.appliedIndex()-r.snapIndex >= r.cfg.SnapshotEvery {
+		if _, _, err := r.takeSnapshot(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *Replica) send(msgs []*raftpb.Message) {
+	if len(msgs) == 0 || r.cfg.Transport == nil {
+		return
+	}
+	out := make([]Outbound, 0, len(msgs))
+	for _, m := range msgs {
+		data, err := proto.Marshal(m)
+		if err != nil {
+			r.log.Error("marshal raft message", "type", m.GetType().String(), "err", err)
+			continue
+		}
+		out = append(out, Outbound{To: m.GetTo(), Snapshot: m.GetType() == raftpb.MsgSnap, Data: data})
+	}
+	r.cfg.Transport.Send(out)
+}
+
+// Proposal payloads are framed as
+//
+//	u8 version(1) | u64 origin node | u64 request id | application data
+//
+// so that only the proposer's own entry can wake its waiter.
+const (
+	envelopeVersion = 1
+	envelopeHeader  = 1 + 8 + 8
+)
+
+func (r *Replica) apply(ents []*raftpb.Entry) error {
+	for _, e := range ents {
+		idx := e.GetIndex()
+		if idx <= r.appliedIndex() {
+			continue
+		}
+		switch e.GetType() {
+		case raftpb.EntryNormal:
+			data := e.GetData()
+			if len(data) == 0 {
+				r.sm.SetApplied(idx)
+				break
+			}
+			if len(data) < envelopeHeader || data[0] != envelopeVersion {
+				// Cannot happen for entries we proposed; refusing to apply
+				// would wedge the node, so it is skipped on every node alike.
+				r.log.Error("skipping entry with unknown framing", "index", idx, "len", len(data))
+				r.sm.SetApplied(idx)
+				break
+			}
+			origin := binary.BigEndian.Uint64(data[1:9])
+			req := binary.BigEndian.Uint64(data[9:17])
+			result := r.sm.Apply(idx, e.GetTerm(), data[envelopeHeader:])
+			if origin == r.cfg.ID {
+				r.mu.Lock()
+				ch, ok := r.proposals[req]
+				delete(r.proposals, req)
+				r.mu.Unlock()
+				if ok {
+					ch <- Applied{Index: idx, Term: e.GetTerm(), Result: result}
+				}
+			}
+		case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
+			if err := r.applyConfChange(e); err != nil {
+				return err
+			}
+			r.sm.SetApplied(idx)
+		}
+		r.setApplied(idx, e.GetTerm())
+	}
+	return nil
+}
+
+func (r *Replica) applyConfChange(e *raftpb.Entry) error {
+	var cc *raftpb.ConfChangeV2
+	if e.GetType() == raftpb.EntryConfChange {
+		v1 := &raftpb.ConfChange{}
+		if err := proto.Unmarshal(e.GetData(), v1); err != nil {
+			return fmt.Errorf("decode conf change at index %d: %w", e.GetIndex(), err)
+		}
+		cc = v1.AsV2()
+	} else {
+		cc = &raftpb.ConfChangeV2{}
+		if err := proto.Unmarshal(e.GetData(), cc); err != nil {
+			return fmt.Errorf("decode conf change v2 at index %d: %w", e.GetIndex(), err)
+		}
+	}
+	var cctx confContext
+	if len(cc.GetContext()) > 0 {
+		if err := json.Unmarshal(cc.GetContext(), &cctx); err != nil {
+			r.log.Error("conf change context is not JSON", "index", e.GetIndex(), "err", err)
+		}
+	}
+
+	r.mu.Lock()
+	valid := true
+	for _, ch := range cc.GetChanges() {
+		id := ch.GetNodeId()
+		switch ch.GetType() {
+		case raftpb.ConfChangeType_ConfChangeAddNode, raftpb.ConfChangeType_ConfChangeAddLearnerNode:
+			if r.members.Removed[id] {
+				valid = false
+			}
+		}
+	}
+	var applyErr error
+	if !valid {
+		// Deterministic on every node: the change is applied as empty.
+		applyErr = fmt.Errorf("conf change at index %d re-adds a removed id", e.GetIndex())
+		cc = &raftpb.ConfChangeV2{}
+	}
+	for _, ch := range cc.GetChanges() {
+		id := ch.GetNodeId()
+		switch ch.GetType() {
+		case raftpb.ConfChangeType_ConfChangeAddNode, raftpb.ConfChangeType_ConfChangeAddLearnerNode:
+			m, known := r.members.Members[id]
+			if cctx.Member.ID == id {
+				m = cctx.Member
+			} else if !known {
+				m = Member{ID: id}
+			}
+			r.members.Members[id] = m
+			if id != r.cfg.ID && r.cfg.Transport != nil && m.PeerAddr != "" {
+				r.cfg.Transport.SetPeer(id, m.PeerAddr)
+			}
+			if ch.GetType() == raftpb.ConfChangeType_ConfChangeAddNode {
+				delete(r.promoting, id)
+			}
+		case raftpb.ConfChangeType_ConfChangeRemoveNode:
+			delete(r.members.Members, id)
+			r.members.Removed[id] = true
+			if id == r.cfg.ID {
+				r.removed = true
+			} else if r.cfg.Transport != nil {
+				r.cfg.Transport.RemovePeer(id)
+			}
+		}
+	}
+	r.mu.Unlock()
+
+	cs := r.node.ApplyConfChange(cc)
+	r.mu.Lock()
+	r.confState = cs
+	ch, ok := r.proposals[cctx.Request]
+	if cctx.Origin == r.cfg.ID && ok {
+		delete(r.proposals, cctx.Request)
+	} else {
+		ok = false
+	}
+	r.mu.Unlock()
+	if ok {
+		ch <- Applied{Index: e.GetIndex(), Term: e.GetTerm(), Result: applyErr}
+	}
+	r.log.Info("applied membership change", "index", e.GetIndex(), "changes", raftpb.ConfChangesToString(cc.GetChanges()),
+		"voters", cs.GetVoters(), "learners", cs.GetLearners())
+	return nil
+}
+
+func (r *Replica) setApplied(index, term uint64) {
+	r.appliedMu.Lock()
+	r.applied = index
+	r.appliedTerm = term
+	kept := r.appliedWaiters[:0]
+	for _, w := range r.appliedWaiters {
+		if w.index <= index {
+			close(w.ch)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	r.appliedWaiters = kept
+	r.appliedMu.Unlock()
+}
+
+func (r *Replica) appliedIndex() uint64 {
+	r.appliedMu.Lock()
+	defer r.appliedMu.Unlock()
+	return r.applied
+}
+
+// waitApplied returns once the local state machine has applied index.
+func (r *Replica) waitApplied(ctx context.Context, index uint64) error {
+	r.appliedMu.Lock()
+	if r.applied >= index {
+		r.appliedMu.Unlock()
+		return nil
+	}
+	ch := make(chan struct{})
+	r.appliedWaiters = append(r.appliedWaiters, appliedWaiter{index: index, ch: ch})
+	r.appliedMu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-r.done:
+		return r.stoppedErr()
+	}
+}
+
+// snapshot framing: u32 len | membership JSON | state machine bytes.
+func (r *Replica) takeSnapshot() (uint64, uint64, error) {
+	start := time.Now()
+	r.appliedMu.Lock()
+	index, term := r.applied, r.appliedTerm
+	r.appliedMu.Unlock()
+	if index == 0 || index <= r.snapIndex {
+		return r.snapIndex, term, nil
+	}
+	r.mu.Lock()
+	mem, err := r.members.marshal()
+	cs := proto.Clone(r.confState).(*raftpb.ConfState)
+	r.mu.Unlock()
+	if err != nil {
+		return 0, 0, err
+	}
+	var buf bytes.Buffer
+	var n [4]byte
+	binary.BigEndian.PutUint32(n[:], uint32(len(mem)))
+	buf.Write(n[:])
+	buf.Write(mem)
+	if err := r.sm.Snapshot(&buf); err != nil {
+		return 0, 0, fmt.Errorf("state machine snapshot at %d: %w", index, err)
+	}
+	snap, err := r.storage.CreateSnapshot(index, cs, buf.Bytes())
+	if err != nil {
+		return 0, 0, fmt.Errorf("create snapshot at %d: %w", index, err)
+	}
+	if err := r.snaps.save(snap); err != nil {
+		return 0, 0, err
+	}
+	if err := r.wal.Save(context.Background(), wal.Batch{Snapshot: &wal.SnapshotMark{Index: index, Term: term}}, true); err != nil {
+		return 0, 0, fmt.Errorf("record snapshot mark: %w", err)
+	}
+	if index > r.cfg.SnapshotCatchUp {
+		if err := r.storage.Compact(index - r.cfg.SnapshotCatchUp); err != nil && !errors.Is(err, raft.ErrCompacted) {
+			return 0, 0, fmt.Errorf("compact raft log: %w", err)
+		}
+	}
+	// Entries at or below the snapshot are never read back from the WAL:
+	// a restart starts from this snapshot.
+	if err := r.wal.Compact(index + 1); err != nil {
+		return 0, 0, fmt.Errorf("compact WAL below %d: %w", index+1, err)
+	}
+	r.snapIndex = index
+	r.metrics.Snapshots.Inc()
+	r.metrics.SnapshotSeconds.Observe(time.Since(start).Seconds())
+	r.log.Info("snapshot taken", "index", index, "term", term, "bytes", buf.Len(), "took", time.Since(start))
+	return index, term, nil
+}
+
+func (r *Replica) restoreSnapshot(snap *raftpb.Snapshot) error {
+	data := snap.GetData()
+	if len(data) < 4 {
+		return fmt.Errorf("snapshot at index %d: %d bytes, too short for its header", snap.GetMetadata().GetIndex(), len(data))
+	}
+	n := binary.BigEndian.Uint32(data)
+	if uint64(n)+4 > uint64(len(data)) {
+		return fmt.Errorf("snapshot at index %d: membership length %d exceeds %d bytes", snap.GetMetadata().GetIndex(), n, len(data))
+	}
+	mem, err := unmarshalMembership(data[4 : 4+n])
+	if err != nil {
+		return err
+	}
+	if err := r.sm.Restore(bytes.NewReader(data[4+n:])); err != nil {
+		return fmt.Errorf("restore state machine from snapshot %d: %w", snap.GetMetadata().GetIndex(), err)
+	}
+	r.mu.Lock()
+	r.members = mem
+	r.confState = proto.Clone(snap.GetMetadata().GetConfState()).(*raftpb.ConfState)
+	r.mu.Unlock()
+	if r.cfg.Transport != nil {
+		for _, m := range mem.Members {
+			if m.ID != r.cfg.ID && m.PeerAddr != "" {
+				r.cfg.Transport.SetPeer(m.ID, m.PeerAddr)
+			}
+		}
+	}
+	md := snap.GetMetadata()
+	r.setApplied(md.GetIndex(), md.GetTerm())
+	return nil
+}
+
+func (r *Replica) fence(err error) {
+	r.mu.Lock()
+	r.fenceErr = err
+	r.mu.Unlock()
+	r.metrics.Fenced.Set(1)
+	r.log.Error("replica fenced: refusing all further writes; restart the node after fixing the disk", "err", err)
+	r.node.Stop()
+}
+
+func (r *Replica) isRemoved() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.removed
+}
+
+func (r *Replica) stoppedErr() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.fenceErr != nil:
+		return fmt.Errorf("%w: %v", ErrFenced, r.fenceErr)
+	case r.removed:
+		return ErrRemoved
+	}
+	return ErrStopped
+}
+
+// Propose replicates data and returns once this node has applied the entry
+// carrying it. Before the entry reaches raft the error says the write was
+// not made; once it did, a deadline gives ErrUnknownOutcome.
+func (r *Replica) Propose(ctx context.Context, data []byte) (Applied, error) {
+	if err := r.checkRunning(); err != nil {
+		return Applied{}, err
+	}
+	req := r.nextRequest.Add(1)
+	buf := make([]byte, envelopeHeader+len(data))
+	buf[0] = envelopeVersion
+	binary.BigEndian.PutUint64(buf[1:], r.cfg.ID)
+	binary.BigEndian.PutUint64(buf[9:], req)
+	copy(buf[envelopeHeader:], data)
+
+	ch := make(chan Applied, 1)
+	r.mu.Lock()
+	r.proposals[req] = ch
+	r.mu.Unlock()
+	r.metrics.ProposalsPending.Inc()
+	defer r.metrics.ProposalsPending.Dec()
+	forget := func() {
+		r.mu.Lock()
+		delete(r.proposals, req)
+		r.mu.Unlock()
+	}
+
+	if err := r.node.Propose(ctx, buf); err != nil {
+		forget()
+		return Applied{}, r.proposeErr(err)
+	}
+	select {
+	case a := <-ch:
+		return a, nil
+	case <-ctx.Done():
+		forget()
+		r.metrics.ProposalsTimedOut.Inc()
+		return Applied{}, ErrUnknownOutcome
+	case <-r.done:
+		forget()
+		return Applied{}, fmt.Errorf("%w: %v", ErrUnknownOutcome, r.stoppedErr())
+	}
+}
+
+func (r *Replica) proposeErr(err error) error {
+	switch {
+	case errors.Is(err, raft.ErrProposalDropped):
+		r.metrics.ProposalsDropped.Inc()
+		if r.leader.Load() == raft.None {
+			return ErrNoLeader
+		}
+		return ErrOverloaded
+	case errors.Is(err, raft.ErrStopped):
+		return r.stoppedErr()
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		// raft did not take the proposal: certainly not applied.
+		if r.leader.Load() == raft.None {
+			return ErrNoLeader
+		}
+		return ErrOverloaded
+	}
+	return err
+}
+
+func (r *Replica) checkRunning() error {
+	select {
+	case <-r.done:
+		return r.stoppedErr()
+	default:
+	}
+	if r.isRemoved() {
+		return ErrRemoved
+	}
+	return nil
+}
+
+// ReadIndex confirms with a quorum that this node's leader is still the
+// leader and returns once the local state machine has applied everything
+// committed at that moment: a read served afterwards is linearizable.
+func (r *Replica) ReadIndex(ctx context.Context) (uint64, error) {
+	if err := r.checkRunning(); err != nil {
+		return 0, err
+	}
+	if r.leader.Load() == raft.None {
+		return 0, ErrNoLeader
+	}
+	id := r.nextRequest.Add(1)
+	rctx := make([]byte, 8)
+	binary.BigEndian.PutUint64(rctx, id)
+	ch := make(chan uint64, 1)
+	r.mu.Lock()
+	r.reads[id] = ch
+	r.mu.Unlock()
+	forget := func() {
+		r.mu.Lock()
+		delete(r.reads, id)
+		r.mu.Unlock()
+	}
+	if err := r.node.ReadIndex(ctx, rctx); err != nil {
+		forget()
+		return 0, r.proposeErr(err)
+	}
+	select {
+	case idx := <-ch:
+		if err := r.waitApplied(ctx, idx); err != nil {
+			return 0, err
+		}
+		return idx, nil
+	case <-ctx.Done():
+		forget()
+		return 0, ctx.Err()
+	case <-r.done:
+		forget()
+		return 0, r.stoppedErr()
+	}
+}
+
+// Receive hands a marshalled message from a peer to raft.
+func (r *Replica) Receive(ctx context.Context, data []byte) error {
+	m := &raftpb.Message{}
+	if err := proto.Unmarshal(data, m); err != nil {
+		return fmt.Errorf("decode raft message (%d bytes): %w", len(data), err)
+	}
+	return r.node.Step(ctx, m)
+}
+
+// ReportUnreachable tells raft that a message to id could not be sent, so
+// it stops optimistic pipelining to that peer and probes instead.
+func (r *Replica) ReportUnreachable(id uint64) { r.node.ReportUnreachable(id) }
+
+// ReportSnapshot tells raft how sending a snapshot to id ended.
+func (r *Replica) ReportSnapshot(id uint64, ok bool) {
+	st := raft.SnapshotFinish
+	if !ok {
+		st = raft.SnapshotFailure
+	}
+	r.node.ReportSnapshot(id, st)
+}
+
+// Snapshot takes a snapshot now (the admin endpoint) and returns its position.
+func (r *Replica) Snapshot(ctx context.Context) (index, term uint64, err error) {
+	ch := make(chan snapshotResult, 1)
+	select {
+	case r.snapshotReq <- ch:
+	case <-ctx.Done():
+		return 0, 0, ctx.Err()
+	case <-r.done:
+		return 0, 0, r.stoppedErr()
+	}
+	res := <-ch
+	return res.index, res.term, res.err
+}
+
+// AddMember proposes m as a learner; the leader promotes it to voter once
+// it has caught up (PromoteWithin).
+func (r *Replica) AddMember(ctx context.Context, m Member) error {
+	r.mu.Lock()
+	err := r.members.checkAdd(m.ID)
+	r.mu.Unlock()
+	if err != nil {
+		return &MembershipError{Msg: err.Error()}
+	}
+	if m.PeerAddr == "" {
+		return &MembershipError{Msg: "peer_addr is required"}
+	}
+	return r.proposeConfChange(ctx, raftpb.ConfChangeType_ConfChangeAddLearnerNode, m)
+}
+
+// RemoveMember proposes removing id.
+func (r *Replica) RemoveMember(ctx context.Context, id uint64) error {
+	r.mu.Lock()
+	_, ok := r.members.Members[id]
+	r.mu.Unlock()
+	if !ok {
+		return &MembershipError{Msg: fmt.Sprintf("member id %d is not a member", id), NotFound: true}
+	}
+	return r.proposeConfChange(ctx, raftpb.ConfChangeType_ConfChangeRemoveNode, Member{ID: id})
+}
+
+// MembershipError is a membership request that cannot be made as asked.
+type MembershipError struct {
+	Msg      string
+	NotFound bool
+}
+
+func (e *MembershipError) Error() string { return e.Msg }
+
+func (r *Replica) proposeConfChange(ctx context.Context, typ raftpb.ConfChangeType, m Member) error {
+	if err := r.checkRunning(); err != nil {
+		return err
+	}
+	req := r.nextRequest.Add(1)
+	cctx, _ := json.Marshal(confContext{Member: m, Request: req, Origin: r.cfg.ID})
+	cc := &raftpb.ConfChangeV2{
+		Changes: []*raftpb.ConfChangeSingle{{Type: &typ, NodeId: proto.Uint64(m.ID)}},
+		Context: cctx,
+	}
+	ch := make(chan Applied, 1)
+	r.mu.Lock()
+	r.proposals[req] = ch
+	r.mu.Unlock()
+	forget := func() {
+		r.mu.Lock()
+		delete(r.proposals, req)
+		r.mu.Unlock()
+	}
+	if err := r.node.ProposeConfChange(ctx, cc); err != nil {
+		forget()
+		return r.proposeErr(err)
+	}
+	select {
+	case a := <-ch:
+		if err, _ := a.Result.(error); err != nil {
+			return &MembershipError{Msg: err.Error()}
+		}
+		return nil
+	case <-ctx.Done():
+		forget()
+		return ErrUnknownOutcome
+	case <-r.done:
+		forget()
+		return fmt.Errorf("%w: %v", ErrUnknownOutcome, r.stoppedErr())
+	}
+}
+
+// maybePromoteLearners runs on the leader: a learner whose match index is
+// close enough to commit is proposed as a voter. Promoting earlier would
+// let a slow newcomer count towards quorums it cannot yet serve.
+func (r *Replica) maybePromoteLearners() {
+	if r.leader.Load() != r.cfg.ID {
+		return
+	}
+	st := r.node.Status()
+	commit := st.HardState.GetCommit()
+	for id, pr := range st.Progress {
+		if !pr.IsLearner {
+			continue
+		}
+		if pr.Match+r.cfg.PromoteWithin < commit {
+			continue
+		}
+		if t, ok := r.promoting[id]; ok && time.Since(t) < 5*time.Second {
+			continue
+		}
+		r.promoting[id] = time.Now()
+		typ := raftpb.ConfChangeType_ConfChangeAddNode
+		r.mu.Lock()
+		m := r.members.Members[id]
+		r.mu.Unlock()
+		cctx, _ := json.Marshal(confContext{Member: m})
+		cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: &typ, NodeId: proto.Uint64(id)}}, Context: cctx}
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.TickInterval)
+		if err := r.node.ProposeConfChange(ctx, cc); err != nil {
+			r.log.Warn("promote learner", "id", id, "err", err)
+		} else {
+			r.log.Info("promoting learner to voter", "id", id, "match", pr.Match, "commit", commit)
+		}
+		cancel()
+	}
+}
+
+// TransferLeader asks the current leader to hand leadership to `to` and
+// waits until `to` leads or ctx ends.
+func (r *Replica) TransferLeader(ctx context.Context, to uint64) error {
+	if err := r.checkRunning(); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	_, ok := r.members.Members[to]
+	r.mu.Unlock()
+	if !ok {
+		return &MembershipError{Msg: fmt.Sprintf("member id %d is not a member", to), NotFound: true}
+	}
+	lead := r.leader.Load()
+	if lead == raft.None {
+		return ErrNoLeader
+	}
+	if lead == to {
+		return nil
+	}
+	r.node.TransferLeadership(ctx, lead, to)
+	t := time.NewTicker(r.cfg.TickInterval / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if r.leader.Load() == to {
+				return nil
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("leadership did not move from %d to %d: %w", lead, to, ctx.Err())
+		case <-r.done:
+			return r.stoppedErr()
+		}
+	}
+}
+
+// Stop stops raft and the Ready loop and closes the WAL. Everything
+// acknowledged is already durable, so Stop never needs to flush.
+func (r *Replica) Stop() error {
+	var err error
+	r.stopOnce.Do(func() {
+		close(r.stopc)
+		<-r.done
+		r.node.Stop()
+		err = r.wal.Close()
+	})
+	return err
+}
+
+// Done is closed when the Ready loop has ended (stopped, fenced or removed).
+func (r *Replica) Done() <-chan struct{} { return r.done }
+
+// Err says why the replica stopped serving, or nil while it runs.
+func (r *Replica) Err() error {
+	select {
+	case <-r.done:
+		return r.stoppedErr()
+	default:
+	}
+	if r.isRemoved() {
+		return ErrRemoved
+	}
+	return nil
+}
+
+// ID is this node's id.
+func (r *Replica) ID() uint64 { return r.cfg.ID }
+
+// Leader is the leader this node knows of, or 0.
+func (r *Replica) Leader() uint64 { return r.leader.Load() }
+
+// Applied is the index the local state machine has applied.
+func (r *Replica) Applied() uint64 { return r.appliedIndex() }
+
+// MemberStatus is one member as /cluster/status shows it.
+type MemberStatus struct {
+	Member
+	Role      string `json:"role"`
+	Match     uint64 `json:"match"`
+	Lag       uint64 `json:"lag"`
+	Reachable bool   `json:"reachable"`
+}
+
+// Status is a point-in-time view of this node and, on the leader, of every
+// member's replication progress.
+type Status struct {
+	ID      uint64         `json:"node"`
+	Leader  uint64         `json:"leader"`
+	Term    uint64         `json:"term"`
+	Commit  uint64         `json:"commit"`
+	Applied uint64         `json:"applied"`
+	Role    string         `json:"role"`
+	Members []MemberStatus `json:"members"`
+	Error   string         `json:"error,omitempty"`
+}
+
+func roleName(s raft.StateType) string {
+	switch s {
+	case raft.StateLeader:
+		return "leader"
+	case raft.StateCandidate, raft.StatePreCandidate:
+		return "candidate"
+	}
+	return "follower"
+}
+
+// Status reports this node's view. Match and lag per member are known only
+// on the leader; followers report their own applied position.
+func (r *Replica) Status() Status {
+	st := Status{ID: r.cfg.ID, Applied: r.appliedIndex()}
+	var rs raft.Status
+	running := r.Err() == nil
+	if running {
+		rs = r.node.Status()
+		st.Leader = rs.Lead
+		st.Term = rs.HardState.GetTerm()
+		st.Commit = rs.HardState.GetCommit()
+		st.Role = roleName(rs.RaftState)
+	} else {
+		st.Role = "stopped"
+		st.Term = r.term.Load()
+		st.Commit = r.commit.Load()
+		st.Error = r.Err().Error()
+	}
+	r.mu.Lock()
+	members := r.members.sorted()
+	learners := map[uint64]bool{}
+	for _, id := range r.confState.GetLearners() {
+		learners[id] = true
+	}
+	r.mu.Unlock()
+	for _, m := range members {
+		ms := MemberStatus{Member: m, Role: "follower"}
+		if learners[m.ID] {
+			ms.Role = "learner"
+		}
+		if m.ID == st.Leader {
+			ms.Role = "leader"
+		}
+		if pr, ok := rs.Progress[m.ID]; ok {
+			ms.Match = pr.Match
+			ms.Reachable = pr.RecentActive
+			if st.Commit > pr.Match {
+				ms.Lag = st.Commit - pr.Match
+			}
+		} else if m.ID == r.cfg.ID {
+			ms.Match = st.Applied
+			ms.Reachable = running
+			if st.Commit > st.Applied {
+				ms.Lag = st.Commit - st.Applied
+			}
+		}
+		st.Members = append(st.Members, ms)
+	}
+	sort.Slice(st.Members, func(i, j int) bool { return st.Members[i].ID < st.Members[j].ID })
+	return st
+}
+
+func (r *Replica) updateMetrics() {
+	if r.Err() != nil {
+		return
+	}
+	rs := r.node.Status()
+	commit := rs.HardState.GetCommit()
+	r.metrics.Term.Set(float64(rs.HardState.GetTerm()))
+	r.metrics.CommitIndex.Set(float64(commit))
+	r.metrics.AppliedIndex.Set(float64(r.appliedIndex()))
+	if rs.RaftState == raft.StateLeader {
+		r.metrics.IsLeader.Set(1)
+	} else {
+		r.metrics.IsLeader.Set(0)
+	}
+	for id, pr := range rs.Progress {
+		if id == r.cfg.ID {
+			continue
+		}
+		peer := fmt.Sprint(id)
+		r.metrics.PeerMatch.WithLabelValues(peer).Set(float64(pr.Match))
+		lag := 0.0
+		if commit > pr.Match {
+			lag = float64(commit - pr.Match)
+		}
+		r.metrics.PeerLag.WithLabelValues(peer).Set(lag)
+	}
+}

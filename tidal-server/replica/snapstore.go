@@ -1,0 +1,169 @@
+package replica
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// A snapshot file is
+//
+//	magic "TIDALSNP" | u32 version | u32 crc32c(payload) | u64 len(payload) | payload
+//
+// where payload is a marshalled raftpb.Snapshot. Files are written to a
+// temporary name, fsynced, renamed and the directory fsynced, so a crash
+// leaves either the old set of snapshots or the new one.
+const (
+	snapMagic      = "TIDALSNP"
+	snapVersion    = 1
+	snapHeaderSize = 8 + 4 + 4 + 8
+	snapsKept      = 2
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// snapStore keeps raft snapshots as files named <term>-<index>.snap.
+type snapStore struct {
+	dir string
+}
+
+func newSnapStore(dir string) (*snapStore, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("snapshot dir: %w", err)
+	}
+	return &snapStore{dir: dir}, nil
+}
+
+func snapName(term, index uint64) string {
+	return fmt.Sprintf("%016x-%016x.snap", term, index)
+}
+
+// save writes snap durably and removes all but the newest snapsKept files.
+func (s *snapStore) save(snap *raftpb.Snapshot) error {
+	payload, err := proto.Marshal(snap)
+	if err != nil {
+		return fmt.Errorf("marshal snapshot: %w", err)
+	}
+	md := snap.GetMetadata()
+	name := filepath.Join(s.dir, snapName(md.GetTerm(), md.GetIndex()))
+	buf := make([]byte, snapHeaderSize, snapHeaderSize+len(payload))
+	copy(buf, snapMagic)
+	binary.LittleEndian.PutUint32(buf[8:], snapVersion)
+	binary.LittleEndian.PutUint32(buf[12:], crc32.Checksum(payload, castagnoli))
+	binary.LittleEndian.PutUint64(buf[16:], uint64(len(payload)))
+	buf = append(buf, payload...)
+	if err := writeFileDurably(name, buf); err != nil {
+		return err
+	}
+	return s.prune()
+}
+
+func writeFileDurably(name string, data []byte) error {
+	tmp := name + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("fsync %s: %w", tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, name); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(name))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+func (s *snapStore) names() ([]string, error) {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".snap") {
+			names = append(names, e.Name())
+		}
+	}
+	// Fixed-width hex names sort by term, then index.
+	sort.Strings(names)
+	return names, nil
+}
+
+func (s *snapStore) prune() error {
+	names, err := s.names()
+	if err != nil {
+		return err
+	}
+	for len(names) > snapsKept {
+		if err := os.Remove(filepath.Join(s.dir, names[0])); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		names = names[1:]
+	}
+	return nil
+}
+
+// load reads the snapshot at (term, index), which the WAL named as the
+// newest durable one. A missing or damaged file is an error naming it: the
+// WAL already dropped the entries that snapshot replaced, so starting
+// without it would silently lose state.
+func (s *snapStore) load(term, index uint64) (*raftpb.Snapshot, error) {
+	name := filepath.Join(s.dir, snapName(term, index))
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot at index %d term %d named by the WAL: %w", index, term, err)
+	}
+	return decodeSnapshotFile(name, data)
+}
+
+func decodeSnapshotFile(name string, data []byte) (*raftpb.Snapshot, error) {
+	if len(data) < snapHeaderSize || string(data[:8]) != snapMagic {
+		return nil, fmt.Errorf("%s: not a tidal snapshot (expected magic %q at offset 0)", name, snapMagic)
+	}
+	if v := binary.LittleEndian.Uint32(data[8:]); v != snapVersion {
+		return nil, fmt.Errorf("%s: snapshot version %d, expected %d", name, v, snapVersion)
+	}
+	want := binary.LittleEndian.Uint32(data[12:])
+	n := binary.LittleEndian.Uint64(data[16:])
+	payload := data[snapHeaderSize:]
+	if uint64(len(payload)) != n {
+		return nil, fmt.Errorf("%s: payload is %d bytes, header says %d", name, len(payload), n)
+	}
+	if got := crc32.Checksum(payload, castagnoli); got != want {
+		return nil, fmt.Errorf("%s: checksum mismatch at offset %d: header %08x, payload %08x", name, snapHeaderSize, want, got)
+	}
+	snap := &raftpb.Snapshot{}
+	if err := proto.Unmarshal(payload, snap); err != nil {
+		return nil, fmt.Errorf("%s: decode snapshot: %w", name, err)
+	}
+	return snap, nil
+}

@@ -1,0 +1,336 @@
+// Package server assembles a tidal-server node from its configuration: the
+// state machine (ledger + vectors), the replica (raft, WAL, snapshots), the
+// peer transport and the HTTP API; and it starts, drains and stops them in
+// the right order.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/tidaldb/tidal/tidal-server/api"
+	"github.com/tidaldb/tidal/tidal-server/ledger"
+	"github.com/tidaldb/tidal/tidal-server/replica"
+	"github.com/tidaldb/tidal/tidal-server/wal"
+)
+
+// Config is everything a node needs. YAML keys match the flag names with
+// dashes turned into underscores; see `tidal-server run --help`.
+type Config struct {
+	ID         uint64 `yaml:"id"`
+	ClientAddr string `yaml:"client_addr"`
+	PeerAddr   string `yaml:"peer_addr"`
+	// Peers is the initial cluster as "1=host:port,2=host:port"; empty
+	// means a single-node cluster of this node at PeerAddr.
+	Peers      string `yaml:"peers"`
+	Join       bool   `yaml:"join"`
+	DataDir    string `yaml:"data_dir"`
+	SchemaPath string `yaml:"schema"`
+
+	TickInterval        time.Duration `yaml:"tick_interval"`
+	ElectionTicks       int           `yaml:"election_ticks"`
+	HeartbeatTicks      int           `yaml:"heartbeat_ticks"`
+	MaxSizePerMsg       uint64        `yaml:"max_size_per_msg"`
+	MaxInflightMsgs     int           `yaml:"max_inflight_msgs"`
+	MaxUncommittedBytes uint64        `yaml:"max_uncommitted_bytes"`
+	SnapshotEvery       uint64        `yaml:"snapshot_every"`
+	SnapshotCatchUp     uint64        `yaml:"snapshot_catch_up"`
+	ReadyWithin         uint64        `yaml:"ready_within"`
+
+	WALSegmentSize   int64         `yaml:"wal_segment_size"`
+	WALBatchMaxBytes int           `yaml:"wal_batch_max_bytes"`
+	WALBatchTimeout  time.Duration `yaml:"wal_batch_timeout"`
+
+	MaxBodyBytes      int64         `yaml:"max_body_bytes"`
+	MaxBatch          int           `yaml:"max_batch"`
+	MaxInflightWrites int           `yaml:"max_inflight_writes"`
+	WriteTimeout      time.Duration `yaml:"write_timeout"`
+	IDsPerGeneration  int           `yaml:"ids_per_generation"`
+
+	// Transport carries raft messages to other nodes; nil with more than
+	// one peer is an error. package peer provides the gRPC one.
+	Transport TransportFactory `yaml:"-"`
+}
+
+// TransportFactory builds the peer transport once the replica exists (the
+// transport delivers inbound messages to it) and serves it on lis.
+type TransportFactory func(self uint64, lis net.Listener, inbound Inbound, reg prometheus.Registerer, log *slog.Logger) (replica.Transport, func(), error)
+
+// Inbound is what the transport hands received messages to.
+type Inbound interface {
+	Receive(ctx context.Context, data []byte) error
+	ReportUnreachable(id uint64)
+	ReportSnapshot(id uint64, ok bool)
+}
+
+// DefaultConfig is a single node on 127.0.0.1:7070 with data in ./tidal-data.
+func DefaultConfig() Config {
+	return Config{
+		ID:          1,
+		ClientAddr:  "127.0.0.1:7070",
+		PeerAddr:    "127.0.0.1:7100",
+		DataDir:     "tidal-data",
+		ReadyWithin: 1000,
+	}
+}
+
+// ParsePeers parses "1=127.0.0.1:7101,2=127.0.0.1:7102".
+func ParsePeers(s string) ([]replica.Member, error) {
+	var out []replica.Member
+	seen := map[uint64]bool{}
+	for i, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		idStr, addr, ok := strings.Cut(part, "=")
+		if !ok {
+			return nil, fmt.Errorf("peers[%d]: expected id=host:port, found %q", i, part)
+		}
+		id, err := strconv.ParseUint(idStr, 10, 64)
+		if err != nil || id == 0 {
+			return nil, fmt.Errorf("peers[%d]: expected a node id > 0, found %q", i, idStr)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("peers[%d]: address %q: %v", i, addr, err)
+		}
+		if seen[id] {
+			return nil, fmt.Errorf("peers[%d]: node id %d listed twice", i, id)
+		}
+		seen[id] = true
+		out = append(out, replica.Member{ID: id, PeerAddr: addr})
+	}
+	return out, nil
+}
+
+// Server is one running node.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	sm       *StateMachine
+	replica  *replica.Replica
+	node     *node
+	http     *http.Server
+	httpLis  net.Listener
+	peerLis  net.Listener
+	stopPeer func()
+	serveErr chan error
+	stopOnce sync.Once
+}
+
+// Start opens the data dir, recovers, starts raft and begins serving.
+func Start(cfg Config, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	schema := ledger.DefaultSchema()
+	if cfg.SchemaPath != "" {
+		s, err := ledger.LoadSchema(cfg.SchemaPath)
+		if err != nil {
+			return nil, err
+		}
+		schema = s
+	}
+	peers, err := ParsePeers(cfg.Peers)
+	if err != nil {
+		return nil, err
+	}
+	if len(peers) == 0 {
+		peers = []replica.Member{{ID: cfg.ID, PeerAddr: cfg.PeerAddr}}
+	}
+	for i := range peers {
+		if peers[i].ID == cfg.ID {
+			peers[i].ClientAddr = cfg.ClientAddr
+		}
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	if err := checkSchemaMatches(cfg.DataDir, schema); err != nil {
+		return nil, err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s := &Server{cfg: cfg, log: log, reg: reg, serveErr: make(chan error, 2)}
+	s.sm = NewStateMachine(schema, ledger.Options{IDsPerGeneration: cfg.IDsPerGeneration})
+
+	multi := len(peers) > 1 || cfg.Join
+	var transport replica.Transport
+	var lateInbound inboundProxy
+	if multi || cfg.Transport != nil {
+		if cfg.Transport == nil {
+			return nil, errors.New("a cluster of more than one node needs a peer transport")
+		}
+		s.peerLis, err = net.Listen("tcp", cfg.PeerAddr)
+		if err != nil {
+			return nil, fmt.Errorf("peer listener on %s: %w", cfg.PeerAddr, err)
+		}
+		transport, s.stopPeer, err = cfg.Transport(cfg.ID, s.peerLis, &lateInbound, reg, log.With("component", "peer"))
+		if err != nil {
+			s.peerLis.Close()
+			return nil, err
+		}
+	}
+
+	walMetrics := wal.NewMetrics(reg)
+	s.replica, err = replica.Start(replica.Config{
+		ID: cfg.ID, Peers: peers, Join: cfg.Join, DataDir: cfg.DataDir,
+		TickInterval: cfg.TickInterval, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
+		MaxSizePerMsg: cfg.MaxSizePerMsg, MaxInflightMsgs: cfg.MaxInflightMsgs, MaxUncommittedBytes: cfg.MaxUncommittedBytes,
+		SnapshotEvery: cfg.SnapshotEvery, SnapshotCatchUp: cfg.SnapshotCatchUp,
+		WAL:          wal.Options{SegmentSize: cfg.WALSegmentSize, BatchMaxBytes: cfg.WALBatchMaxBytes, BatchTimeout: cfg.WALBatchTimeout, Metrics: walMetrics},
+		Transport:    transport,
+		StateMachine: s.sm,
+		Logger:       log.With("component", "replica"),
+		Metrics:      replica.NewMetrics(reg),
+	})
+	if err != nil {
+		s.closePeer()
+		return nil, err
+	}
+	lateInbound.set(s.replica)
+	s.node = &node{id: cfg.ID, schema: schema, sm: s.sm, r: s.replica, readyWithin: cfg.ReadyWithin}
+
+	handler := api.New(s.node, api.Options{
+		MaxBodyBytes: cfg.MaxBodyBytes, MaxBatch: cfg.MaxBatch, MaxInflightWrites: cfg.MaxInflightWrites,
+		WriteTimeout: cfg.WriteTimeout, Logger: log.With("component", "api"), Registry: reg,
+	})
+	s.httpLis, err = net.Listen("tcp", cfg.ClientAddr)
+	if err != nil {
+		s.replica.Stop()
+		s.closePeer()
+		return nil, fmt.Errorf("client listener on %s: %w", cfg.ClientAddr, err)
+	}
+	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	go func() {
+		if err := s.http.Serve(s.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.serveErr <- err
+		}
+	}()
+	log.Info("tidal-server started", "id", cfg.ID, "client_addr", s.httpLis.Addr().String(), "peer_addr", cfg.PeerAddr,
+		"data_dir", cfg.DataDir, "peers", len(peers), "signals", len(schema.Signals), "embedding_dim", schema.EmbeddingDim)
+	return s, nil
+}
+
+// schemaFile pins the schema a data dir was created with: replaying a log
+// under another schema would fold events differently than the nodes that
+// acknowledged them.
+func checkSchemaMatches(dir string, schema ledger.Schema) error {
+	want := schemaFingerprint(schema)
+	path := filepath.Join(dir, "schema.fingerprint")
+	got, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return os.WriteFile(path, []byte(want+"\n"), 0o644)
+	}
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(string(got)) != want {
+		return fmt.Errorf("%s: data dir was created with schema %s, this node runs schema %s; start with the original --schema", path, strings.TrimSpace(string(got)), want)
+	}
+	return nil
+}
+
+func schemaFingerprint(s ledger.Schema) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "dim=%d", s.EmbeddingDim)
+	for _, sig := range s.Signals {
+		fmt.Fprintf(&b, ";%s/%s", sig.Name, sig.HalfLife)
+		for _, w := range sig.Windows {
+			fmt.Fprintf(&b, "/%s=%s", w.Name, w.Duration)
+		}
+	}
+	return b.String()
+}
+
+// ClientAddr is the address the HTTP API listens on (useful with port 0).
+func (s *Server) ClientAddr() string { return s.httpLis.Addr().String() }
+
+// Err delivers a fatal serving error.
+func (s *Server) Err() <-chan error { return s.serveErr }
+
+// ReplicaDone is closed when the replica stops on its own (fenced, removed).
+func (s *Server) ReplicaDone() <-chan struct{} { return s.replica.Done() }
+
+// Shutdown stops accepting requests, lets in-flight ones finish (each
+// write is already bounded by its own timeout), then stops raft and closes
+// the WAL. Everything acknowledged was fsynced before its ack, so there is
+// nothing to flush.
+func (s *Server) Shutdown(ctx context.Context) error {
+	var err error
+	s.stopOnce.Do(func() {
+		s.log.Info("draining: no new requests; waiting for in-flight ones")
+		if e := s.http.Shutdown(ctx); e != nil {
+			err = fmt.Errorf("drain HTTP: %w", e)
+			s.http.Close()
+		}
+		if e := s.replica.Stop(); e != nil && err == nil {
+			err = e
+		}
+		s.closePeer()
+		s.log.Info("stopped")
+	})
+	return err
+}
+
+func (s *Server) closePeer() {
+	if s.stopPeer != nil {
+		s.stopPeer()
+	}
+	if s.peerLis != nil {
+		s.peerLis.Close()
+	}
+}
+
+// inboundProxy lets the transport start before the replica exists.
+type inboundProxy struct {
+	mu sync.RWMutex
+	r  *replica.Replica
+}
+
+func (p *inboundProxy) set(r *replica.Replica) {
+	p.mu.Lock()
+	p.r = r
+	p.mu.Unlock()
+}
+
+func (p *inboundProxy) get() *replica.Replica {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.r
+}
+
+func (p *inboundProxy) Receive(ctx context.Context, data []byte) error {
+	r := p.get()
+	if r == nil {
+		return errors.New("node is starting")
+	}
+	return r.Receive(ctx, data)
+}
+
+func (p *inboundProxy) ReportUnreachable(id uint64) {
+	if r := p.get(); r != nil {
+		r.ReportUnreachable(id)
+	}
+}
+
+func (p *inboundProxy) ReportSnapshot(id uint64, ok bool) {
+	if r := p.get(); r != nil {
+		r.ReportSnapshot(id, ok)
+	}
+}

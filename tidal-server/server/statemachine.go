@@ -1,0 +1,336 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math"
+	"sort"
+	"sync"
+
+	"github.com/tidaldb/tidal/tidal-server/ledger"
+	"github.com/tidaldb/tidal/tidal-server/vectors"
+)
+
+// StateMachine is tidal's replicated state: the signal ledger, the
+// embedding store, and the memory of embedding write ids. It implements
+// replica.StateMachine; reads take the read lock, apply the write lock.
+//
+// Invariant: the state after applying entries 1..n is a function of those
+// entries alone (no clock, no randomness, no map iteration order), so
+// equal logs give equal Digests on every node.
+type StateMachine struct {
+	mu      sync.RWMutex
+	schema  ledger.Schema
+	ledger  *ledger.Ledger
+	vectors *vectors.Store
+	embeds  *writeMemory
+	applied uint64
+	opts    ledger.Options
+}
+
+// SignalsResult is what applying a signals command returns to its proposer.
+type SignalsResult struct {
+	Applied, Duplicates int
+	Err                 error // *ledger.ConflictError, or a decode error
+}
+
+// EmbeddingResult is what applying an embedding put returns.
+type EmbeddingResult struct {
+	Duplicate bool
+	Err       error // *EmbeddingConflictError, or a validation/decode error
+}
+
+// EmbeddingConflictError reports an embedding write id reused for another
+// entity or vector.
+type EmbeddingConflictError struct {
+	ID            string
+	Entity        uint64
+	PreviousIndex uint64
+}
+
+// Conflict names the field at fault for the API.
+func (e *EmbeddingConflictError) Conflict() string { return "id" }
+
+func (e *EmbeddingConflictError) Error() string {
+	return fmt.Sprintf("id: embedding write id %q was applied at log index %d with a different entity or vector (entity %d)", e.ID, e.PreviousIndex, e.Entity)
+}
+
+// NewStateMachine returns an empty state for schema.
+func NewStateMachine(schema ledger.Schema, opts ledger.Options) *StateMachine {
+	return &StateMachine{
+		schema:  schema,
+		ledger:  ledger.New(schema, opts),
+		vectors: vectors.New(schema.EmbeddingDim),
+		embeds:  newWriteMemory(opts.IDsPerGeneration),
+		opts:    opts,
+	}
+}
+
+// Apply implements replica.StateMachine.
+func (s *StateMachine) Apply(index, term uint64, data []byte) any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.applied = index
+	if len(data) == 0 {
+		s.ledger.SetApplied(index)
+		return nil
+	}
+	switch data[0] {
+	case kindSignals:
+		events, err := decodeSignals(data)
+		if err != nil {
+			s.ledger.SetApplied(index)
+			return SignalsResult{Err: err}
+		}
+		res, err := s.ledger.Apply(index, term, events)
+		if err != nil {
+			// A conflict leaves the ledger as it was, on every node alike;
+			// the position is still consumed.
+			s.ledger.SetApplied(index)
+			return SignalsResult{Err: err}
+		}
+		return SignalsResult{Applied: res.Applied, Duplicates: res.Duplicates}
+	case kindEmbedding:
+		s.ledger.SetApplied(index)
+		p, err := decodeEmbedding(data)
+		if err != nil {
+			return EmbeddingResult{Err: err}
+		}
+		return s.applyEmbedding(index, p)
+	}
+	s.ledger.SetApplied(index)
+	return SignalsResult{Err: fmt.Errorf("unknown command kind %d at index %d", data[0], index)}
+}
+
+func (s *StateMachine) applyEmbedding(index uint64, p embeddingPut) EmbeddingResult {
+	h := vectorHash(p.Entity, p.Vector)
+	if prev, ok := s.embeds.get(p.ID); ok {
+		if prev.hash == h {
+			return EmbeddingResult{Duplicate: true}
+		}
+		return EmbeddingResult{Err: &EmbeddingConflictError{ID: p.ID, Entity: p.Entity, PreviousIndex: prev.index}}
+	}
+	if fe := s.vectors.Validate(p.Vector); fe != nil {
+		return EmbeddingResult{Err: fe}
+	}
+	if err := s.vectors.Put(p.Entity, p.Vector); err != nil {
+		return EmbeddingResult{Err: err}
+	}
+	s.embeds.put(p.ID, writeRecord{index: index, hash: h})
+	return EmbeddingResult{}
+}
+
+func vectorHash(entity uint64, v []float32) uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], entity)
+	h.Write(b[:])
+	for _, f := range v {
+		binary.LittleEndian.PutUint32(b[:4], math.Float32bits(f))
+		h.Write(b[:4])
+	}
+	return h.Sum64()
+}
+
+// SetApplied implements replica.StateMachine.
+func (s *StateMachine) SetApplied(index uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.applied = index
+	s.ledger.SetApplied(index)
+}
+
+// Snapshot format: "TSM1" | u64 applied | 3 × (u64 len | section), the
+// sections being the ledger, the vectors and the embedding write ids.
+const smMagic = "TSM1"
+
+// Snapshot implements replica.StateMachine.
+func (s *StateMachine) Snapshot(w io.Writer) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.snapshotLocked(w)
+}
+
+func (s *StateMachine) snapshotLocked(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	bw.WriteString(smMagic)
+	var n [8]byte
+	binary.LittleEndian.PutUint64(n[:], s.applied)
+	bw.Write(n[:])
+	sections := []func(io.Writer) error{s.ledger.Snapshot, s.vectors.Snapshot, s.embeds.snapshot}
+	for _, sec := range sections {
+		var buf bytes.Buffer
+		if err := sec(&buf); err != nil {
+			return err
+		}
+		binary.LittleEndian.PutUint64(n[:], uint64(buf.Len()))
+		bw.Write(n[:])
+		bw.Write(buf.Bytes())
+	}
+	return bw.Flush()
+}
+
+// Restore implements replica.StateMachine.
+func (s *StateMachine) Restore(r io.Reader) error {
+	br := bufio.NewReader(r)
+	head := make([]byte, len(smMagic)+8)
+	if _, err := io.ReadFull(br, head); err != nil {
+		return fmt.Errorf("state snapshot header: %w", err)
+	}
+	if string(head[:4]) != smMagic {
+		return fmt.Errorf("state snapshot: magic %q, expected %q", head[:4], smMagic)
+	}
+	applied := binary.LittleEndian.Uint64(head[4:])
+	l := ledger.New(s.schema, s.opts)
+	v := vectors.New(s.schema.EmbeddingDim)
+	e := newWriteMemory(s.opts.IDsPerGeneration)
+	names := []string{"ledger", "vectors", "embedding ids"}
+	restores := []func(io.Reader) error{l.Restore, v.Restore, e.restore}
+	for i, restore := range restores {
+		var n [8]byte
+		if _, err := io.ReadFull(br, n[:]); err != nil {
+			return fmt.Errorf("state snapshot: %s section length: %w", names[i], err)
+		}
+		size := binary.LittleEndian.Uint64(n[:])
+		lr := io.LimitReader(br, int64(size))
+		if err := restore(lr); err != nil {
+			return fmt.Errorf("state snapshot: %s section: %w", names[i], err)
+		}
+		// Sections must consume exactly their length.
+		if rest, _ := io.Copy(io.Discard, lr); rest != 0 {
+			return fmt.Errorf("state snapshot: %s section has %d unread bytes", names[i], rest)
+		}
+	}
+	s.mu.Lock()
+	s.ledger, s.vectors, s.embeds, s.applied = l, v, e, applied
+	s.mu.Unlock()
+	return nil
+}
+
+// Digest is a hash of the whole canonical state and the index it reflects.
+func (s *StateMachine) Digest() (uint64, string) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	h := sha256.New()
+	var n [8]byte
+	binary.LittleEndian.PutUint64(n[:], s.applied)
+	h.Write(n[:])
+	h.Write([]byte(s.ledger.Digest()))
+	h.Write([]byte(s.vectors.Digest()))
+	s.embeds.snapshot(h)
+	return s.applied, hex.EncodeToString(h.Sum(nil))
+}
+
+// Read runs fn under the read lock.
+func (s *StateMachine) Read(fn func(l *ledger.Ledger, v *vectors.Store, applied uint64)) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	fn(s.ledger, s.vectors, s.applied)
+}
+
+// writeMemory remembers embedding write ids the way the ledger remembers
+// event ids: two generations rotated by count of ids applied, which is a
+// function of log position, never of wall-clock time.
+type writeMemory struct {
+	perGen  int
+	current map[string]writeRecord
+	older   map[string]writeRecord
+}
+
+type writeRecord struct {
+	index uint64
+	hash  uint64
+}
+
+func newWriteMemory(perGen int) *writeMemory {
+	if perGen <= 0 {
+		perGen = 500000
+	}
+	return &writeMemory{perGen: perGen, current: map[string]writeRecord{}, older: map[string]writeRecord{}}
+}
+
+func (m *writeMemory) get(id string) (writeRecord, bool) {
+	if r, ok := m.current[id]; ok {
+		return r, true
+	}
+	r, ok := m.older[id]
+	return r, ok
+}
+
+func (m *writeMemory) put(id string, r writeRecord) {
+	if len(m.current) >= m.perGen {
+		m.older, m.current = m.current, map[string]writeRecord{}
+	}
+	m.current[id] = r
+}
+
+func (m *writeMemory) snapshot(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	for _, gen := range []map[string]writeRecord{m.older, m.current} {
+		ids := make([]string, 0, len(gen))
+		for id := range gen {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		var n [8]byte
+		binary.LittleEndian.PutUint64(n[:], uint64(len(ids)))
+		bw.Write(n[:])
+		for _, id := range ids {
+			r := gen[id]
+			binary.LittleEndian.PutUint16(n[:2], uint16(len(id)))
+			bw.Write(n[:2])
+			bw.WriteString(id)
+			binary.LittleEndian.PutUint64(n[:], r.index)
+			bw.Write(n[:])
+			binary.LittleEndian.PutUint64(n[:], r.hash)
+			bw.Write(n[:])
+		}
+	}
+	return bw.Flush()
+}
+
+func (m *writeMemory) restore(r io.Reader) error {
+	br := bufio.NewReader(r)
+	gens := []map[string]writeRecord{{}, {}}
+	for g := range gens {
+		var n [8]byte
+		if _, err := io.ReadFull(br, n[:]); err != nil {
+			return fmt.Errorf("generation %d count: %w", g, err)
+		}
+		count := binary.LittleEndian.Uint64(n[:])
+		for i := uint64(0); i < count; i++ {
+			if _, err := io.ReadFull(br, n[:2]); err != nil {
+				return fmt.Errorf("generation %d id %d: %w", g, i, err)
+			}
+			id := make([]byte, binary.LittleEndian.Uint16(n[:2]))
+			if _, err := io.ReadFull(br, id); err != nil {
+				return fmt.Errorf("generation %d id %d: %w", g, i, err)
+			}
+			var rec [16]byte
+			if _, err := io.ReadFull(br, rec[:]); err != nil {
+				return fmt.Errorf("generation %d id %d record: %w", g, i, err)
+			}
+			gens[g][string(id)] = writeRecord{index: binary.LittleEndian.Uint64(rec[:8]), hash: binary.LittleEndian.Uint64(rec[8:])}
+		}
+	}
+	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+		return errors.New("trailing bytes after embedding ids")
+	}
+	m.older, m.current = gens[0], gens[1]
+	return nil
+}
+
+// StateIndex reads the applied index recorded in a state snapshot's header.
+func StateIndex(state []byte) (uint64, error) {
+	if len(state) < len(smMagic)+8 || string(state[:4]) != smMagic {
+		return 0, fmt.Errorf("state snapshot: expected magic %q at offset 0", smMagic)
+	}
+	return binary.LittleEndian.Uint64(state[4:]), nil
+}
