@@ -130,6 +130,7 @@ underscores (client_addr, data_dir, ...).`,
 	f.StringVar(&cfg.ClientAddr, "client-addr", cfg.ClientAddr, "HTTP API listen address")
 	f.StringVar(&cfg.PeerAddr, "peer-addr", cfg.PeerAddr, "raft peer (gRPC) listen address")
 	f.StringVar(&cfg.Peers, "peers", cfg.Peers, "initial cluster: id=host:port,... (peer addresses); empty = single node")
+	f.StringVar(&cfg.PeerDial, "peer-dial", cfg.PeerDial, "per-id dial address overrides: id=host:port,... (route links through relays)")
 	f.BoolVar(&cfg.Join, "join", cfg.Join, "join an existing cluster that added this node with /admin/members")
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for the WAL and snapshots")
 	f.StringVar(&cfg.SchemaPath, "schema", cfg.SchemaPath, "signal schema YAML (default: view, like, share, skip; 1536-dim embeddings)")
@@ -184,6 +185,8 @@ func mergeConfig(file, flags server.Config, set *pflag.FlagSet) server.Config {
 			out.PeerAddr = flags.PeerAddr
 		case "peers":
 			out.Peers = flags.Peers
+		case "peer-dial":
+			out.PeerDial = flags.PeerDial
 		case "join":
 			out.Join = flags.Join
 		case "data-dir":

@@ -75,6 +75,11 @@ type Config struct {
 	// /admin/members: it waits to be sent the log instead of bootstrapping.
 	Join    bool
 	DataDir string
+	// DialOverrides maps node ids to the address this node dials for them,
+	// whatever the replicated membership says. The chaos harness routes
+	// every directed link through its own relay this way; the replicated
+	// address stays the one the node advertises.
+	DialOverrides map[uint64]string
 
 	TickInterval    time.Duration // default 100ms
 	ElectionTicks   int           // default 10
@@ -272,14 +277,10 @@ func Start(cfg Config) (*Replica, error) {
 	// best address book we have.
 	if cfg.Transport != nil {
 		for _, p := range cfg.Peers {
-			if p.ID != cfg.ID {
-				cfg.Transport.SetPeer(p.ID, p.PeerAddr)
-			}
+			r.setPeer(p.ID, p.PeerAddr)
 		}
 		for _, m := range r.members.Members {
-			if m.ID != cfg.ID {
-				cfg.Transport.SetPeer(m.ID, m.PeerAddr)
-			}
+			r.setPeer(m.ID, m.PeerAddr)
 		}
 	}
 
@@ -332,6 +333,19 @@ func Start(cfg Config) (*Replica, error) {
 		}
 	}
 	return r, nil
+}
+
+// setPeer points the transport at id, preferring a dial override.
+func (r *Replica) setPeer(id uint64, addr string) {
+	if id == r.cfg.ID || r.cfg.Transport == nil {
+		return
+	}
+	if o, ok := r.cfg.DialOverrides[id]; ok {
+		addr = o
+	}
+	if addr != "" {
+		r.cfg.Transport.SetPeer(id, addr)
+	}
 }
 
 func fromWALEntry(e wal.Entry) *raftpb.Entry {
@@ -595,9 +609,7 @@ func (r *Replica) applyConfChange(e *raftpb.Entry) error {
 				m = Member{ID: id}
 			}
 			r.members.Members[id] = m
-			if id != r.cfg.ID && r.cfg.Transport != nil && m.PeerAddr != "" {
-				r.cfg.Transport.SetPeer(id, m.PeerAddr)
-			}
+			r.setPeer(id, m.PeerAddr)
 			if ch.GetType() == raftpb.ConfChangeType_ConfChangeAddNode {
 				delete(r.promoting, id)
 			}
@@ -744,12 +756,8 @@ func (r *Replica) restoreSnapshot(snap *raftpb.Snapshot) error {
 	r.members = mem
 	r.confState = proto.Clone(snap.GetMetadata().GetConfState()).(*raftpb.ConfState)
 	r.mu.Unlock()
-	if r.cfg.Transport != nil {
-		for _, m := range mem.Members {
-			if m.ID != r.cfg.ID && m.PeerAddr != "" {
-				r.cfg.Transport.SetPeer(m.ID, m.PeerAddr)
-			}
-		}
+	for _, m := range mem.Members {
+		r.setPeer(m.ID, m.PeerAddr)
 	}
 	md := snap.GetMetadata()
 	r.setApplied(md.GetIndex(), md.GetTerm())

@@ -97,8 +97,10 @@ func (n *node) Ready() error {
 
 func (n *node) AddMember(ctx context.Context, m replica.Member) error { return n.r.AddMember(ctx, m) }
 func (n *node) RemoveMember(ctx context.Context, id uint64) error     { return n.r.RemoveMember(ctx, id) }
-func (n *node) TransferLeader(ctx context.Context, to uint64) error   { return n.r.TransferLeader(ctx, to) }
-func (n *node) Snapshot(ctx context.Context) (uint64, uint64, error)  { return n.r.Snapshot(ctx) }
+func (n *node) TransferLeader(ctx context.Context, to uint64) error {
+	return n.r.TransferLeader(ctx, to)
+}
+func (n *node) Snapshot(ctx context.Context) (uint64, uint64, error) { return n.r.Snapshot(ctx) }
 
 // A backup is
 //

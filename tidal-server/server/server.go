@@ -34,7 +34,10 @@ type Config struct {
 	PeerAddr   string `yaml:"peer_addr"`
 	// Peers is the initial cluster as "1=host:port,2=host:port"; empty
 	// means a single-node cluster of this node at PeerAddr.
-	Peers      string `yaml:"peers"`
+	Peers string `yaml:"peers"`
+	// PeerDial overrides, per node id, the address this node dials
+	// ("2=127.0.0.1:9102,..."): used to route links through relays.
+	PeerDial   string `yaml:"peer_dial"`
 	Join       bool   `yaml:"join"`
 	DataDir    string `yaml:"data_dir"`
 	SchemaPath string `yaml:"schema"`
@@ -151,6 +154,14 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 	if len(peers) == 0 {
 		peers = []replica.Member{{ID: cfg.ID, PeerAddr: cfg.PeerAddr}}
 	}
+	dial, err := ParsePeers(cfg.PeerDial)
+	if err != nil {
+		return nil, fmt.Errorf("peer-dial: %w", err)
+	}
+	overrides := map[uint64]string{}
+	for _, d := range dial {
+		overrides[d.ID] = d.PeerAddr
+	}
 	for i := range peers {
 		if peers[i].ID == cfg.ID {
 			peers[i].ClientAddr = cfg.ClientAddr
@@ -188,7 +199,7 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 
 	walMetrics := wal.NewMetrics(reg)
 	s.replica, err = replica.Start(replica.Config{
-		ID: cfg.ID, Peers: peers, Join: cfg.Join, DataDir: cfg.DataDir,
+		ID: cfg.ID, Peers: peers, Join: cfg.Join, DataDir: cfg.DataDir, DialOverrides: overrides,
 		TickInterval: cfg.TickInterval, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
 		MaxSizePerMsg: cfg.MaxSizePerMsg, MaxInflightMsgs: cfg.MaxInflightMsgs, MaxUncommittedBytes: cfg.MaxUncommittedBytes,
 		SnapshotEvery: cfg.SnapshotEvery, SnapshotCatchUp: cfg.SnapshotCatchUp,

@@ -1,0 +1,52 @@
+# tidal — see README.md. Every target works from a fresh clone with only Go
+# installed; Go tools (ginkgo, benchstat) come from go.mod's tool lines.
+GO        ?= go
+BIN       := $(CURDIR)/bin
+GINKGO    := $(GO) tool ginkgo
+# Packages with unit tests (the suites under suites/ run real binaries).
+UNIT_PKGS := ./tidal-server/... ./tcp-relay/... ./harness/...
+FUZZTIME  ?= 10s
+
+.PHONY: all build test unit fuzz suites chaos runbook e2e bench lint clean
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/tidal-server ./tidal-server
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/tcp-relay ./tcp-relay
+	@if [ -d harness/cmd/tidal-chaos ] && ls harness/cmd/tidal-chaos/*.go >/dev/null 2>&1; then \
+		CGO_ENABLED=0 $(GO) build -o $(BIN)/tidal-chaos ./harness/cmd/tidal-chaos; fi
+	@if [ -d harness/cmd/tidal-stress ] && ls harness/cmd/tidal-stress/*.go >/dev/null 2>&1; then \
+		CGO_ENABLED=0 $(GO) build -o $(BIN)/tidal-stress ./harness/cmd/tidal-stress; fi
+
+# make test: lint, unit tests under the race detector, a short run of every
+# fuzz target, then the fast suites (multiproc, lifecycle) on real processes.
+test: lint unit fuzz suites
+
+unit:
+	$(GO) test -race -count=1 -timeout 15m $(UNIT_PKGS)
+
+fuzz:
+	@./ci/fuzz $(FUZZTIME)
+
+suites: build
+	$(GINKGO) -r --procs=1 --timeout=15m --label-filter='multiproc || lifecycle' ./suites
+
+chaos: build
+	$(GINKGO) -r --procs=1 --timeout=30m --label-filter='chaos' ./suites
+
+runbook: build
+	$(GINKGO) -r --procs=1 --timeout=30m --label-filter='runbook' ./suites
+
+e2e: build
+	$(GINKGO) -r --procs=1 --timeout=30m --label-filter='e2e' ./suites
+
+bench: build
+	@./ci/bench
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+clean:
+	rm -rf $(BIN) store tidal-data

@@ -1,0 +1,389 @@
+// Package client is the Go client for the tidal-server HTTP API, used by
+// the tests, the chaos harness and the load generator.
+//
+// It deliberately imports no other tidal package: the wire structs here are
+// the contract as a client sees it, so a server-side refactor that changes
+// the JSON breaks these tests instead of silently moving both sides.
+//
+// Retries. A call is retried after a 503 (refused before proposing), a 504
+// (outcome unknown), a connection error or a per-attempt timeout, with
+// exponential backoff and jitter, waiting at least the server's
+// Retry-After. Every retry resends the same bytes, so a write carries the
+// same event ids and the server recognises it (Ack.Duplicates). A 4xx is
+// never retried: the same request would fail the same way. No wait extends
+// past the caller's context deadline: when the next attempt could not
+// start in time the last error is returned at once.
+//
+// Failed calls return a *RequestError, which wraps the last attempt's error
+// (an *APIError for HTTP errors) and says whether any attempt may have been
+// applied (RequestError.Indefinite) — what a history checker needs to file a
+// failed write as "fail" or "info".
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const (
+	defaultRetries    = 2 // three attempts in all
+	defaultBackoff    = 50 * time.Millisecond
+	defaultMaxBackoff = time.Second
+	defaultTimeout    = 5 * time.Second
+
+	// maxErrorBody bounds how much of an error response is read: the JSON
+	// error is small, anything longer is a proxy's HTML page or garbage.
+	maxErrorBody = 64 << 10
+	// maxResponse bounds a decoded JSON answer (an entity with a 1536-wide
+	// embedding is ~20 KiB); it stops a broken server from exhausting the
+	// caller's memory.
+	maxResponse = 64 << 20
+)
+
+// Client talks to one tidal-server node. It is safe for concurrent use and
+// keeps connections alive between calls.
+type Client struct {
+	base       string
+	hc         *http.Client
+	transport  *http.Transport // nil when the caller supplied the http.Client
+	retries    int
+	backoff    time.Duration
+	maxBackoff time.Duration
+	timeout    time.Duration
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient makes the client send through hc instead of its own tuned
+// transport. The per-attempt timeout still applies; hc.Timeout, if set,
+// bounds each attempt too.
+func WithHTTPClient(hc *http.Client) Option {
+	return func(c *Client) { c.hc, c.transport = hc, nil }
+}
+
+// WithRetries sets how many times a failed attempt is retried (0: never);
+// the default is 2, three attempts in all.
+func WithRetries(n int) Option {
+	return func(c *Client) { c.retries = max(n, 0) }
+}
+
+// WithBackoff sets the wait before the first retry (base) and the cap on
+// later ones (max); each retry doubles the wait, then picks uniformly in
+// its upper half so that clients retrying together spread out.
+func WithBackoff(base, max time.Duration) Option {
+	return func(c *Client) { c.backoff, c.maxBackoff = base, max }
+}
+
+// WithTimeout bounds each attempt (0: no bound beyond the context). For
+// streaming calls (AuditEvents, Backup) it bounds the wait for the response
+// headers only, so a long stream is not cut off.
+func WithTimeout(perAttempt time.Duration) Option {
+	return func(c *Client) { c.timeout = perAttempt }
+}
+
+// New returns a client for the node at addr, "127.0.0.1:7070" or
+// "http://127.0.0.1:7070".
+func New(addr string, opts ...Option) *Client {
+	base := strings.TrimRight(addr, "/")
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	t := &http.Transport{
+		// No proxy from the environment: tidal traffic is node-local or
+		// cluster-internal, and a stray HTTP_PROXY would reroute a test.
+		Proxy: nil,
+		DialContext: (&net.Dialer{
+			Timeout:   5 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		// Load generators run hundreds of concurrent requests against one
+		// node; every connection they return must stay reusable.
+		MaxIdleConns:        0, // no global cap
+		MaxIdleConnsPerHost: 1024,
+		IdleConnTimeout:     90 * time.Second,
+		// Local traffic: compressing costs CPU and saves nothing.
+		DisableCompression: true,
+	}
+	c := &Client{
+		base:       base,
+		hc:         &http.Client{Transport: t},
+		transport:  t,
+		retries:    defaultRetries,
+		backoff:    defaultBackoff,
+		maxBackoff: defaultMaxBackoff,
+		timeout:    defaultTimeout,
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Addr returns the base URL the client sends to.
+func (c *Client) Addr() string { return c.base }
+
+// CloseIdleConnections closes the keep-alive connections the client holds
+// open. The client stays usable.
+func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
+
+// request describes one API call; its body is encoded once and resent
+// byte for byte on every attempt.
+type request struct {
+	method string
+	path   string
+	query  url.Values
+	body   []byte // nil: no body
+	// probe calls (healthz, readyz) report the node's state as it is; a
+	// retry would only delay the answer.
+	probe bool
+	// stream calls hand the open body to the caller; the per-attempt
+	// timeout stops once the headers are in.
+	stream bool
+}
+
+func (r *request) op() string { return r.method + " " + r.path }
+
+// jsonRequest encodes v as the body of a request.
+func jsonRequest(method, path string, v any) (*request, error) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("tidal: %s %s: encoding request: %w", method, path, err)
+	}
+	return &request{method: method, path: path, body: body}, nil
+}
+
+// do runs r with retries. handle is called with each 2xx response and its
+// error is final; do closes the body afterwards. It returns the number of
+// attempts made.
+func (c *Client) do(ctx context.Context, r *request, handle func(*http.Response) error) (int, error) {
+	var (
+		attempts   int
+		indefinite bool
+		last       error
+	)
+	fail := func(err error) (int, error) {
+		return attempts, &RequestError{Op: r.op(), Attempts: attempts, Indefinite: indefinite, Err: err}
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			if last != nil {
+				return fail(last)
+			}
+			return fail(err)
+		}
+		attempts++
+		retry, maybeApplied, err := c.attempt(ctx, r, handle)
+		indefinite = indefinite || maybeApplied
+		if err == nil {
+			return attempts, nil
+		}
+		last = err
+		if !retry || r.probe || attempts > c.retries || ctx.Err() != nil {
+			return fail(err)
+		}
+		wait := c.wait(attempts)
+		if ae := apiError(err); ae != nil && ae.RetryAfter > wait {
+			wait = ae.RetryAfter
+		}
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
+			return fail(err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fail(err)
+		case <-t.C:
+		}
+	}
+}
+
+// wait returns the backoff before retry number n (1-based).
+func (c *Client) wait(n int) time.Duration {
+	d := c.backoff
+	for i := 1; i < n && d < c.maxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, c.maxBackoff)
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2)
+}
+
+// attempt sends r once. retry says whether another attempt may succeed;
+// maybeApplied whether this one may have changed the server's state.
+func (c *Client) attempt(ctx context.Context, r *request, handle func(*http.Response) error) (retry, maybeApplied bool, err error) {
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var timer *time.Timer
+	if c.timeout > 0 {
+		timer = time.AfterFunc(c.timeout, func() { cancel(errAttemptTimeout) })
+		defer timer.Stop()
+	}
+	// timedOut wraps err with the attempt timeout when that is what cut it
+	// short, so IsTimeout sees it.
+	timedOut := func(err error) error {
+		if context.Cause(actx) == errAttemptTimeout && ctx.Err() == nil {
+			return fmt.Errorf("%w after %s: %w", errAttemptTimeout, c.timeout, err)
+		}
+		return err
+	}
+
+	u := c.base + r.path
+	if len(r.query) > 0 {
+		u += "?" + r.query.Encode()
+	}
+	var body io.Reader
+	if r.body != nil {
+		body = bytes.NewReader(r.body)
+	}
+	req, err := http.NewRequestWithContext(actx, r.method, u, body)
+	if err != nil {
+		return false, false, fmt.Errorf("building request: %w", err)
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "tidal-client/1")
+	if r.body != nil {
+		req.Header.Set("Content-Type", "application/json")
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(r.body)), nil }
+		// Every tidal write is idempotent by its ids. Declaring it lets
+		// net/http resend on a keep-alive connection the server closed
+		// before reading the request, without an application-level retry.
+		// (A nil value marks the request without sending a header.)
+		req.Header["Idempotency-Key"] = nil
+	}
+
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			// The caller gave up; whatever was sent may have landed.
+			return false, true, err
+		}
+		return true, !neverSent(err), timedOut(err)
+	}
+	defer func() {
+		// Drain a little so the connection goes back to the pool.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
+		resp.Body.Close()
+	}()
+
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		ae := decodeError(r.op(), resp)
+		switch {
+		case resp.StatusCode == http.StatusServiceUnavailable:
+			return true, false, ae
+		case resp.StatusCode == http.StatusGatewayTimeout:
+			return true, true, ae
+		case resp.StatusCode >= 500:
+			return false, true, ae
+		default:
+			return false, false, ae
+		}
+	}
+	if r.stream && timer != nil {
+		timer.Stop()
+	}
+	if err := handle(resp); err != nil {
+		// The server answered 2xx, so a write took effect whatever went
+		// wrong reading the answer; a plain read can simply be asked again.
+		read := r.method == http.MethodGet
+		return read && !r.stream, !read, timedOut(err)
+	}
+	return false, false, nil
+}
+
+// neverSent reports whether a transport error happened before the request
+// could reach the server: the connection was refused or never dialled.
+func neverSent(err error) bool {
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// wireError is the server's error body.
+type wireError struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+		Field   string `json:"field"`
+	} `json:"error"`
+}
+
+func decodeError(op string, resp *http.Response) *APIError {
+	ae := &APIError{Op: op, Status: resp.StatusCode, RetryAfter: retryAfter(resp.Header.Get("Retry-After"))}
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	var we wireError
+	if json.Unmarshal(raw, &we) == nil && we.Error.Code != "" {
+		ae.Code, ae.Message, ae.Field = we.Error.Code, we.Error.Message, we.Error.Field
+		return ae
+	}
+	// Not our JSON (a proxy, a panic page): keep what helps a human.
+	ae.Code = codeForStatus(resp.StatusCode)
+	ae.Message = strings.TrimSpace(string(raw))
+	if len(ae.Message) > 200 {
+		ae.Message = ae.Message[:200] + "..."
+	}
+	if ae.Message == "" {
+		ae.Message = http.StatusText(resp.StatusCode)
+	}
+	return ae
+}
+
+func codeForStatus(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return CodeInvalidArgument
+	case http.StatusNotFound:
+		return CodeNotFound
+	case http.StatusConflict:
+		return CodeConflict
+	case http.StatusRequestEntityTooLarge:
+		return CodeTooLarge
+	case http.StatusUnsupportedMediaType:
+		return CodeUnsupportedMediaType
+	case http.StatusServiceUnavailable:
+		return CodeUnavailable
+	case http.StatusGatewayTimeout:
+		return CodeTimeout
+	}
+	return CodeInternal
+}
+
+// retryAfter parses a Retry-After header: delay-seconds or an HTTP date.
+func retryAfter(v string) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32); err == nil {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(time.Until(t), 0)
+	}
+	return 0
+}
+
+// decodeJSON decodes a bounded response body into v.
+func decodeJSON(resp *http.Response, v any) error {
+	dec := json.NewDecoder(io.LimitReader(resp.Body, maxResponse))
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("decoding %d response: %w", resp.StatusCode, err)
+	}
+	return nil
+}
