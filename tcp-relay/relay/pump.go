@@ -2,11 +2,13 @@ package relay
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"os"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -33,6 +35,10 @@ type pump struct {
 	snap  *snapshot
 	flows []liveFlow // flows of snap acting on this direction of c, in install order
 
+	srcRaw, dstRaw syscall.RawConn
+	pipe           *kernelPipe // splice(2) buffer, created on first use
+	noSplice       bool        // splice unavailable: the loop copies instead
+
 	buf          []byte
 	pending      []chunk
 	pendingBytes int
@@ -44,18 +50,63 @@ type liveFlow struct {
 	f  flow
 }
 
-func newPump(c *conn, dir Direction, src, dst *net.TCPConn, bytes *atomic.Uint64) *pump {
-	return &pump{c: c, dir: dir, src: src, dst: dst, bytes: bytes,
+func newPump(c *conn, dir Direction, src, dst *net.TCPConn, bytes *atomic.Uint64) (*pump, error) {
+	p := &pump{c: c, dir: dir, src: src, dst: dst, bytes: bytes,
 		rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+	var err error
+	if p.srcRaw, err = src.SyscallConn(); err != nil {
+		return nil, fmt.Errorf("relay %s: raw %s source: %w", c.r.cfg.Name, dir, err)
+	}
+	if p.dstRaw, err = dst.SyscallConn(); err != nil {
+		return nil, fmt.Errorf("relay %s: raw %s destination: %w", c.r.cfg.Name, dir, err)
+	}
+	return p, nil
+}
+
+// guardedRead runs read (a non-blocking syscall on src's descriptor)
+// only while p.snap is the relay's current fault set, and waits for
+// src to become readable when read reports EAGAIN. It reports stale
+// instead of reading when the set changed.
+//
+// The check and the syscall happen under the relay's gate (read side),
+// and Apply swaps the set under the gate's write side: so no byte is
+// read under an old set once Apply has swapped, even by a pump that was
+// already past Go's own deadline check. The syscall never blocks, so the
+// gate is held for microseconds and Apply cannot hang on it.
+func (p *pump) guardedRead(read func(fd int) (int, error)) (n int, stale bool, err error) {
+	var rerr error
+	err = p.srcRaw.Read(func(fd uintptr) bool {
+		p.c.r.gate.RLock()
+		defer p.c.r.gate.RUnlock()
+		if p.c.r.snap.Load() != p.snap {
+			stale = true
+			return true
+		}
+		for {
+			n, rerr = read(int(fd))
+			if rerr != syscall.EINTR {
+				break
+			}
+		}
+		return rerr != syscall.EAGAIN
+	})
+	if err == nil {
+		err = rerr
+	}
+	if err != nil {
+		n = 0
+	}
+	return n, stale, err
 }
 
 func (p *pump) run() {
+	defer p.pipe.close()
 	for !p.c.isDone() {
 		// Deadline first, then the fault set: see the package invariant.
 		_ = p.src.SetReadDeadline(time.Time{})
 		p.sync()
 		var more bool
-		if len(p.flows) == 0 && len(p.pending) == 0 && !p.eof {
+		if len(p.flows) == 0 && len(p.pending) == 0 && !p.eof && !p.noSplice {
 			more = p.splice()
 		} else {
 			more = p.step()
@@ -100,25 +151,6 @@ func (p *pump) sync() {
 	p.c.forget(s)
 }
 
-// splice copies with no fault active. It returns false when the direction
-// is finished.
-func (p *pump) splice() bool {
-	lr := io.LimitedReader{R: p.src, N: spliceRound}
-	n, err := p.dst.ReadFrom(&lr)
-	p.bytes.Add(uint64(n))
-	switch {
-	case err == nil && lr.N > 0: // src at EOF
-		_ = p.dst.CloseWrite()
-		return false
-	case err == nil:
-		return true
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return true // kicked: reload the fault set
-	}
-	p.fail(err)
-	return false
-}
-
 // step does one unit of work of the fault-aware loop: write (part of) the
 // oldest pending chunk, or read one chunk, or wait. It returns false when
 // the direction is finished.
@@ -159,13 +191,16 @@ func (p *pump) step() bool {
 	// wake may be zero (no deadline): the only thing to wait for is data
 	// or a kick.
 	_ = p.src.SetReadDeadline(wake)
-	if p.c.r.snap.Load() != p.snap {
-		return true // changed between sync and the deadline: re-sync first
-	}
 	if p.buf == nil {
 		p.buf = make([]byte, readSize)
 	}
-	n, err := p.src.Read(p.buf)
+	n, stale, err := p.guardedRead(func(fd int) (int, error) { return syscall.Read(fd, p.buf) })
+	if stale {
+		return true
+	}
+	if n == 0 && err == nil {
+		err = io.EOF
+	}
 	if n > 0 {
 		p.pending = append(p.pending, chunk{readAt: time.Now(), seed: 2*p.rng.Float64() - 1, data: append([]byte(nil), p.buf[:n]...)})
 		p.pendingBytes += n
@@ -173,7 +208,7 @@ func (p *pump) step() bool {
 	switch {
 	case err == nil:
 	case errors.Is(err, os.ErrDeadlineExceeded):
-	case errors.Is(err, io.EOF):
+	case err == io.EOF:
 		p.eof = true
 	default:
 		p.fail(err)

@@ -2,23 +2,22 @@
 // one upstream address, and injects faults into the forwarded streams.
 //
 // Each connection is pumped by two goroutines, one per direction. While no
-// fault covers a direction its pump hands both *net.TCPConn to
-// TCPConn.ReadFrom, which on Linux moves the bytes with splice(2) and never
-// copies them through user space. When the fault set changes the relay
-// "kicks" every connection by setting the read deadline of both sockets in
-// the past: a blocked splice or read returns at once, the pump reloads the
-// fault set and continues in the mode it calls for (the fault-aware loop in
-// pump.go, or splice again once the faults are gone).
+// fault covers a direction its pump moves bytes with splice(2) through a
+// kernel pipe, never copying them through user space (splice_linux.go).
+// Otherwise the fault-aware loop in pump.go reads chunks, lets each fault's
+// flow hold, delay, slice, meter or cut them, and writes them on.
 //
-// Invariant (what makes a change take effect when the call returns): a pump
-// clears or sets its source's read deadline *before* loading the fault
-// set, and Apply stores the fault set *before* kicking. So either the pump
-// loaded the new set, or the kick lands after the pump's own deadline
-// update and interrupts its next read. In both cases no byte is read under
-// the old set after Apply returns; bytes read earlier are in flight and are
-// delivered as they would have been (TCP streams never get holes). Apply
-// only stores a pointer and sets deadlines, so it cannot hang however busy
-// or stuck the connections are.
+// Invariant — a change has taken effect on existing connections when
+// Apply returns: every read syscall of every pump runs under the relay's
+// gate (read side) and only after checking that the pump's fault set is
+// still current; Apply swaps the set under the gate's write side. So once
+// Apply has swapped, no pump reads another byte under the old set. Pumps
+// waiting for data are woken by a read deadline in the past (a "kick"),
+// which Apply sets on both sockets of every connection after the swap.
+// Bytes read before the swap are in flight and are delivered as they would
+// have been (TCP streams never get holes). Apply holds the gate only
+// against non-blocking syscalls and never waits for a pump, so it cannot
+// hang however busy or stuck the connections are.
 package relay
 
 import (
@@ -89,6 +88,8 @@ type Relay struct {
 	cancel context.CancelFunc
 
 	snap atomic.Pointer[snapshot]
+	// gate orders fault-set swaps against reads; see pump.guardedRead.
+	gate sync.RWMutex
 
 	mu     sync.Mutex // guards conns, nextID, closed; orders snapshot swaps with conn registration
 	conns  map[*conn]struct{}
@@ -231,7 +232,9 @@ func (r *Relay) Apply(remove []string, add []Fault) (time.Time, error) {
 			resets = append(resets, in)
 		}
 	}
+	r.gate.Lock()
 	r.snap.Store(&snapshot{faults: next, maxID: r.nextID, changed: make(chan struct{})})
+	r.gate.Unlock()
 	conns := make([]*conn, 0, len(r.conns))
 	for c := range r.conns {
 		conns = append(conns, c)
@@ -345,13 +348,20 @@ func (r *Relay) serve(client *net.TCPConn) {
 		}
 	}
 
-	up := newPump(c, Upstream, client, c.server, &r.up)
-	down := newPump(c, Downstream, c.server, client, &r.down)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); up.run() }()
-	down.run()
-	wg.Wait()
+	up, err := newPump(c, Upstream, client, c.server, &r.up)
+	if err == nil {
+		var down *pump
+		if down, err = newPump(c, Downstream, c.server, client, &r.down); err == nil {
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() { defer wg.Done(); up.run() }()
+			down.run()
+			wg.Wait()
+		}
+	}
+	if err != nil {
+		r.log.Warn("connection dropped", "err", err)
+	}
 	c.shutdown(false, false)
 
 	r.mu.Lock()
