@@ -38,7 +38,7 @@ type Ledger struct {
 	entities map[uint64]*entityState
 	keys     int // (entity, signal) pairs with at least one event
 	buckets  int // window buckets held, over all keys
-	cur, old map[string]idRecord
+	cur, old *generation
 
 	// class is Apply's scratch: per event, the signal index to fold or
 	// isDuplicate. Guarded by mu (exclusive).
@@ -122,8 +122,8 @@ func (l *Ledger) reset() {
 	l.applied = 0
 	l.entities = map[uint64]*entityState{}
 	l.keys, l.buckets = 0, 0
-	l.cur = map[string]idRecord{}
-	l.old = map[string]idRecord{}
+	l.cur = newGeneration()
+	l.old = newGeneration()
 }
 
 // Schema returns the schema the ledger was built with.
@@ -163,7 +163,7 @@ func (l *Ledger) Apply(index, term uint64, events []Event) (Result, error) {
 			res.Duplicates++
 			continue
 		}
-		l.cur[e.ID] = idRecord{index: index, term: term, entity: e.Entity, weight: e.Weight, pos: uint32(i), signal: uint16(si)}
+		l.cur.add(e.ID, idRecord{index: index, term: term, entity: e.Entity, weight: e.Weight, pos: uint32(i), signal: uint16(si)})
 		l.fold(e, int(si))
 		res.Applied++
 	}
@@ -171,9 +171,9 @@ func (l *Ledger) Apply(index, term uint64, events []Event) (Result, error) {
 	// Rotate at the entry boundary, by count of ids, never by time: the
 	// generation that is dropped holds only ids older than the
 	// IDsPerGeneration ids now in the previous generation.
-	if len(l.cur) >= l.idsPerGen {
+	if l.cur.len() >= l.idsPerGen {
 		l.old = l.cur
-		l.cur = make(map[string]idRecord, l.idsPerGen)
+		l.cur = newGeneration()
 	}
 	return res, nil
 }
@@ -251,11 +251,10 @@ func (l *Ledger) conflict(i int, e *Event, prev Location) error {
 }
 
 func (l *Ledger) remembered(id string) (idRecord, bool) {
-	if rec, ok := l.cur[id]; ok {
+	if rec, ok := l.cur.get(id); ok {
 		return rec, true
 	}
-	rec, ok := l.old[id]
-	return rec, ok
+	return l.old.get(id)
 }
 
 func (l *Ledger) fold(e *Event, si int) {
@@ -544,21 +543,11 @@ func (l *Ledger) Lookup(id string) (Location, bool) {
 // does not hold up Apply.
 func (l *Ledger) AuditEvents(fn func(Location) error) error {
 	l.mu.RLock()
-	locs := make([]Location, 0, len(l.old)+len(l.cur))
-	for _, gen := range []map[string]idRecord{l.old, l.cur} {
-		start := len(locs)
-		for id, rec := range gen {
-			locs = append(locs, l.location(id, rec))
+	locs := make([]Location, 0, l.old.len()+l.cur.len())
+	for _, gen := range []*generation{l.old, l.cur} {
+		for _, r := range gen.order {
+			locs = append(locs, l.location(r.id, r.idRecord))
 		}
-		// Every id of old precedes every id of cur, so sorting each
-		// generation on its own orders the whole.
-		part := locs[start:]
-		sort.Slice(part, func(i, j int) bool {
-			if part[i].Index != part[j].Index {
-				return part[i].Index < part[j].Index
-			}
-			return part[i].Position < part[j].Position
-		})
 	}
 	l.mu.RUnlock()
 	for _, loc := range locs {
@@ -589,8 +578,8 @@ func (l *Ledger) Stats() Stats {
 		Entities:         len(l.entities),
 		Keys:             l.keys,
 		Buckets:          l.buckets,
-		IDs:              len(l.cur) + len(l.old),
-		IDsCurrent:       len(l.cur),
+		IDs:              l.cur.len() + l.old.len(),
+		IDsCurrent:       l.cur.len(),
 		IDsPerGeneration: l.idsPerGen,
 	}
 }

@@ -124,42 +124,18 @@ func (l *Ledger) encode(e *encoder) {
 			return
 		}
 	}
-	for _, gen := range []map[string]idRecord{l.old, l.cur} {
-		type entry struct {
-			id  string
-			rec idRecord
-		}
-		entries := make([]entry, 0, len(gen))
-		for id, rec := range gen {
-			entries = append(entries, entry{id, rec})
-		}
-		slices.SortFunc(entries, func(a, b entry) int {
-			if a.rec.index != b.rec.index {
-				return cmpUint(a.rec.index, b.rec.index)
-			}
-			return cmpUint(uint64(a.rec.pos), uint64(b.rec.pos))
-		})
-		e.uvarint(uint64(len(entries)))
-		for _, en := range entries {
-			e.str(en.id)
-			e.uvarint(en.rec.index)
-			e.uvarint(en.rec.term)
-			e.uvarint(uint64(en.rec.pos))
-			e.uvarint(en.rec.entity)
-			e.uvarint(uint64(en.rec.signal))
-			e.f64(en.rec.weight)
+	for _, gen := range []*generation{l.old, l.cur} {
+		e.uvarint(uint64(gen.len()))
+		for _, r := range gen.order {
+			e.str(r.id)
+			e.uvarint(r.index)
+			e.uvarint(r.term)
+			e.uvarint(uint64(r.pos))
+			e.uvarint(r.entity)
+			e.uvarint(uint64(r.signal))
+			e.f64(r.weight)
 		}
 	}
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // encoder buffers the encoding and feeds it to the hash and, when w is
@@ -307,9 +283,10 @@ func (l *Ledger) decode(d *decoder) error {
 		}
 		l.entities[id] = ent
 	}
-	for g, gen := range []map[string]idRecord{l.old, l.cur} {
+	var last idRecord
+	seen := false
+	for g, gen := range []*generation{l.old, l.cur} {
 		n := d.uvarint()
-		var last idRecord
 		for i := uint64(0); i < n && d.err == nil; i++ {
 			id := d.str()
 			rec := idRecord{index: d.uvarint(), term: d.uvarint()}
@@ -318,24 +295,25 @@ func (l *Ledger) decode(d *decoder) error {
 			if d.err != nil {
 				break
 			}
+			if rec.index > l.applied {
+				return fmt.Errorf("id %q at index %d, above the applied index %d", id, rec.index, l.applied)
+			}
 			if pos >= MaxBatchLen || sig >= uint64(len(l.sigs)) {
 				return fmt.Errorf("id %q: position %d or signal index %d out of range", id, pos, sig)
 			}
 			rec.pos, rec.signal = uint32(pos), uint16(sig)
-			if i > 0 && (rec.index < last.index || rec.index == last.index && rec.pos <= last.pos) {
+			// Log order across both generations: old precedes cur.
+			if seen && (rec.index < last.index || rec.index == last.index && rec.pos <= last.pos) {
 				return fmt.Errorf("id %q at (%d, %d) follows (%d, %d): expected ascending log order", id, rec.index, rec.pos, last.index, last.pos)
 			}
-			last = rec
-			if _, dup := l.old[id]; dup {
+			last, seen = rec, true
+			if _, dup := l.remembered(id); dup {
 				return fmt.Errorf("id %q remembered twice", id)
 			}
-			if _, dup := l.cur[id]; dup {
-				return fmt.Errorf("id %q remembered twice", id)
-			}
-			gen[id] = rec
+			gen.add(id, rec)
 		}
-		if g == 1 && len(l.cur) >= l.idsPerGen {
-			return fmt.Errorf("current id generation holds %d ids, expected fewer than %d (it rotates when full)", len(l.cur), l.idsPerGen)
+		if g == 1 && l.cur.len() >= l.idsPerGen {
+			return fmt.Errorf("current id generation holds %d ids, expected fewer than %d (it rotates when full)", l.cur.len(), l.idsPerGen)
 		}
 	}
 	if d.err != nil {
