@@ -1,0 +1,112 @@
+package history
+
+import "encoding/json"
+
+// Event is one signal event of a ledger write, as the client sent it. Its
+// ID is unique across the whole run (the ledger checker relies on that to
+// tell a lost write from a doubled one).
+type Event struct {
+	ID     string  `json:"id"`
+	Entity uint64  `json:"entity"`
+	Signal string  `json:"signal"`
+	Weight float64 `json:"weight,omitempty"`
+}
+
+// WriteValue is the value of an FWrite op: one POST /v1/signals batch. The
+// batch is one raft entry, so its events land together or not at all.
+type WriteValue struct {
+	Events []Event `json:"events"`
+}
+
+// AddValue is the value of an FAdd op: add Delta to the counter of entity
+// Key, realised as events with the listed ids.
+type AddValue struct {
+	Key   uint64   `json:"key"`
+	Delta int64    `json:"delta"`
+	IDs   []string `json:"ids,omitempty"`
+}
+
+// ReadValue is the value of an FRead op. Value is null on the invoke and
+// on fail/info completions, and the observed counter on ok.
+type ReadValue struct {
+	Key   uint64 `json:"key"`
+	Value *int64 `json:"value"`
+}
+
+// PutEmbeddingValue is the value of an FPutEmbedding op. Hash identifies
+// the vector (the workload's choice of digest), so reads can be compared
+// without storing vectors in the history.
+type PutEmbeddingValue struct {
+	Entity uint64 `json:"entity"`
+	ID     string `json:"id"`
+	Dim    int    `json:"dim"`
+	Hash   string `json:"hash"`
+}
+
+// GetEmbeddingValue is the value of an FGetEmbedding op; Hash is empty on
+// the invoke and when the entity has no embedding.
+type GetEmbeddingValue struct {
+	Entity uint64 `json:"entity"`
+	Hash   string `json:"hash,omitempty"`
+}
+
+// Faults. The nemesis records each fault as three ops of process Nemesis:
+//
+//	invoke  f="partition" value=FaultValue   the request, when it was made
+//	ok      f="partition" value=FaultValue   the moment it took effect
+//	                                         (fail: it never did; info: unknown)
+//	... later ...
+//	invoke  f="heal-partition"               the heal request
+//	ok      f="heal-partition"               the moment the heal took effect
+//
+// The window of a fault runs from its invoke to the ok of the next heal of
+// the same f (HealOf), or of HealAll. A fault that is over by the time it
+// completes (leader transfer, restart) sets Instant, and its window ends at
+// its own completion. A fault never healed stays open to the end of the
+// history.
+type FaultValue struct {
+	// Kind refines F: for partitions "halves", "isolate-one",
+	// "isolate-leader", "majorities-ring", "bridge", "one-way"; for
+	// kill/pause "one", "leader", "minority"; free-form otherwise.
+	Kind string `json:"kind"`
+	// Grudge maps each node to the nodes it can no longer hear from
+	// (directed: "n1": ["n2"] cuts n2 -> n1). Partitions only.
+	Grudge map[string][]string `json:"grudge,omitempty"`
+	// Targets are the nodes the fault acts on.
+	Targets []string `json:"targets,omitempty"`
+	// Params carries fault-specific settings (latency, jitter, rate...).
+	Params  json.RawMessage `json:"params,omitempty"`
+	Instant bool            `json:"instant,omitempty"`
+}
+
+// Nemesis fault names used by the nemesis package; any other f is allowed
+// and windowed the same way.
+const (
+	FPartition      = "partition"
+	FKill           = "kill"
+	FPause          = "pause"
+	FRestart        = "restart"
+	FSlow           = "slow"
+	FTransferLeader = "transfer-leader"
+	FRemoveMember   = "remove-member"
+	FAddMember      = "add-member"
+	// HealAll ends every open fault window (the final heal of a run).
+	HealAll = "heal-all"
+)
+
+const healPrefix = "heal-"
+
+// HealOf is the f of the op that heals fault f ("partition" -> "heal-partition").
+func HealOf(f string) string { return healPrefix + f }
+
+// HealedBy returns the fault f a heal op ends, and whether f names a heal
+// at all. For HealAll it returns ("", true).
+func HealedBy(f string) (fault string, ok bool) {
+	if f == HealAll {
+		return "", true
+	}
+	if len(f) > len(healPrefix) && f[:len(healPrefix)] == healPrefix {
+		return f[len(healPrefix):], true
+	}
+	return "", false
+}
