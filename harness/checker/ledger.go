@@ -1,0 +1,427 @@
+package checker
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/bits"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/tidaldb/tidal/harness/history"
+)
+
+// AuditEntry is one line of a node's GET /v1/audit/events: an applied
+// event id and where it landed.
+type AuditEntry struct {
+	ID     string `json:"id"`
+	Index  uint64 `json:"index"`
+	Term   uint64 `json:"term"`
+	Entity uint64 `json:"entity"`
+	Signal string `json:"signal"`
+}
+
+// ReadAudit parses the NDJSON body of /v1/audit/events (or the copy the
+// run store keeps), with errors naming the line.
+func ReadAudit(r io.Reader) ([]AuditEntry, error) {
+	br := bufio.NewReaderSize(r, 256<<10)
+	var out []AuditEntry
+	for line := 1; ; line++ {
+		b, err := br.ReadBytes('\n')
+		if len(b) > 0 && !(len(b) == 1 && b[0] == '\n') {
+			var e AuditEntry
+			if jerr := json.Unmarshal(b, &e); jerr != nil {
+				return out, fmt.Errorf("audit line %d: expected {id,index,term,entity,signal}: %w", line, jerr)
+			}
+			if e.ID == "" {
+				return out, fmt.Errorf("audit line %d: expected a non-empty id, found %s", line, b)
+			}
+			out = append(out, e)
+		}
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return out, fmt.Errorf("audit line %d: %w", line, err)
+		}
+	}
+}
+
+// FaultMargin is how far around an anomaly the checkers look for faults
+// to blame.
+const FaultMargin = 5 * time.Second
+
+// Anomalies counts every instance of one kind and lists the first few, in
+// history order.
+type Anomalies[T any] struct {
+	Count    int `json:"count"`
+	Examples []T `json:"examples,omitempty"`
+}
+
+func (a *Anomalies[T]) add(example func() T) {
+	a.Count++
+	if len(a.Examples) < maxExamples {
+		a.Examples = append(a.Examples, example())
+	}
+}
+
+// Ack is how a write was acknowledged.
+type Ack struct {
+	Node string `json:"node"`
+	Seq  uint64 `json:"seq"`
+	Term uint64 `json:"term"`
+	Time int64  `json:"time"` // history time of the ok
+}
+
+// WriteRef names the write an event id belonged to.
+type WriteRef struct {
+	ID      string          `json:"id"`
+	Process history.Process `json:"process"`
+	Invoke  int64           `json:"invoke"` // index of the invoke op
+	Node    string          `json:"node"`   // the node the client sent it to
+	Time    int64           `json:"time"`   // history time of the invoke
+}
+
+// LostWrite is an acknowledged event id missing from at least one node.
+type LostWrite struct {
+	WriteRef
+	Ack       Ack           `json:"ack"`
+	MissingOn []string      `json:"missing_on"`
+	PresentOn []string      `json:"present_on,omitempty"`
+	Faults    []FaultWindow `json:"faults,omitempty"` // active within FaultMargin of invoke..ack
+}
+
+// LandedWrite is an event id found on the nodes (recovered, divergent or
+// failed-but-applied).
+type LandedWrite struct {
+	WriteRef
+	Outcome   history.Type `json:"outcome"`
+	Index     uint64       `json:"index"`
+	PresentOn []string     `json:"present_on"`
+	MissingOn []string     `json:"missing_on,omitempty"`
+}
+
+// DuplicatedID is an event id applied more than once on a node, or at
+// different log indexes on different nodes.
+type DuplicatedID struct {
+	ID      string              `json:"id"`
+	Reason  string              `json:"reason"` // "twice-on-node" or "index-mismatch"
+	Indexes map[string][]uint64 `json:"indexes"`
+}
+
+// UnexpectedID is an applied event id no client ever sent.
+type UnexpectedID struct {
+	ID    string   `json:"id"`
+	Index uint64   `json:"index"`
+	Nodes []string `json:"nodes"`
+}
+
+// AckMismatch is an ok write whose ack names a log index other than the
+// one its id landed at. It is reported, not judged: a proposal the server
+// re-proposed can be acknowledged at its no-op second copy.
+type AckMismatch struct {
+	WriteRef
+	Ack   Ack    `json:"ack"`
+	Index uint64 `json:"index"`
+}
+
+// LedgerDetails is the Details of a Ledger result.
+type LedgerDetails struct {
+	Nodes     []string                `json:"nodes"`               // audited
+	Unaudited []string                `json:"unaudited,omitempty"` // down, not expected to hold writes
+	Outcomes  map[history.Type]int    `json:"outcomes"`            // write ops by outcome
+	IDs       int                     `json:"ids"`                 // distinct event ids sent
+	Acked     int                     `json:"acked"`               // ids with an ok write
+	Lost      Anomalies[LostWrite]    `json:"lost"`
+	Dup       Anomalies[DuplicatedID] `json:"duplicated"`
+	Unexp     Anomalies[UnexpectedID] `json:"unexpected"`
+	Recovered Anomalies[LandedWrite]  `json:"recovered"`          // info writes that landed everywhere
+	NotLanded int                     `json:"info_not_applied"`   // info writes found nowhere
+	FailedApp Anomalies[LandedWrite]  `json:"failed_but_applied"` // fail writes found somewhere
+	Divergent Anomalies[LandedWrite]  `json:"divergent"`          // unacked ids on some nodes only
+	AckIndex  Anomalies[AckMismatch]  `json:"ack_index_mismatch"` // informational
+	Faults    []FaultWindow           `json:"faults,omitempty"`
+}
+
+// ledgerID is what the checker knows about one event id.
+type ledgerID struct {
+	pair    int32 // the write that decides its outcome (first ok, else first info, else first fail)
+	outcome history.Type
+	sends   int32  // how many write ops carried it
+	seen    uint64 // bit per audited node that holds it
+	index   uint64 // index on the first node it was seen on
+	dup     bool   // twice on one node
+	diverge bool   // different indexes on different nodes
+}
+
+func outcomeRank(t history.Type) int {
+	switch t {
+	case history.OK:
+		return 3
+	case history.Info:
+		return 2
+	case history.Fail:
+		return 1
+	}
+	return 0
+}
+
+// writeIDs returns the event ids a client op sends: the events of a
+// ledger write, the ids of a counter add.
+func writeIDs(op history.Op) ([]string, bool, error) {
+	switch op.F {
+	case history.FWrite:
+		v, err := history.Decode[history.WriteValue](op)
+		if err != nil {
+			return nil, true, err
+		}
+		ids := make([]string, len(v.Events))
+		for i, e := range v.Events {
+			ids[i] = e.ID
+		}
+		return ids, true, nil
+	case history.FAdd:
+		v, err := history.Decode[history.AddValue](op)
+		return v.IDs, true, err
+	}
+	return nil, false, nil
+}
+
+// Ledger checks that every acknowledged write is present exactly once on
+// every audited node after the cluster healed and quiesced, and accounts
+// for everything else that landed.
+//
+// audits maps node name to that node's /v1/audit/events. Nodes in down
+// (removed, or dead for good) are not expected to hold writes; their
+// audits, if any, are ignored. Invalid on any lost, duplicated,
+// unexpected, failed-but-applied or divergent (present on some nodes
+// only) id. It assumes event ids are unique per write, as the workloads
+// generate them; a retry reuses the ids of the write it retries.
+func Ledger(ops []history.Op, audits map[string][]AuditEntry, down []string) Result {
+	const name = "ledger"
+	pairs, err := history.Pairs(ops)
+	if err != nil {
+		return unknown(name, "cannot pair the history: %v", err)
+	}
+	windows, err := FaultWindows(ops)
+	if err != nil {
+		return unknown(name, "cannot derive fault windows: %v", err)
+	}
+	d := LedgerDetails{Outcomes: map[history.Type]int{}, Faults: windows}
+
+	isDown := map[string]bool{}
+	for _, n := range down {
+		isDown[n] = true
+	}
+	for n := range audits {
+		if !isDown[n] {
+			d.Nodes = append(d.Nodes, n)
+		}
+	}
+	sort.Strings(d.Nodes)
+	d.Unaudited = append([]string(nil), down...)
+	sort.Strings(d.Unaudited)
+	if len(d.Nodes) == 0 {
+		return Result{Name: name, Valid: Unknown, Summary: "no node was audited", Details: d}
+	}
+	if len(d.Nodes) > 64 {
+		return unknown(name, "audited %d nodes; the checker handles at most 64", len(d.Nodes))
+	}
+	all := uint64(1)<<len(d.Nodes) - 1
+
+	// What the clients sent, and the best outcome each id got.
+	ids := make(map[string]*ledgerID)
+	var order []string // ids in first-send order, for deterministic examples
+	for i, p := range pairs {
+		if !p.Invoke.Process.IsClient() {
+			continue
+		}
+		sent, isWrite, err := writeIDs(p.Invoke)
+		if err != nil {
+			return unknown(name, "%v", err)
+		}
+		if !isWrite {
+			continue
+		}
+		d.Outcomes[p.Type()]++
+		for _, id := range sent {
+			li := ids[id]
+			if li == nil {
+				li = &ledgerID{pair: int32(i), outcome: p.Type()}
+				ids[id] = li
+				order = append(order, id)
+			} else if outcomeRank(p.Type()) > outcomeRank(li.outcome) {
+				li.pair, li.outcome = int32(i), p.Type()
+			}
+			li.sends++
+		}
+	}
+	d.IDs = len(ids)
+
+	// What the nodes applied.
+	unexpected := make(map[string]*ledgerID)
+	var unexpOrder []string
+	for b, n := range d.Nodes {
+		bit := uint64(1) << b
+		for _, e := range audits[n] {
+			li := ids[e.ID]
+			if li == nil {
+				if li = unexpected[e.ID]; li == nil {
+					li = &ledgerID{}
+					unexpected[e.ID] = li
+					unexpOrder = append(unexpOrder, e.ID)
+				}
+			}
+			switch {
+			case li.seen&bit != 0:
+				li.dup = true
+			case li.seen == 0:
+				li.index = e.Index
+			case li.index != e.Index:
+				li.diverge = true
+			}
+			li.seen |= bit
+		}
+	}
+
+	nodesOf := func(mask uint64) []string {
+		out := make([]string, 0, bits.OnesCount64(mask))
+		for b, n := range d.Nodes {
+			if mask&(1<<b) != 0 {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	ref := func(id string, p history.Pair) WriteRef {
+		return WriteRef{ID: id, Process: p.Invoke.Process, Invoke: p.Invoke.Index, Node: p.Invoke.Node, Time: p.Invoke.Time}
+	}
+	ackOf := func(p history.Pair) Ack {
+		c := p.Completion
+		return Ack{Node: c.Node, Seq: c.Seq, Term: c.Term, Time: c.Time}
+	}
+	dupIDs := map[string]string{} // example id -> reason
+	for _, id := range order {
+		li := ids[id]
+		p := pairs[li.pair]
+		landed := func() LandedWrite {
+			return LandedWrite{WriteRef: ref(id, p), Outcome: li.outcome, Index: li.index, PresentOn: nodesOf(li.seen), MissingOn: nodesOf(all &^ li.seen)}
+		}
+		if li.dup || li.diverge {
+			reason := "index-mismatch"
+			if li.dup {
+				reason = "twice-on-node"
+			}
+			d.Dup.add(func() DuplicatedID { dupIDs[id] = reason; return DuplicatedID{ID: id, Reason: reason} })
+		}
+		switch li.outcome {
+		case history.OK:
+			d.Acked++
+			if li.seen != all {
+				d.Lost.add(func() LostWrite {
+					return LostWrite{WriteRef: ref(id, p), Ack: ackOf(p), MissingOn: nodesOf(all &^ li.seen), PresentOn: nodesOf(li.seen),
+						Faults: faultsAround(windows, p.Invoke.Time, p.Completion.Time, int64(FaultMargin))}
+				})
+			}
+			if li.seen != 0 && li.sends == 1 && p.Completion.Seq != 0 && p.Completion.Seq != li.index {
+				d.AckIndex.add(func() AckMismatch { return AckMismatch{WriteRef: ref(id, p), Ack: ackOf(p), Index: li.index} })
+			}
+		case history.Info:
+			switch li.seen {
+			case 0:
+				d.NotLanded++
+			case all:
+				d.Recovered.add(landed)
+			default:
+				d.Divergent.add(landed)
+			}
+		case history.Fail:
+			if li.seen != 0 {
+				d.FailedApp.add(landed)
+			}
+		}
+	}
+	for _, id := range unexpOrder {
+		li := unexpected[id]
+		d.Unexp.add(func() UnexpectedID { return UnexpectedID{ID: id, Index: li.index, Nodes: nodesOf(li.seen)} })
+		if li.dup || li.diverge {
+			d.Dup.add(func() DuplicatedID {
+				reason := "index-mismatch"
+				if li.dup {
+					reason = "twice-on-node"
+				}
+				dupIDs[id] = reason
+				return DuplicatedID{ID: id, Reason: reason}
+			})
+		}
+	}
+	// Second pass over the audits, only for the listed duplicates: every
+	// index each node holds them at.
+	if len(dupIDs) > 0 {
+		idx := map[string]map[string][]uint64{}
+		for _, n := range d.Nodes {
+			for _, e := range audits[n] {
+				if _, ok := dupIDs[e.ID]; ok {
+					if idx[e.ID] == nil {
+						idx[e.ID] = map[string][]uint64{}
+					}
+					idx[e.ID][n] = append(idx[e.ID][n], e.Index)
+				}
+			}
+		}
+		for i := range d.Dup.Examples {
+			d.Dup.Examples[i].Indexes = idx[d.Dup.Examples[i].ID]
+		}
+	}
+
+	valid := Valid
+	if d.Lost.Count+d.Dup.Count+d.Unexp.Count+d.FailedApp.Count+d.Divergent.Count > 0 {
+		valid = Invalid
+	}
+	return Result{Name: name, Valid: valid, Summary: ledgerSummary(&d), Details: d}
+}
+
+func ledgerSummary(d *LedgerDetails) string {
+	var parts []string
+	if d.Lost.Count > 0 {
+		l := d.Lost.Examples[0]
+		s := fmt.Sprintf("%d of %d acknowledged ids lost; first: %s acked by %s seq %d term %d at %s, missing on %s",
+			d.Lost.Count, d.Acked, l.ID, l.Ack.Node, l.Ack.Seq, l.Ack.Term, history.FormatTime(l.Ack.Time), strings.Join(l.MissingOn, ","))
+		if len(l.Faults) > 0 {
+			labels := make([]string, len(l.Faults))
+			for i, w := range l.Faults {
+				labels[i] = w.Label()
+			}
+			s += ", near " + strings.Join(labels, ", ")
+		}
+		parts = append(parts, s)
+	}
+	if d.Dup.Count > 0 {
+		e := d.Dup.Examples[0]
+		parts = append(parts, fmt.Sprintf("%d ids applied twice; first: %s (%s) %v", d.Dup.Count, e.ID, e.Reason, e.Indexes))
+	}
+	if d.FailedApp.Count > 0 {
+		e := d.FailedApp.Examples[0]
+		parts = append(parts, fmt.Sprintf("%d ids of failed writes were applied; first: %s at index %d on %s", d.FailedApp.Count, e.ID, e.Index, strings.Join(e.PresentOn, ",")))
+	}
+	if d.Divergent.Count > 0 {
+		e := d.Divergent.Examples[0]
+		parts = append(parts, fmt.Sprintf("%d unacknowledged ids landed on some nodes only; first: %s on %s, not on %s", d.Divergent.Count, e.ID, strings.Join(e.PresentOn, ","), strings.Join(e.MissingOn, ",")))
+	}
+	if d.Unexp.Count > 0 {
+		e := d.Unexp.Examples[0]
+		parts = append(parts, fmt.Sprintf("%d ids applied that no client sent; first: %s at index %d", d.Unexp.Count, e.ID, e.Index))
+	}
+	if len(parts) == 0 {
+		s := fmt.Sprintf("all %d acknowledged ids present once on %s; %d info writes recovered, %d not applied",
+			d.Acked, strings.Join(d.Nodes, ","), d.Recovered.Count, d.NotLanded)
+		if len(d.Unaudited) > 0 {
+			s += "; not audited: " + strings.Join(d.Unaudited, ",")
+		}
+		return s
+	}
+	return strings.Join(parts, "; ")
+}

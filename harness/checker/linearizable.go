@@ -1,0 +1,221 @@
+package checker
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/tidaldb/tidal/harness/history"
+)
+
+type counterInput struct {
+	read  bool
+	delta int64
+}
+
+// counterModel is a single counter starting at 0: add changes it, read
+// must return it. The checker partitions histories by key itself, so the
+// model sees one key.
+var counterModel = porcupine.Model{
+	Init: func() interface{} { return int64(0) },
+	Step: func(state, input, output interface{}) (bool, interface{}) {
+		s, in := state.(int64), input.(counterInput)
+		if in.read {
+			return output.(int64) == s, s
+		}
+		return true, s + in.delta
+	},
+	DescribeOperation: func(input, output interface{}) string {
+		in := input.(counterInput)
+		if in.read {
+			return fmt.Sprintf("read() → %d", output.(int64))
+		}
+		return fmt.Sprintf("add(%+d)", in.delta)
+	},
+	DescribeState: func(state interface{}) string { return strconv.FormatInt(state.(int64), 10) },
+}
+
+// KeyLinearizability is the outcome for one key.
+type KeyLinearizability struct {
+	Key    uint64 `json:"key"`
+	Ops    int    `json:"ops"`
+	Result string `json:"result"` // "ok", "illegal", "unknown" (timed out or not reached)
+	// Visualization is the porcupine HTML written for an illegal key.
+	Visualization string `json:"visualization,omitempty"`
+	Error         string `json:"error,omitempty"`
+}
+
+// LinearizableDetails is the Details of a Linearizable result.
+type LinearizableDetails struct {
+	Keys    []KeyLinearizability `json:"keys"`
+	Illegal int                  `json:"illegal"`
+	Unknown int                  `json:"unknown"`
+}
+
+// Linearizable checks the counter workload (add, read per key) for
+// linearizability with porcupine, one key at a time.
+//
+// An add that failed never happened and is left out; one that ended info
+// or never completed may take effect at any point after its invoke, so it
+// is given an unbounded return (which also lets it never take effect as
+// far as any read can tell). Reads that did not return ok constrain
+// nothing and are left out.
+//
+// timeout bounds the whole search (0: none); keys not settled in time are
+// unknown, and so is the result unless some key is illegal. For each
+// illegal key porcupine's HTML visualization is written to
+// outDir/linearizable-<key>.html (outDir is created if needed; empty
+// outDir writes nothing).
+func Linearizable(ops []history.Op, outDir string, timeout time.Duration) Result {
+	const name = "linearizable"
+	pairs, err := history.Pairs(ops)
+	if err != nil {
+		return unknown(name, "cannot pair the history: %v", err)
+	}
+	windows, err := FaultWindows(ops)
+	if err != nil {
+		return unknown(name, "cannot derive fault windows: %v", err)
+	}
+
+	perKey := map[uint64][]porcupine.Operation{}
+	clients := map[uint64]map[history.Process]int{} // dense porcupine client ids per key
+	for _, p := range pairs {
+		if !p.Invoke.Process.IsClient() || p.Type() == history.Fail {
+			continue
+		}
+		var key uint64
+		var in counterInput
+		var out int64
+		ret := p.Completion.Time
+		switch p.Invoke.F {
+		case history.FAdd:
+			v, err := history.Decode[history.AddValue](p.Invoke)
+			if err != nil {
+				return unknown(name, "%v", err)
+			}
+			key, in = v.Key, counterInput{delta: v.Delta}
+			if p.Type() != history.OK {
+				ret = math.MaxInt64
+			}
+		case history.FRead:
+			if p.Type() != history.OK {
+				continue
+			}
+			v, err := history.Decode[history.ReadValue](p.Completion)
+			if err != nil {
+				return unknown(name, "%v", err)
+			}
+			if v.Value == nil {
+				return unknown(name, "%s: expected an ok read to carry a value, found null", p.Completion)
+			}
+			key, in, out = v.Key, counterInput{read: true}, *v.Value
+		default:
+			continue
+		}
+		ids := clients[key]
+		if ids == nil {
+			ids = map[history.Process]int{}
+			clients[key] = ids
+		}
+		cid, ok := ids[p.Invoke.Process]
+		if !ok {
+			cid = len(ids)
+			ids[p.Invoke.Process] = cid
+		}
+		perKey[key] = append(perKey[key], porcupine.Operation{
+			ClientId: cid, Input: in, Output: out, Call: p.Invoke.Time, Return: ret,
+			Metadata: fmt.Sprintf("op %d, process %s via %s: %s", p.Invoke.Index, p.Invoke.Process, p.Invoke.Node, p.Type()),
+		})
+	}
+	keys := make([]uint64, 0, len(perKey))
+	for k := range perKey {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+
+	var d LinearizableDetails
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
+	}
+	for _, k := range keys {
+		kr := KeyLinearizability{Key: k, Ops: len(perKey[k]), Result: "unknown"}
+		budget := time.Duration(0)
+		if !deadline.IsZero() {
+			if budget = time.Until(deadline); budget <= 0 {
+				kr.Error = "not checked: the time budget ran out on earlier keys"
+				d.Unknown++
+				d.Keys = append(d.Keys, kr)
+				continue
+			}
+		}
+		res, info := porcupine.CheckOperationsVerbose(counterModel, perKey[k], budget)
+		switch res {
+		case porcupine.Ok:
+			kr.Result = "ok"
+		case porcupine.Illegal:
+			kr.Result = "illegal"
+			d.Illegal++
+			if outDir != "" {
+				path := filepath.Join(outDir, fmt.Sprintf("linearizable-%d.html", k))
+				if err := writeVisualization(info, windows, path); err != nil {
+					kr.Error = err.Error()
+				} else {
+					kr.Visualization = path
+				}
+			}
+		default:
+			kr.Error = fmt.Sprintf("search did not finish within %v", timeout)
+			d.Unknown++
+		}
+		d.Keys = append(d.Keys, kr)
+	}
+
+	switch {
+	case d.Illegal > 0:
+		var bad []string
+		for _, kr := range d.Keys {
+			if kr.Result == "illegal" {
+				s := strconv.FormatUint(kr.Key, 10)
+				if kr.Visualization != "" {
+					s += " (" + kr.Visualization + ")"
+				}
+				bad = append(bad, s)
+			}
+		}
+		return Result{Name: name, Valid: Invalid, Details: d, Summary: fmt.Sprintf("%d of %d keys not linearizable: %s", d.Illegal, len(keys), strings.Join(bad, ", "))}
+	case len(keys) == 0:
+		return Result{Name: name, Valid: Unknown, Details: d, Summary: "no add or read operations to check"}
+	case d.Unknown > 0:
+		return Result{Name: name, Valid: Unknown, Details: d, Summary: fmt.Sprintf("%d of %d keys undecided within %v", d.Unknown, len(keys), timeout)}
+	}
+	return Result{Name: name, Valid: Valid, Details: d, Summary: fmt.Sprintf("all %d keys linearizable", len(keys))}
+}
+
+// writeVisualization writes porcupine's HTML, with the nemesis faults as
+// a row of their own below the clients, so a reader sees what was broken
+// when.
+func writeVisualization(info porcupine.LinearizationInfo, windows []FaultWindow, path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("linearizable: visualization: %w", err)
+	}
+	anns := make([]porcupine.Annotation, 0, len(windows))
+	for _, w := range windows {
+		anns = append(anns, porcupine.Annotation{
+			Tag: "nemesis", Start: w.Start, End: w.End,
+			Description: w.Label(), Details: w.String(), BackgroundColor: "#f4c7c3",
+		})
+	}
+	info.AddAnnotations(anns)
+	if err := porcupine.VisualizePath(counterModel, info, path); err != nil {
+		return fmt.Errorf("linearizable: writing visualization %s: %w", path, err)
+	}
+	return nil
+}
