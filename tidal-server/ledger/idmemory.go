@@ -1,12 +1,17 @@
 package ledger
 
 // generation is one generation of the id memory. Apply adds ids in log
-// order, so order is sorted by (index, position) by construction: audits
-// and snapshots walk it without sorting, and byID finds an id's slot.
+// order, so they are held sorted by (index, position) by construction:
+// audits and snapshots walk them without sorting, and byID finds an id's
+// slot. Slots live in fixed-size chunks so that growing a generation to
+// hundreds of thousands of ids never copies the ones already held.
 type generation struct {
-	order []rememberedID
-	byID  map[string]uint32
+	chunks [][]rememberedID
+	n      int
+	byID   map[string]uint32
 }
+
+const chunkSize = 4096
 
 type rememberedID struct {
 	id string
@@ -17,13 +22,18 @@ func newGeneration() *generation {
 	return &generation{byID: map[string]uint32{}}
 }
 
-func (g *generation) len() int { return len(g.order) }
+func (g *generation) len() int { return g.n }
 
 // add appends an id; the caller guarantees it is absent and that (index,
 // position) is above every id already held.
 func (g *generation) add(id string, rec idRecord) {
-	g.byID[id] = uint32(len(g.order))
-	g.order = append(g.order, rememberedID{id: id, idRecord: rec})
+	if g.n%chunkSize == 0 {
+		g.chunks = append(g.chunks, make([]rememberedID, 0, chunkSize))
+	}
+	last := len(g.chunks) - 1
+	g.chunks[last] = append(g.chunks[last], rememberedID{id: id, idRecord: rec})
+	g.byID[id] = uint32(g.n)
+	g.n++
 }
 
 func (g *generation) get(id string) (idRecord, bool) {
@@ -31,5 +41,14 @@ func (g *generation) get(id string) (idRecord, bool) {
 	if !ok {
 		return idRecord{}, false
 	}
-	return g.order[i].idRecord, true
+	return g.chunks[i/chunkSize][i%chunkSize].idRecord, true
+}
+
+// each calls fn for every id in log order.
+func (g *generation) each(fn func(*rememberedID)) {
+	for _, c := range g.chunks {
+		for i := range c {
+			fn(&c[i])
+		}
+	}
 }

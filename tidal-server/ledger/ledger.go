@@ -545,9 +545,7 @@ func (l *Ledger) AuditEvents(fn func(Location) error) error {
 	l.mu.RLock()
 	locs := make([]Location, 0, l.old.len()+l.cur.len())
 	for _, gen := range []*generation{l.old, l.cur} {
-		for _, r := range gen.order {
-			locs = append(locs, l.location(r.id, r.idRecord))
-		}
+		gen.each(func(r *rememberedID) { locs = append(locs, l.location(r.id, r.idRecord)) })
 	}
 	l.mu.RUnlock()
 	for _, loc := range locs {

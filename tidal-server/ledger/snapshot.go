@@ -126,7 +126,7 @@ func (l *Ledger) encode(e *encoder) {
 	}
 	for _, gen := range []*generation{l.old, l.cur} {
 		e.uvarint(uint64(gen.len()))
-		for _, r := range gen.order {
+		gen.each(func(r *rememberedID) {
 			e.str(r.id)
 			e.uvarint(r.index)
 			e.uvarint(r.term)
@@ -134,7 +134,7 @@ func (l *Ledger) encode(e *encoder) {
 			e.uvarint(r.entity)
 			e.uvarint(uint64(r.signal))
 			e.f64(r.weight)
-		}
+		})
 	}
 }
 
