@@ -75,11 +75,11 @@ type Config struct {
 	// /admin/members: it waits to be sent the log instead of bootstrapping.
 	Join    bool
 	DataDir string
-	// DialOverrides maps node ids to the address this node dials for them,
-	// whatever the replicated membership says. The chaos harness routes
-	// every directed link through its own relay this way; the replicated
-	// address stays the one the node advertises.
-	DialOverrides map[uint64]string
+	// DialOverrides maps a peer address as the membership advertises it to
+	// the address this node dials instead. The chaos harness routes every
+	// directed link through its own relay this way, for members that exist
+	// now and for any later member that reuses a slot's address.
+	DialOverrides map[string]string
 
 	TickInterval    time.Duration // default 100ms
 	ElectionTicks   int           // default 10
@@ -340,7 +340,7 @@ func (r *Replica) setPeer(id uint64, addr string) {
 	if id == r.cfg.ID || r.cfg.Transport == nil {
 		return
 	}
-	if o, ok := r.cfg.DialOverrides[id]; ok {
+	if o, ok := r.cfg.DialOverrides[addr]; ok {
 		addr = o
 	}
 	if addr != "" {
@@ -845,11 +845,10 @@ func (r *Replica) proposeErr(err error) error {
 	case errors.Is(err, raft.ErrStopped):
 		return r.stoppedErr()
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		// raft did not take the proposal: certainly not applied.
-		if r.leader.Load() == raft.None {
-			return ErrNoLeader
-		}
-		return ErrOverloaded
+		// raft may have taken the proposal and only its answer was late:
+		// the outcome is unknown, never "certainly not applied".
+		r.metrics.ProposalsTimedOut.Inc()
+		return ErrUnknownOutcome
 	}
 	return err
 }

@@ -1,0 +1,694 @@
+// Package cluster runs a tidal cluster for tests and chaos runs: N nodes
+// started by a Backend (real OS processes, or Docker containers), every
+// peer link and every client link routed through its own relay of an
+// in-process tcp-relay mesh, and the waits a test needs (a leader, all
+// nodes caught up, all ready).
+//
+// Nodes live in slots named n1..nN. A slot keeps its addresses for the
+// whole run; the raft id in it changes only when membership churn removes
+// its member and adds the slot back as a new one (ids are never reused).
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tidaldb/tidal/tcp-relay/mesh"
+	"github.com/tidaldb/tidal/tidal-server/client"
+)
+
+// Backend starts nodes. The process backend runs tidal-server binaries;
+// the container backend runs them in Docker.
+type Backend interface {
+	Name() string
+	// Launch starts one node as spec says and returns its handle.
+	Launch(spec NodeSpec) (Handle, error)
+	// Host is the address relays and clients use to reach nodes'
+	// listeners, and the one nodes bind ("127.0.0.1" for processes).
+	Host() string
+	Close() error
+}
+
+// NodeSpec is what a backend needs to start one node.
+type NodeSpec struct {
+	Name    string
+	Dir     string   // the node's directory on the host: data/, node.log
+	Args    []string // tidal-server arguments (after the binary)
+	LogPath string
+}
+
+// Handle controls one started node.
+type Handle interface {
+	PID() int
+	Terminate(ctx context.Context) error // SIGTERM and wait
+	Kill() error                         // SIGKILL and wait
+	Pause() error                        // SIGSTOP
+	Resume() error                       // SIGCONT
+	Exited() <-chan struct{}
+	Stats() (any, error)
+}
+
+// Config describes a cluster.
+type Config struct {
+	Nodes   int // 3 or 5; any odd number
+	Backend Backend
+	Dir     string // nodes/<name>/ go here
+	// Flags are extra tidal-server flags for every node, e.g.
+	// "--snapshot-every=2000".
+	Flags  []string
+	Logger *slog.Logger
+	// StatsInterval samples each process's RSS, CPU and fds into
+	// nodes/<name>/stats.jsonl; 0 = 1s, negative = off.
+	StatsInterval time.Duration
+}
+
+// State is what the harness last did to a node.
+type State string
+
+const (
+	Running State = "running"
+	Stopped State = "stopped"
+	Killed  State = "killed"
+	Paused  State = "paused"
+	Removed State = "removed" // removed from the raft membership
+)
+
+// Node is one slot of the cluster.
+type Node struct {
+	Name string
+	// ID is the raft id currently in this slot.
+	ID uint64
+	// PeerAddr and ClientAddr are the node's real listeners; ClientRelay
+	// is where workload clients connect (through the mesh).
+	PeerAddr, ClientAddr, ClientRelay string
+	Dir                               string
+
+	joined bool
+	state  State
+	handle Handle
+}
+
+// Cluster is a running cluster. Its methods are safe for concurrent use.
+type Cluster struct {
+	cfg  Config
+	log  *slog.Logger
+	mesh *mesh.Mesh
+
+	mu     sync.Mutex
+	nodes  []*Node
+	nextID uint64
+	stopc  chan struct{}
+	wg     sync.WaitGroup
+}
+
+// FreePort returns a loopback port nothing listens on right now.
+func FreePort(host string) (string, error) {
+	l, err := net.Listen("tcp", host+":0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// New allocates addresses, builds the relay mesh and starts every node.
+func New(cfg Config) (*Cluster, error) {
+	if cfg.Nodes < 1 {
+		return nil, fmt.Errorf("cluster: nodes: expected at least 1, found %d", cfg.Nodes)
+	}
+	if cfg.Backend == nil {
+		return nil, errors.New("cluster: no backend")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.StatsInterval == 0 {
+		cfg.StatsInterval = time.Second
+	}
+	c := &Cluster{cfg: cfg, log: cfg.Logger, nextID: uint64(cfg.Nodes) + 1, stopc: make(chan struct{})}
+	host := cfg.Backend.Host()
+	meshNodes := map[string]mesh.Node{}
+	for i := 1; i <= cfg.Nodes; i++ {
+		name := "n" + strconv.Itoa(i)
+		peer, err := FreePort(host)
+		if err != nil {
+			return nil, err
+		}
+		cl, err := FreePort(host)
+		if err != nil {
+			return nil, err
+		}
+		dir := filepath.Join(cfg.Dir, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		c.nodes = append(c.nodes, &Node{Name: name, ID: uint64(i), PeerAddr: peer, ClientAddr: cl, Dir: dir, state: Stopped})
+		meshNodes[name] = mesh.Node{Peer: peer, Client: cl}
+	}
+	if cfg.Nodes >= 2 {
+		m, err := mesh.New(mesh.Config{Nodes: meshNodes, Logger: cfg.Logger})
+		if err != nil {
+			return nil, err
+		}
+		c.mesh = m
+		for _, n := range c.nodes {
+			n.ClientRelay, _ = m.ClientAddr(n.Name)
+		}
+	} else {
+		c.nodes[0].ClientRelay = c.nodes[0].ClientAddr
+	}
+	for _, n := range c.nodes {
+		if err := c.Start(n.Name); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	if cfg.StatsInterval > 0 {
+		c.wg.Add(1)
+		go c.sampleStats()
+	}
+	return c, nil
+}
+
+// Mesh is the relay mesh (nil for a single node).
+func (c *Cluster) Mesh() *mesh.Mesh { return c.mesh }
+
+// Nodes returns the slots in name order.
+func (c *Cluster) Nodes() []Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]Node, len(c.nodes))
+	for i, n := range c.nodes {
+		out[i] = *n
+	}
+	return out
+}
+
+// Names returns the slot names.
+func (c *Cluster) Names() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, n := range c.nodes {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+func (c *Cluster) node(name string) (*Node, error) {
+	for _, n := range c.nodes {
+		if n.Name == name {
+			return n, nil
+		}
+	}
+	return nil, fmt.Errorf("cluster: no node %q (have %s)", name, strings.Join(c.namesLocked(), ", "))
+}
+
+func (c *Cluster) namesLocked() []string {
+	var out []string
+	for _, n := range c.nodes {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+// State reports what the harness last did to name.
+func (c *Cluster) State(name string) State {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, err := c.node(name)
+	if err != nil {
+		return ""
+	}
+	return n.state
+}
+
+// NameOf maps a raft id to its slot name ("" if none).
+func (c *Cluster) NameOf(id uint64) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.nodes {
+		if n.ID == id {
+			return n.Name
+		}
+	}
+	return ""
+}
+
+// args builds a node's command line. --peers lists every slot's real peer
+// address (what the membership advertises); --peer-dial rewrites each to
+// the relay this node must use, so every link crosses the mesh.
+func (c *Cluster) args(n *Node) []string {
+	var peers, dial []string
+	for _, o := range c.nodes {
+		if o.state == Removed && o != n {
+			continue
+		}
+		peers = append(peers, fmt.Sprintf("%d=%s", o.ID, o.PeerAddr))
+		if o != n && c.mesh != nil {
+			r, _ := c.mesh.PeerAddr(n.Name, o.Name)
+			dial = append(dial, o.PeerAddr+"="+r)
+		}
+	}
+	args := []string{"run",
+		"--id", strconv.FormatUint(n.ID, 10),
+		"--client-addr", n.ClientAddr,
+		"--peer-addr", n.PeerAddr,
+		"--peers", strings.Join(peers, ","),
+		"--data-dir", filepath.Join(n.Dir, "data"),
+		"--log-file", filepath.Join(n.Dir, "node.log"),
+	}
+	if len(dial) > 0 {
+		args = append(args, "--peer-dial", strings.Join(dial, ","))
+	}
+	if n.joined {
+		args = append(args, "--join")
+	}
+	return append(args, c.cfg.Flags...)
+}
+
+// Start (re)starts a stopped or killed node with its existing data.
+func (c *Cluster) Start(name string) error {
+	c.mu.Lock()
+	n, err := c.node(name)
+	if err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	if n.state == Running || n.state == Paused {
+		c.mu.Unlock()
+		return fmt.Errorf("cluster: %s is %s", name, n.state)
+	}
+	spec := NodeSpec{Name: n.Name, Dir: n.Dir, Args: c.args(n), LogPath: filepath.Join(n.Dir, "stdout.log")}
+	c.mu.Unlock()
+	h, err := c.cfg.Backend.Launch(spec)
+	if err != nil {
+		return fmt.Errorf("cluster: start %s: %w", name, err)
+	}
+	c.mu.Lock()
+	n.handle = h
+	n.state = Running
+	c.mu.Unlock()
+	c.log.Info("node started", "node", name, "id", n.ID, "pid", h.PID())
+	return nil
+}
+
+func (c *Cluster) handle(name string, want ...State) (*Node, Handle, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, err := c.node(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, w := range want {
+		if n.state == w {
+			return n, n.handle, nil
+		}
+	}
+	return nil, nil, fmt.Errorf("cluster: %s is %s, expected %v", name, n.state, want)
+}
+
+func (c *Cluster) setState(n *Node, s State) {
+	c.mu.Lock()
+	n.state = s
+	c.mu.Unlock()
+}
+
+// Stop terminates a node gracefully (SIGTERM, drain).
+func (c *Cluster) Stop(ctx context.Context, name string) error {
+	n, h, err := c.handle(name, Running, Paused)
+	if err != nil {
+		return err
+	}
+	err = h.Terminate(ctx)
+	c.setState(n, Stopped)
+	return err
+}
+
+// Kill SIGKILLs a node.
+func (c *Cluster) Kill(name string) error {
+	n, h, err := c.handle(name, Running, Paused)
+	if err != nil {
+		return err
+	}
+	err = h.Kill()
+	c.setState(n, Killed)
+	c.log.Info("node killed", "node", name)
+	return err
+}
+
+// Pause SIGSTOPs a node.
+func (c *Cluster) Pause(name string) error {
+	n, h, err := c.handle(name, Running)
+	if err != nil {
+		return err
+	}
+	if err := h.Pause(); err != nil {
+		return err
+	}
+	c.setState(n, Paused)
+	return nil
+}
+
+// Resume SIGCONTs a paused node.
+func (c *Cluster) Resume(name string) error {
+	n, h, err := c.handle(name, Paused)
+	if err != nil {
+		return err
+	}
+	if err := h.Resume(); err != nil {
+		return err
+	}
+	c.setState(n, Running)
+	return nil
+}
+
+// Restart kills (if running) and starts a node again on the same data.
+func (c *Cluster) Restart(name string) error {
+	if st := c.State(name); st == Running || st == Paused {
+		if err := c.Kill(name); err != nil {
+			return err
+		}
+	}
+	return c.Start(name)
+}
+
+// Wipe deletes a stopped node's data.
+func (c *Cluster) Wipe(name string) error {
+	c.mu.Lock()
+	n, err := c.node(name)
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if st := c.State(name); st == Running || st == Paused {
+		return fmt.Errorf("cluster: wipe %s: node is %s", name, st)
+	}
+	return os.RemoveAll(filepath.Join(n.Dir, "data"))
+}
+
+// RemoveMember removes the member in slot name through another node,
+// then stops the node and wipes it: its id is gone for good.
+func (c *Cluster) RemoveMember(ctx context.Context, name string) error {
+	c.mu.Lock()
+	n, err := c.node(name)
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	via, err := c.otherRunning(name)
+	if err != nil {
+		return err
+	}
+	if err := c.AdminClient(via).RemoveMember(ctx, n.ID); err != nil {
+		return fmt.Errorf("remove member %d (%s) via %s: %w", n.ID, name, via, err)
+	}
+	if st := c.State(name); st == Running || st == Paused {
+		c.Kill(name)
+	}
+	c.setState(n, Removed)
+	return c.Wipe(name)
+}
+
+// AddMember adds slot name back as a brand-new member (new id, empty
+// data, --join) and starts it.
+func (c *Cluster) AddMember(ctx context.Context, name string) (uint64, error) {
+	c.mu.Lock()
+	n, err := c.node(name)
+	if err == nil && n.state != Removed {
+		err = fmt.Errorf("cluster: add %s: slot holds member %d (%s); remove it first", name, n.ID, n.state)
+	}
+	if err != nil {
+		c.mu.Unlock()
+		return 0, err
+	}
+	id := c.nextID
+	c.nextID++
+	c.mu.Unlock()
+	via, err := c.otherRunning(name)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := c.AdminClient(via).AddMember(ctx, client.Member{ID: id, PeerAddr: n.PeerAddr, ClientAddr: n.ClientAddr}); err != nil {
+		return 0, fmt.Errorf("add member %d (%s) via %s: %w", id, name, via, err)
+	}
+	c.mu.Lock()
+	n.ID = id
+	n.joined = true
+	n.state = Stopped
+	c.mu.Unlock()
+	return id, c.Start(name)
+}
+
+func (c *Cluster) otherRunning(not string) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.nodes {
+		if n.Name != not && n.state == Running {
+			return n.Name, nil
+		}
+	}
+	return "", fmt.Errorf("cluster: no running node other than %s", not)
+}
+
+// Client returns a client for name through its client relay, as workload
+// clients see the node.
+func (c *Cluster) Client(name string, opts ...client.Option) *client.Client {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, err := c.node(name)
+	if err != nil {
+		return client.New("127.0.0.1:1")
+	}
+	return client.New(n.ClientRelay, opts...)
+}
+
+// AdminClient talks to name directly, bypassing the mesh: the harness's
+// own control traffic stands where Jepsen's control node stands.
+func (c *Cluster) AdminClient(name string) *client.Client {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, err := c.node(name)
+	if err != nil {
+		return client.New("127.0.0.1:1")
+	}
+	return client.New(n.ClientAddr, client.WithRetries(1), client.WithTimeout(2*time.Second))
+}
+
+// running lists nodes the harness believes are running.
+func (c *Cluster) running() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, n := range c.nodes {
+		if n.state == Running {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}
+
+// Status asks name for /cluster/status directly.
+func (c *Cluster) Status(ctx context.Context, name string) (*client.Status, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return c.AdminClient(name).Status(ctx)
+}
+
+// WaitLeader waits until a majority of running nodes name the same leader
+// and returns its slot name.
+func (c *Cluster) WaitLeader(ctx context.Context) (string, error) {
+	var last string
+	for {
+		votes := map[uint64]int{}
+		run := c.running()
+		for _, name := range run {
+			st, err := c.Status(ctx, name)
+			if err != nil {
+				last = fmt.Sprintf("%s: %v", name, err)
+				continue
+			}
+			if st.Leader != 0 {
+				votes[st.Leader]++
+			}
+		}
+		for id, v := range votes {
+			if v > len(run)/2 {
+				if name := c.NameOf(id); name != "" {
+					return name, nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("no leader agreed by a majority of %v (votes %v; last error %s): %w", run, votes, last, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// WaitConverged waits until every running node has applied the same index
+// and that index is at least the leader's commit when the wait began.
+func (c *Cluster) WaitConverged(ctx context.Context) error {
+	leader, err := c.WaitLeader(ctx)
+	if err != nil {
+		return err
+	}
+	st, err := c.Status(ctx, leader)
+	if err != nil {
+		return err
+	}
+	target := st.Commit
+	var lastSeen map[string]uint64
+	for {
+		lastSeen = map[string]uint64{}
+		ok := true
+		var first uint64
+		for i, name := range c.running() {
+			s, err := c.Status(ctx, name)
+			if err != nil {
+				ok = false
+				continue
+			}
+			lastSeen[name] = s.Applied
+			if s.Applied < target || (i > 0 && s.Applied != first) {
+				ok = false
+			}
+			if i == 0 {
+				first = s.Applied
+			}
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("nodes did not converge on index >= %d: applied %v: %w", target, lastSeen, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// WaitReady waits until /readyz answers 200 on every running node.
+func (c *Cluster) WaitReady(ctx context.Context) error {
+	for {
+		var notReady []string
+		for _, name := range c.running() {
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			if err := c.AdminClient(name).Ready(cctx); err != nil {
+				notReady = append(notReady, fmt.Sprintf("%s (%v)", name, err))
+			}
+			cancel()
+		}
+		if len(notReady) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not ready: %s: %w", strings.Join(notReady, "; "), ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Cluster) sampleStats() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.StatsInterval)
+	defer t.Stop()
+	files := map[string]*os.File{}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	for {
+		select {
+		case <-c.stopc:
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		type sample struct {
+			name string
+			h    Handle
+		}
+		var hs []sample
+		for _, n := range c.nodes {
+			if n.state == Running || n.state == Paused {
+				hs = append(hs, sample{n.Name, n.handle})
+			}
+		}
+		c.mu.Unlock()
+		for _, s := range hs {
+			st, err := s.h.Stats()
+			if err != nil {
+				continue
+			}
+			f := files[s.name]
+			if f == nil {
+				f, err = os.OpenFile(filepath.Join(c.cfg.Dir, s.name, "stats.jsonl"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+				if err != nil {
+					continue
+				}
+				files[s.name] = f
+			}
+			line, _ := json.Marshal(map[string]any{"time": time.Now().UTC().Format(time.RFC3339Nano), "node": s.name, "stats": st})
+			f.Write(append(line, '\n'))
+		}
+	}
+}
+
+// Close kills every node, closes the mesh and the backend. Nodes are
+// killed, not drained: a test's cleanup must not wait on a wedged node.
+func (c *Cluster) Close() error {
+	select {
+	case <-c.stopc:
+	default:
+		close(c.stopc)
+	}
+	c.wg.Wait()
+	c.mu.Lock()
+	nodes := append([]*Node(nil), c.nodes...)
+	c.mu.Unlock()
+	for _, n := range nodes {
+		if n.handle != nil {
+			n.handle.Kill()
+		}
+	}
+	var err error
+	if c.mesh != nil {
+		err = c.mesh.Close()
+	}
+	if berr := c.cfg.Backend.Close(); err == nil {
+		err = berr
+	}
+	return err
+}
+
+// LeaderName returns the current leader's slot as seen by any running node.
+func (c *Cluster) LeaderName(ctx context.Context) string {
+	for _, name := range c.running() {
+		if st, err := c.Status(ctx, name); err == nil && st.Leader != 0 {
+			return c.NameOf(st.Leader)
+		}
+	}
+	return ""
+}
+
+// RunningNames lists the nodes the harness believes are running, sorted.
+func (c *Cluster) RunningNames() []string {
+	r := c.running()
+	sort.Strings(r)
+	return r
+}
