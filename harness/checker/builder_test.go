@@ -71,7 +71,9 @@ func (h *hist) write(p history.Process, id, node string, typ history.Type, seq u
 	}
 }
 
-func (h *hist) fault(f string, v history.FaultValue) { h.complete(h.invoke(history.Nemesis, f, v, ""), history.OK, nil) }
+func (h *hist) fault(f string, v history.FaultValue) {
+	h.complete(h.invoke(history.Nemesis, f, v, ""), history.OK, nil)
+}
 
 func (h *hist) heal(f string) {
 	h.complete(h.invoke(history.Nemesis, history.HealOf(f), nil, ""), history.OK, nil)

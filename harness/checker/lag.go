@@ -149,14 +149,21 @@ func (c commitSeries) nearest(t int64) uint64 {
 	return c.commits[i]
 }
 
-// reached is the first time the commit index was at least idx (ok false
-// if it never was).
+// reached estimates when the commit index first reached idx (ok false if
+// it never did). Between two leader samples the commit index is taken to
+// grow linearly, which brings the estimate well under the sampling
+// interval when writes flow steadily.
 func (c commitSeries) reached(idx uint64) (int64, bool) {
 	i := sort.Search(len(c.commits), func(i int) bool { return c.commits[i] >= idx })
 	if i == len(c.commits) {
 		return 0, false
 	}
-	return c.times[i], true
+	if i == 0 || c.commits[i] == c.commits[i-1] {
+		return c.times[i], true
+	}
+	t0, t1 := float64(c.times[i-1]), float64(c.times[i])
+	c0, c1 := float64(c.commits[i-1]), float64(c.commits[i])
+	return int64(t0 + (t1-t0)*(float64(idx)-c0)/(c1-c0)), true
 }
 
 // Lag computes follower replication lag from status samples and judges
@@ -165,7 +172,8 @@ func (c commitSeries) reached(idx uint64) (int64, bool) {
 // Per follower sample: lag in entries is the leader's commit at the
 // leader sample nearest in time minus the follower's applied index; lag
 // in time is how long before the sample the leader's commit first
-// covered the entry after the follower's applied index. Samples from the
+// covered the entry after the follower's applied index (interpolated
+// between leader samples, see commitSeries.reached). Samples from the
 // node that was leader at the time are not follower samples.
 //
 // Stats are reported per follower overall, per fault window and outside
