@@ -1,0 +1,171 @@
+// Command tidal-stress drives open-loop load against tidal-server nodes and
+// reports latency from each op's intended start, so a stalled server shows
+// as latency, not as a lower rate.
+//
+//	tidal-stress --targets 127.0.0.1:7071,127.0.0.1:7072 --rate 5000 --duration 30s
+//	tidal-stress --targets 127.0.0.1:7071 --batch 100 --ramp 200:200:10:5s --slo-p99 20ms --json out.json
+//	tidal-stress --targets 127.0.0.1:7071 --embedding-dim 1536 --ramp 500:500:8:5s
+//
+// Exit status: 0 when the run completed, 1 on a usage or I/O error, 2 when
+// --fail-on-slo is set and the SLO was missed (fixed rate: the stage failed;
+// ramp: no stage met it).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tidaldb/tidal/harness/stress"
+)
+
+// errSLO reports a missed SLO with its own exit status.
+var errSLO = errors.New("SLO missed")
+
+func main() {
+	if err := newCommand().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "tidal-stress:", err)
+		if errors.Is(err, errSLO) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+func newCommand() *cobra.Command {
+	var (
+		cfg         stress.Config
+		mix         string
+		rate        float64
+		rampSpec    string
+		duration    time.Duration
+		jsonPath    string
+		lagEvery    time.Duration
+		quiet       bool
+		failOnSLO   bool
+		maxErrorPct float64
+	)
+	cmd := &cobra.Command{
+		Use:   "tidal-stress",
+		Short: "Open-loop load generator for tidal-server",
+		Long: `tidal-stress sends requests on a fixed schedule (--rate) or a linear ramp
+(--ramp start:step:stages:stage-duration), measures each op's latency from its
+intended start (queueing included) into HDR histograms, and reports offered
+against achieved rate, p50/p90/p99/p999/max and errors by kind. Ops that come
+due while --max-inflight are outstanding are shed: counted apart from server
+errors, because they measure the generator, not the server. A ramp reports its
+knee: the highest stage with at most 1% errors and p99 within --slo-p99.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if cfg.Mix, err = stress.ParseMix(mix); err != nil {
+				return err
+			}
+			cfg.SLO.MaxErrorRate = maxErrorPct / 100
+			var plan []stress.Stage
+			switch {
+			case rampSpec != "" && cmd.Flags().Changed("rate"):
+				return errors.New("expected either --rate or --ramp, found both")
+			case rampSpec != "":
+				r, err := stress.ParseRamp(rampSpec)
+				if err != nil {
+					return err
+				}
+				plan = r.Plan()
+			default:
+				if rate <= 0 || duration <= 0 {
+					return fmt.Errorf("expected --rate > 0 and --duration > 0, found %g and %s", rate, duration)
+				}
+				plan = []stress.Stage{{Rate: rate, Duration: duration}}
+			}
+			out := cmd.OutOrStdout()
+			if !quiet {
+				cfg.Progress = func(p stress.Progress) { fmt.Fprintln(out, p) }
+			}
+
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			var lag *stress.LagReport
+			lagDone := make(chan struct{})
+			lagCtx, stopLag := context.WithCancel(ctx)
+			if lagEvery > 0 {
+				go func() {
+					defer close(lagDone)
+					lag = stress.SampleLag(lagCtx, cfg.Targets, lagEvery)
+				}()
+			} else {
+				close(lagDone)
+			}
+			res, runErr := stress.Run(ctx, cfg, plan)
+			stopLag()
+			<-lagDone
+			if res == nil {
+				return runErr
+			}
+			res.Lag = lag
+			if err := res.WriteTable(out); err != nil {
+				return err
+			}
+			if jsonPath != "" {
+				if err := writeJSON(jsonPath, res); err != nil {
+					return err
+				}
+			}
+			if runErr != nil {
+				return fmt.Errorf("run ended early: %w", runErr)
+			}
+			if failOnSLO {
+				if len(res.Stages) > 1 && res.Knee == nil {
+					return fmt.Errorf("%w: no stage of the ramp met it", errSLO)
+				}
+				if len(res.Stages) == 1 && !res.Stages[0].Pass {
+					return fmt.Errorf("%w: %s", errSLO, res.Stages[0].Reason)
+				}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&cfg.Targets, "targets", []string{"127.0.0.1:7070"}, "node client addresses, comma-separated; ops go round-robin")
+	f.StringVar(&mix, "mix", "writes", "writes, reads or mixed")
+	f.Float64Var(&cfg.ReadFraction, "read-fraction", 0.5, "share of reads when --mix mixed")
+	f.IntVar(&cfg.Batch, "batch", 1, "events per signal write")
+	f.IntVar(&cfg.EmbeddingDim, "embedding-dim", 0, "when > 0, writes are embedding puts with vectors of this dimension")
+	f.Uint64Var(&cfg.Entities, "entities", 100000, "entity ids are drawn uniformly from [1, entities]")
+	f.StringVar(&cfg.Consistency, "consistency", "linearizable", "reads: linearizable or local")
+	f.Float64Var(&rate, "rate", 1000, "ops per second (one stage of --duration)")
+	f.StringVar(&rampSpec, "ramp", "", "start:step:stages:stage-duration, e.g. 1000:1000:10:5s (instead of --rate)")
+	f.DurationVar(&duration, "duration", 10*time.Second, "how long --rate runs")
+	f.IntVar(&cfg.MaxInFlight, "max-inflight", 4096, "ops outstanding at most; ops due beyond it are shed (and reported as such)")
+	f.IntVar(&cfg.Connections, "connections", 0, "connections per target (0: one per op in flight)")
+	f.DurationVar(&cfg.Timeout, "timeout", 10*time.Second, "per-op timeout")
+	f.DurationVar(&cfg.SLO.P99, "slo-p99", 0, "p99 latency a stage must stay within (0: none)")
+	f.Float64Var(&maxErrorPct, "max-error-pct", 1, "percent of ops (shed included) a stage may lose and still meet the SLO")
+	f.IntVar(&cfg.StopAfterFailures, "ramp-stop-after", 2, "end a ramp after this many consecutive stages missed the SLO (0: run all)")
+	f.Uint64Var(&cfg.Seed, "seed", 0, "random seed for entities and vectors (0: from the clock)")
+	f.StringVar(&jsonPath, "json", "", "write the full result as JSON to this file")
+	f.DurationVar(&lagEvery, "sample-lag", 0, "poll /cluster/status on every target at this interval and report follower lag (0: off)")
+	f.BoolVar(&quiet, "quiet", false, "no per-second progress lines")
+	f.BoolVar(&failOnSLO, "fail-on-slo", false, "exit 2 when the SLO was missed")
+	return cmd
+}
+
+func writeJSON(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding results for %s: %w", path, err)
+	}
+	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing results: %w", err)
+	}
+	return nil
+}

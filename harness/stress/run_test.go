@@ -1,0 +1,332 @@
+package stress
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// checkBooks asserts the per-stage invariant: every op that came due has
+// exactly one outcome.
+func checkBooks(t *testing.T, res *Result) {
+	t.Helper()
+	for _, s := range res.Stages {
+		if got := s.OK + s.Errors.Total(); got != s.Scheduled {
+			t.Errorf("stage %d: expected ok+errors = scheduled = %d, found %d ok + %d errors", s.Index+1, s.Scheduled, s.OK, s.Errors.Total())
+		}
+		if s.Latency.Count != s.OK {
+			t.Errorf("stage %d: expected one latency sample per successful op (%d), found %d", s.Index+1, s.OK, s.Latency.Count)
+		}
+	}
+}
+
+// checkNoLeak waits for the goroutines Run started to end.
+func checkNoLeak(t *testing.T, before int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before+2 { // +2: net/http's idle conn reapers may linger briefly
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("expected goroutines back to %d after Run, found %d:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// drain reads a request body fully: a handler that answers before reading
+// leaves the client's body write racing the response.
+func drain(r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) }
+
+// TestStallIsLatencyNotRate is the coordinated-omission test: the server
+// stops answering for one second, once. An open-loop generator keeps
+// issuing ops on schedule through the stall, and every op that came due in
+// it waits for the stall's end, so the op due at the stall's start sees
+// the whole second and the ones after it a linearly shrinking share. For a
+// run of T seconds, the ops that waited more than x are (stall-x)/T of
+// all, so p99 = stall - 0.01*T: 980ms here, where a closed-loop
+// generator (one op per connection, latency from the send) would have
+// reported a p99 of a few milliseconds and simply sent fewer ops.
+func TestStallIsLatencyNotRate(t *testing.T) {
+	const (
+		rate  = 200.0
+		run   = 2 * time.Second
+		stall = time.Second
+	)
+	var (
+		once       sync.Once
+		stallStart time.Time
+		stallEnd   = make(chan struct{})
+		served     atomic.Int64
+		firstSeen  atomic.Bool
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		drain(r)
+		served.Add(1)
+		// Stall from the first request on for one second: a server-wide
+		// pause such as a long fsync or a stop-the-world collection.
+		if firstSeen.CompareAndSwap(false, true) {
+			once.Do(func() {
+				stallStart = time.Now()
+				time.AfterFunc(stall, func() { close(stallEnd) })
+			})
+		}
+		<-stallEnd
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+
+	before := runtime.NumGoroutine()
+	res, err := Run(context.Background(), Config{Targets: []string{srv.URL}, MaxInFlight: 2000}, []Stage{{Rate: rate, Duration: run}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBooks(t, res)
+	s := res.Stages[0]
+	want := int64(rate * run.Seconds())
+	if s.Scheduled != want || s.OK != want {
+		t.Fatalf("expected all %d ops scheduled and answered through the stall (open loop), found %d scheduled, %d ok, errors %+v",
+			want, s.Scheduled, s.OK, s.Errors)
+	}
+	if served.Load() != want {
+		t.Fatalf("expected the server to see %d requests, found %d", want, served.Load())
+	}
+	if s.Latency.Max < stall {
+		t.Errorf("expected max latency >= the %s stall, found %s", stall, s.Latency.Max)
+	}
+	// Theory: 980ms; allow 2% of the run for the stall beginning a little
+	// after the first op came due.
+	if floor := stall - 2*run/100; s.Latency.P99 < floor {
+		t.Errorf("expected p99 >= %s (stall %s minus 1%% of the run, queueing included), found %s; stall began %s",
+			floor, stall, s.Latency.P99, stallStart.Format(time.StampMicro))
+	}
+	if s.Latency.P50 > 2*stall {
+		t.Errorf("expected p50 below twice the stall, found %s", s.Latency.P50)
+	}
+	srv.CloseClientConnections()
+	checkNoLeak(t, before)
+}
+
+// TestRateIsOffered checks that the generator sends at the planned rate:
+// the server sees every scheduled op, spread over the stage rather than in
+// a burst. Bounds are loose; the machine is shared.
+func TestRateIsOffered(t *testing.T) {
+	const rate, run = 200.0, 2 * time.Second
+	var mu sync.Mutex
+	var arrivals []time.Time
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		drain(r)
+		mu.Lock()
+		arrivals = append(arrivals, time.Now())
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+
+	res, err := Run(context.Background(), Config{Targets: []string{srv.URL}}, []Stage{{Rate: rate, Duration: run}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBooks(t, res)
+	s := res.Stages[0]
+	if s.Scheduled != 400 || s.OfferedRate < 0.99*rate || s.OfferedRate > 1.01*rate {
+		t.Errorf("expected 400 ops offered at %g/s, found %d at %.1f/s", rate, s.Scheduled, s.OfferedRate)
+	}
+	if s.AchievedRate < 0.9*rate {
+		t.Errorf("expected achieved rate near %g/s, found %.1f/s (errors %+v)", rate, s.AchievedRate, s.Errors)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(arrivals) != 400 {
+		t.Fatalf("expected the server to see 400 requests, found %d", len(arrivals))
+	}
+	// The ops are spread over the stage: the first half of the arrivals
+	// span about half the run, not a burst at the start.
+	span := arrivals[len(arrivals)-1].Sub(arrivals[0])
+	half := arrivals[len(arrivals)/2].Sub(arrivals[0])
+	if span < run*8/10 || span > run*15/10 {
+		t.Errorf("expected arrivals to span about %s, found %s (dispatch delay p99 %s)", run, span, s.DispatchDelay.P99)
+	}
+	if half < run*3/10 || half > run*7/10 {
+		t.Errorf("expected the median arrival about %s in, found %s", run/2, half)
+	}
+}
+
+// TestShedIsCountedApart: with the server holding every request, the
+// generator's in-flight limit is reached and later ops are shed — never
+// sent, and not counted as server errors.
+func TestShedIsCountedApart(t *testing.T) {
+	release := make(chan struct{})
+	var served atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		drain(r)
+		served.Add(1)
+		<-release
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	time.AfterFunc(700*time.Millisecond, func() { close(release) })
+
+	res, err := Run(context.Background(), Config{Targets: []string{srv.URL}, MaxInFlight: 5}, []Stage{{Rate: 200, Duration: 500 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBooks(t, res)
+	s := res.Stages[0]
+	if s.OK != 5 || s.Errors.Shed != 95 || s.Errors.Server() != 0 {
+		t.Errorf("expected 5 ok, 95 shed and no server errors, found %d ok, errors %+v", s.OK, s.Errors)
+	}
+	if served.Load() != 5 {
+		t.Errorf("expected shed ops never to reach the server (5 requests), found %d", served.Load())
+	}
+	if pass, why := (SLO{MaxErrorRate: 0.01}).Judge(s); pass {
+		t.Errorf("expected a stage that shed 95%% to fail the SLO, found it passing (%s)", why)
+	}
+}
+
+// TestErrorsByKind: each failure mode lands in its own column.
+func TestErrorsByKind(t *testing.T) {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		drain(r)
+		switch n.Add(1) % 5 {
+		case 0:
+			w.WriteHeader(http.StatusNoContent)
+		case 1:
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case 2:
+			w.WriteHeader(http.StatusGatewayTimeout)
+		case 3:
+			w.WriteHeader(http.StatusConflict)
+		case 4:
+			// Drop the connection without an answer.
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+		}
+	}))
+	defer srv.Close()
+
+	res, err := Run(context.Background(), Config{Targets: []string{srv.URL}, MaxInFlight: 64}, []Stage{{Rate: 200, Duration: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBooks(t, res)
+	s := res.Stages[0]
+	// 200 requests reach the handler; each mode gets a fifth. A dropped
+	// connection can make the transport retry an idempotent GET only, and
+	// these are POSTs, so no mode gains requests.
+	e := s.Errors
+	if s.OK != 40 || e.Unavailable != 40 || e.Unknown != 40 || e.OtherStatus != 40 || e.ByStatus[http.StatusConflict] != 40 || e.Transport != 40 || e.Shed != 0 || e.Timeout != 0 {
+		t.Errorf("expected 40 of each: ok, 503, 504, other (409), transport; found ok %d, errors %+v", s.OK, e)
+	}
+}
+
+// TestTimeoutIsNotTransport: an op the server never answers is a timeout.
+func TestTimeoutIsNotTransport(t *testing.T) {
+	done := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		drain(r)
+		select {
+		case <-done:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(done)
+	res, err := Run(context.Background(), Config{Targets: []string{srv.URL}, Timeout: 200 * time.Millisecond},
+		[]Stage{{Rate: 50, Duration: 200 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBooks(t, res)
+	if e := res.Stages[0].Errors; e.Timeout != 10 || e.Transport != 0 {
+		t.Errorf("expected 10 timeouts and no transport errors, found %+v", e)
+	}
+}
+
+// TestRampStopsAfterFailures: a ramp against a server that slows down with
+// load stops after the configured run of failing stages and reports the
+// knee below them.
+func TestRampStopsAfterFailures(t *testing.T) {
+	var inFlight atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		drain(r)
+		// Fast below 300 ops/s (about 3 in flight at 10ms each); past it,
+		// every request waits 200ms.
+		if inFlight.Add(1) > 6 {
+			time.Sleep(200 * time.Millisecond)
+		} else {
+			time.Sleep(10 * time.Millisecond)
+		}
+		inFlight.Add(-1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	plan := Ramp{Start: 100, Step: 100, Stages: 8, StageDuration: 500 * time.Millisecond}.Plan()
+	res, err := Run(context.Background(), Config{
+		Targets: []string{srv.URL}, SLO: SLO{P99: 100 * time.Millisecond}, StopAfterFailures: 2,
+	}, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBooks(t, res)
+	if len(res.Stages) == len(plan) {
+		t.Fatalf("expected the ramp to stop after two failing stages, found all %d run: %+v", len(plan), res.Stages)
+	}
+	last := res.Stages[len(res.Stages)-2:]
+	if last[0].Pass || last[1].Pass {
+		t.Errorf("expected the last two stages to fail, found pass=%v,%v", last[0].Pass, last[1].Pass)
+	}
+	if res.Knee == nil || res.Knee.TargetRate >= last[0].TargetRate {
+		t.Errorf("expected a knee below the failing stages, found %+v", res.Knee)
+	}
+}
+
+// TestCancelEndsRun: a cancelled context cuts the stage short and still
+// returns its books.
+func TestCancelEndsRun(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		drain(r)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	res, err := Run(ctx, Config{Targets: []string{srv.URL}}, []Stage{{Rate: 100, Duration: time.Minute}, {Rate: 100, Duration: time.Minute}})
+	if err == nil {
+		t.Fatal("expected the context's error from a cancelled run, found none")
+	}
+	if time.Since(start) > 10*time.Second || res == nil || len(res.Stages) != 1 {
+		t.Fatalf("expected one cut-short stage soon after cancel, found %v after %s", res, time.Since(start))
+	}
+	checkBooks(t, res)
+	if s := res.Stages[0]; s.Duration > 5*time.Second || s.Scheduled == 0 {
+		t.Errorf("expected the stage to last about 300ms with ops, found %s and %d ops", s.Duration, s.Scheduled)
+	}
+}
+
+func TestConfigRejectsNonsense(t *testing.T) {
+	for name, c := range map[string]Config{
+		"no targets":     {},
+		"bad mix":        {Targets: []string{"x:1"}, Mix: "everything"},
+		"negative batch": {Targets: []string{"x:1"}, Batch: -1},
+		"bad read share": {Targets: []string{"x:1"}, ReadFraction: 1.5},
+		"consistency":    {Targets: []string{"x:1"}, Consistency: "eventual"},
+	} {
+		if _, err := Run(context.Background(), c, []Stage{{Rate: 1, Duration: time.Second}}); err == nil {
+			t.Errorf("%s: expected an error, found none", name)
+		}
+	}
+	if _, err := Run(context.Background(), Config{Targets: []string{"x:1"}}, []Stage{{Rate: 0, Duration: time.Second}}); err == nil {
+		t.Error("expected a zero-rate stage to be rejected")
+	}
+}
