@@ -490,6 +490,9 @@ func TestContextDeadlineRespected(t *testing.T) {
 		release := make(chan struct{})
 		defer close(release)
 		srv, c := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// The server notices a closed connection only once the body
+			// has been read.
+			_, _ = io.ReadAll(r.Body)
 			select {
 			case <-r.Context().Done():
 			case <-release:
@@ -511,6 +514,7 @@ func TestContextDeadlineRespected(t *testing.T) {
 		var n atomic.Int32
 		_, c := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if n.Add(1) < 3 {
+				_, _ = io.ReadAll(r.Body)
 				<-r.Context().Done() // hang until the client gives up
 				return
 			}
@@ -523,6 +527,7 @@ func TestContextDeadlineRespected(t *testing.T) {
 	})
 	t.Run("per-attempt timeouts exhausted", func(t *testing.T) {
 		_, c := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.ReadAll(r.Body)
 			<-r.Context().Done()
 		}), WithTimeout(50*time.Millisecond), WithRetries(1))
 		ack, err := c.WriteSignals(context.Background(), []Event{{ID: "e", Entity: 1, Signal: "view"}})
