@@ -56,13 +56,19 @@ func (w FaultWindow) Overlaps(from, to int64) bool { return w.Start <= to && w.E
 // window. A heal-<f> that took effect (ok) closes every open window of f;
 // heal-all closes every open window. See history.FaultValue for the shapes.
 func FaultWindows(ops []history.Op) ([]FaultWindow, error) {
-	pairs, err := history.Pairs(ops)
-	if err != nil {
-		return nil, err
-	}
 	var last int64
 	if len(ops) > 0 {
 		last = ops[len(ops)-1].Time
+	}
+	var nemesis []history.Op
+	for _, op := range ops {
+		if op.Process == history.Nemesis {
+			nemesis = append(nemesis, op)
+		}
+	}
+	pairs, err := history.Pairs(nemesis)
+	if err != nil {
+		return nil, err
 	}
 
 	// Heals that took effect, in time order.
