@@ -92,9 +92,6 @@ func scanSegment(path string, seq uint64, data []byte) *segmentScan {
 			if off > 0 && isZero(data[off:]) {
 				break // preallocated space never written: clean end
 			}
-			if off == 0 && len(data) == 0 {
-				err = fmt.Errorf("segment is empty: expected a segment header")
-			}
 			s.problem = err
 			s.junkEnd = int64(lastNonZero(data[off:]) + off)
 			s.laterValidAt, s.laterValid = validRecordsAfter(data, off+1)
@@ -106,6 +103,9 @@ func scanSegment(path string, seq uint64, data []byte) *segmentScan {
 		off += n
 	}
 	s.end = int64(off)
+	if len(data) == 0 {
+		s.problem = fmt.Errorf("segment is empty: expected a segment header")
+	}
 	return s
 }
 

@@ -76,21 +76,28 @@ type inspection struct {
 	torn         *TornTail
 }
 
-// inspect scans every segment in order and replays them up to the first
-// problem, then classifies that problem (see the package documentation).
-// Segments after the problem are still scanned, for the report.
+// inspect scans every segment of dir in order and replays them up to the
+// first problem, then classifies that problem (see the package
+// documentation). Segments after the problem are still scanned, for the
+// report.
 func inspect(dir string) (*inspection, error) {
 	seqs, err := listSegments(dir)
 	if err != nil {
 		return nil, fmt.Errorf("wal: list segments in %s: %w", dir, err)
 	}
+	return inspectSegments(seqs, func(seq uint64) (*segmentScan, error) { return readSegment(dir, seq) })
+}
+
+// inspectSegments is inspect without the directory: read returns the scan
+// of one segment. It is pure, so a fuzz target can drive it from memory.
+func inspectSegments(seqs []uint64, read func(seq uint64) (*segmentScan, error)) (*inspection, error) {
 	in := &inspection{problemSeg: -1}
 	// A log whose first segment is 0 was never compacted: replay starts
 	// at index 0 like a fresh log. Otherwise the first entry or mark read
 	// anchors it.
 	in.state = newLogState(len(seqs) > 0 && seqs[0] == 0)
 	for i, seq := range seqs {
-		scan, err := readSegment(dir, seq)
+		scan, err := read(seq)
 		if err != nil {
 			return nil, fmt.Errorf("wal: read segment: %w", err)
 		}
