@@ -114,8 +114,9 @@
 //   - A Save that returned nil with sync set is on disk and will be
 //     recovered (unless a later entry replaced it, or a mark covered it).
 //   - Recovery returns a prefix of what was written, in write order; the
-//     only thing it ever drops is a torn tail of the newest segment, which
-//     no Save with sync returned nil for.
+//     only thing it ever drops by itself is a torn tail of the newest
+//     segment, which no Save with sync returned nil for (barring a bit
+//     flipped in the very last record after it was synced; see above).
 //   - Once fenced, the WAL writes nothing, and what it reported durable is
 //     frozen.
 //   - The files on disk are always an openable log: segment creation,

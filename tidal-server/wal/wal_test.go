@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 )
@@ -386,9 +387,15 @@ func TestOpenRefusesSecondOpener(t *testing.T) {
 	}
 }
 
-func TestSaveAfterClose(t *testing.T) {
+func TestCloseStopsTheWriterAndRefusesSaves(t *testing.T) {
+	before := runtime.NumGoroutine()
 	w, _ := mustOpen(t, t.TempDir(), testOptions())
+	mustSave(t, w, Batch{Entries: entries(1, 1, 1)})
 	mustClose(t, w)
+	// Close returns only after the writer goroutine has exited.
+	if after := runtime.NumGoroutine(); after != before {
+		t.Fatalf("goroutines: %d before Open, %d after Close", before, after)
+	}
 	if err := w.Save(context.Background(), Batch{Entries: entries(1, 1, 1)}, true); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Save after Close: expected ErrClosed, got %v", err)
 	}
