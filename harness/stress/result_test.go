@@ -121,7 +121,19 @@ func TestParseRamp(t *testing.T) {
 	if back, err := ParseRamp(r.String()); err != nil || back != r {
 		t.Errorf("expected String to round-trip, found %v, %v", back, err)
 	}
-	for _, bad := range []string{"", "1:2:3", "0:1:2:1s", "1:-1:2:1s", "1:1:0:1s", "1:1:2:0s", "a:1:2:1s", "1:1:2:soon"} {
+	g, err := ParseRamp("500:x2:4:3s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []float64{500, 1000, 2000, 4000} {
+		if got := g.Plan()[i].Rate; got != want {
+			t.Errorf("geometric stage %d: expected %g ops/s, found %g", i, want, got)
+		}
+	}
+	if back, err := ParseRamp(g.String()); err != nil || back != g {
+		t.Errorf("expected String to round-trip %q, found %v, %v", g.String(), back, err)
+	}
+	for _, bad := range []string{"", "1:2:3", "1:x1:2:1s", "1:x:2:1s", "0:1:2:1s", "1:-1:2:1s", "1:1:0:1s", "1:1:2:0s", "a:1:2:1s", "1:1:2:soon"} {
 		if _, err := ParseRamp(bad); err == nil {
 			t.Errorf("ParseRamp(%q): expected an error, found none", bad)
 		}

@@ -37,17 +37,21 @@ func (s Stage) Due(i int64) time.Duration {
 	return time.Duration(float64(i) * float64(time.Second) / s.Rate)
 }
 
-// Ramp is a linear load ramp: Stages stages of StageDuration each, the
-// first at Start ops/s and each next one Step ops/s higher.
+// Ramp is a load ramp of Stages stages of StageDuration each, the first
+// at Start ops/s and each next one Step ops/s higher — or, when Factor is
+// set, Factor times higher (a geometric ramp brackets an unknown knee in a
+// few stages; a linear one then narrows it down).
 type Ramp struct {
 	Start         float64
 	Step          float64
+	Factor        float64 // > 1: geometric, Step unused
 	Stages        int
 	StageDuration time.Duration
 }
 
 // ParseRamp reads "start:step:stages:stage-duration", e.g.
-// "1000:1000:10:5s".
+// "1000:1000:10:5s", or with a step of "xF" a geometric ramp, e.g.
+// "500:x2:8:3s" for 500, 1000, 2000, ... ops/s.
 func ParseRamp(s string) (Ramp, error) {
 	parts := strings.Split(s, ":")
 	if len(parts) != 4 {
@@ -58,8 +62,12 @@ func ParseRamp(s string) (Ramp, error) {
 	if r.Start, err = strconv.ParseFloat(parts[0], 64); err != nil || r.Start <= 0 {
 		return Ramp{}, fmt.Errorf("ramp %q: start: expected a rate > 0 ops/s, found %q", s, parts[0])
 	}
-	if r.Step, err = strconv.ParseFloat(parts[1], 64); err != nil || r.Step < 0 {
-		return Ramp{}, fmt.Errorf("ramp %q: step: expected a rate >= 0 ops/s, found %q", s, parts[1])
+	if factor, ok := strings.CutPrefix(parts[1], "x"); ok {
+		if r.Factor, err = strconv.ParseFloat(factor, 64); err != nil || r.Factor <= 1 {
+			return Ramp{}, fmt.Errorf("ramp %q: step: expected a factor > 1 after x, found %q", s, parts[1])
+		}
+	} else if r.Step, err = strconv.ParseFloat(parts[1], 64); err != nil || r.Step < 0 {
+		return Ramp{}, fmt.Errorf("ramp %q: step: expected a rate >= 0 ops/s or xFACTOR, found %q", s, parts[1])
 	}
 	if r.Stages, err = strconv.Atoi(parts[2]); err != nil || r.Stages < 1 {
 		return Ramp{}, fmt.Errorf("ramp %q: stages: expected an integer >= 1, found %q", s, parts[2])
@@ -72,14 +80,24 @@ func ParseRamp(s string) (Ramp, error) {
 
 // String is the form ParseRamp reads.
 func (r Ramp) String() string {
-	return fmt.Sprintf("%g:%g:%d:%s", r.Start, r.Step, r.Stages, r.StageDuration)
+	step := strconv.FormatFloat(r.Step, 'g', -1, 64)
+	if r.Factor > 0 {
+		step = "x" + strconv.FormatFloat(r.Factor, 'g', -1, 64)
+	}
+	return fmt.Sprintf("%g:%s:%d:%s", r.Start, step, r.Stages, r.StageDuration)
 }
 
 // Plan expands the ramp into its stages.
 func (r Ramp) Plan() []Stage {
 	stages := make([]Stage, r.Stages)
+	rate := r.Start
 	for i := range stages {
-		stages[i] = Stage{Rate: r.Start + float64(i)*r.Step, Duration: r.StageDuration}
+		stages[i] = Stage{Rate: rate, Duration: r.StageDuration}
+		if r.Factor > 0 {
+			rate *= r.Factor
+		} else {
+			rate += r.Step
+		}
 	}
 	return stages
 }

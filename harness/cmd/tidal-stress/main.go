@@ -143,7 +143,7 @@ knee: the highest stage with at most 1% errors and p99 within --slo-p99.`,
 	f.Uint64Var(&cfg.Entities, "entities", 100000, "entity ids are drawn uniformly from [1, entities]")
 	f.StringVar(&cfg.Consistency, "consistency", "linearizable", "reads: linearizable or local")
 	f.Float64Var(&rate, "rate", 1000, "ops per second (one stage of --duration)")
-	f.StringVar(&rampSpec, "ramp", "", "start:step:stages:stage-duration, e.g. 1000:1000:10:5s (instead of --rate)")
+	f.StringVar(&rampSpec, "ramp", "", "start:step:stages:stage-duration, e.g. 1000:1000:10:5s; a step of x2 doubles each stage (instead of --rate)")
 	f.DurationVar(&duration, "duration", 10*time.Second, "how long --rate runs")
 	f.IntVar(&cfg.MaxInFlight, "max-inflight", 4096, "ops outstanding at most; ops due beyond it are shed (and reported as such)")
 	f.IntVar(&cfg.Connections, "connections", 0, "connections per target (0: one per op in flight)")
