@@ -61,7 +61,10 @@ type Handle interface {
 
 // Config describes a cluster.
 type Config struct {
-	Nodes   int // 3 or 5; any odd number
+	Nodes int // 3 or 5; any odd number
+	// Spares are extra slots (n<Nodes+1>...) wired into the mesh but not
+	// members: AddMember brings one in as a new member.
+	Spares  int
 	Backend Backend
 	Dir     string // nodes/<name>/ go here
 	// Flags are extra tidal-server flags for every node, e.g.
@@ -136,10 +139,10 @@ func New(cfg Config) (*Cluster, error) {
 	if cfg.StatsInterval == 0 {
 		cfg.StatsInterval = time.Second
 	}
-	c := &Cluster{cfg: cfg, log: cfg.Logger, nextID: uint64(cfg.Nodes) + 1, stopc: make(chan struct{})}
+	c := &Cluster{cfg: cfg, log: cfg.Logger, nextID: uint64(cfg.Nodes+cfg.Spares) + 1, stopc: make(chan struct{})}
 	host := cfg.Backend.Host()
 	meshNodes := map[string]mesh.Node{}
-	for i := 1; i <= cfg.Nodes; i++ {
+	for i := 1; i <= cfg.Nodes+cfg.Spares; i++ {
 		name := "n" + strconv.Itoa(i)
 		peer, err := FreePort(host)
 		if err != nil {
@@ -153,10 +156,14 @@ func New(cfg Config) (*Cluster, error) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
-		c.nodes = append(c.nodes, &Node{Name: name, ID: uint64(i), PeerAddr: peer, ClientAddr: cl, Dir: dir, state: Stopped})
+		st := Stopped
+		if i > cfg.Nodes {
+			st = Removed
+		}
+		c.nodes = append(c.nodes, &Node{Name: name, ID: uint64(i), PeerAddr: peer, ClientAddr: cl, Dir: dir, state: st})
 		meshNodes[name] = mesh.Node{Peer: peer, Client: cl}
 	}
-	if cfg.Nodes >= 2 {
+	if cfg.Nodes+cfg.Spares >= 2 {
 		m, err := mesh.New(mesh.Config{Nodes: meshNodes, Logger: cfg.Logger})
 		if err != nil {
 			return nil, err
@@ -168,7 +175,7 @@ func New(cfg Config) (*Cluster, error) {
 	} else {
 		c.nodes[0].ClientRelay = c.nodes[0].ClientAddr
 	}
-	for _, n := range c.nodes {
+	for _, n := range c.nodes[:cfg.Nodes] {
 		if err := c.Start(n.Name); err != nil {
 			c.Close()
 			return nil, err
@@ -486,6 +493,19 @@ func (c *Cluster) AdminClient(name string) *client.Client {
 	return client.New(n.ClientAddr, client.WithRetries(1), client.WithTimeout(2*time.Second))
 }
 
+// voters counts slots holding a member (anything not removed).
+func (c *Cluster) voters() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, node := range c.nodes {
+		if node.state != Removed {
+			n++
+		}
+	}
+	return n
+}
+
 // running lists nodes the harness believes are running.
 func (c *Cluster) running() []string {
 	c.mu.Lock()
@@ -524,8 +544,11 @@ func (c *Cluster) WaitLeader(ctx context.Context) (string, error) {
 			}
 		}
 		for id, v := range votes {
-			if v > len(run)/2 {
-				if name := c.NameOf(id); name != "" {
+			// The majority must be of the cluster's voters, and the leader
+			// must be running: after a kill, survivors keep naming the dead
+			// leader until their election timeout.
+			if v > len(run)/2 && 2*v > c.voters() {
+				if name := c.NameOf(id); name != "" && c.State(name) == Running {
 					return name, nil
 				}
 			}

@@ -260,11 +260,13 @@ func (c *Client) attempt(ctx context.Context, r *request, handle func(*http.Resp
 	if r.body != nil {
 		req.Header.Set("Content-Type", "application/json")
 		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(r.body)), nil }
-		// Every tidal write is idempotent by its ids. Declaring it lets
-		// net/http resend on a keep-alive connection the server closed
-		// before reading the request, without an application-level retry.
-		// (A nil value marks the request without sending a header.)
-		req.Header["Idempotency-Key"] = nil
+		// Deliberately NOT marked idempotent (no Idempotency-Key): net/http
+		// would then resend on a new connection after a reused one failed
+		// mid-request, and if that resend is refused the error looks like
+		// "never sent" while the first copy may have been applied. That
+		// misclassification showed up as failed-but-applied writes across
+		// kill -9. Without the mark net/http retries only requests it
+		// never wrote, and every other retry is ours and accounted for.
 	}
 
 	resp, err := c.hc.Do(req)

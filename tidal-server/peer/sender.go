@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 )
@@ -25,6 +26,7 @@ type sender struct {
 	// failure bookkeeping for transition logging; sender goroutine only,
 	// except drops, which are counted by Send under t.mu.
 	failures int
+	lastLog  time.Time
 }
 
 func newSender(t *Transport, id uint64, addr string) *sender {
@@ -56,6 +58,13 @@ func (s *sender) dial() (*grpc.ClientConn, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}), grpc.MaxCallSendMsgSize(o.BatchMaxBytes+(8<<20))),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout, PermitWithoutStream: true}),
+		// gRPC's default reconnect backoff grows to 120s: a peer restarted
+		// after a minute down would stay unreachable for another minute.
+		// Raft wants its peers back within an election timeout.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: o.DialBackoff, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: time.Second,
+		}),
 	)
 }
 
@@ -135,7 +144,10 @@ func (s *sender) stream(conn *grpc.ClientConn) error {
 func (s *sender) noteFailure(err error) {
 	s.failures++
 	s.t.metrics.failures.WithLabelValues(s.label).Inc()
-	if s.failures == 1 || s.failures%100 == 0 {
+	// First failure, every 100th, and at least every 10s while it lasts:
+	// enough to follow an outage without a line per retry.
+	if s.failures == 1 || s.failures%100 == 0 || time.Since(s.lastLog) > 10*time.Second {
+		s.lastLog = time.Now()
 		s.t.log.Warn("cannot send to peer; retrying with backoff", "peer", s.id, "addr", s.addr, "failures", s.failures, "err", err)
 	}
 }
