@@ -644,8 +644,10 @@ func TestChurnUnderLoad(t *testing.T) {
 	}()
 	time.Sleep(time.Second)
 	close(stop)
-	if n := <-churned; n < 20 {
-		t.Errorf("expected about 100 fault changes in 1s, made %d", n)
+	// A tick every 10ms; a starved machine (race detector, 2 cores)
+	// skips ticks, so only require that changes kept happening.
+	if n := <-churned; n < 5 {
+		t.Errorf("expected fault changes every 10ms for 1s, made only %d", n)
 	}
 	waited := make(chan struct{})
 	go func() { wg.Wait(); close(waited) }()
