@@ -47,9 +47,13 @@ type Config struct {
 	// MaxInFlight bounds the ops sent and not yet answered; an op that comes
 	// due while that many are outstanding is shed. Default 4096.
 	MaxInFlight int
-	// Connections caps the connections per target (0: as many as ops in
-	// flight). HTTP/1.1 carries one request at a time per connection, so
-	// this also caps per-target concurrency.
+	// Connections caps the connections per target; default 64. HTTP/1.1
+	// carries one request at a time per connection, so this also caps
+	// per-target concurrency; ops beyond it wait for a connection, and the
+	// wait is in their latency. Without a cap, a slow start (every op
+	// dialling its own connection) feeds on itself: dialling costs CPU,
+	// ops pile up, more dial, until the generator sheds — its own limit
+	// mistaken for the server's.
 	Connections int
 	Timeout     time.Duration // per op; default 10s
 	Seed        uint64        // entity choice and vectors; default from the clock
@@ -106,6 +110,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = 4096
 	}
+	if c.Connections == 0 {
+		c.Connections = 64
+	}
 	if c.MaxInFlight < 0 || c.Connections < 0 {
 		return c, fmt.Errorf("stress: expected max in-flight and connections >= 0, found %d and %d", c.MaxInFlight, c.Connections)
 	}
@@ -139,16 +146,17 @@ func (c Config) record() RunConfig {
 	return rc
 }
 
-// NewTransport is the transport Run uses unless Config.Client is set:
-// keep-alive connections enough for every op in flight (a connection
-// closed for lack of an idle slot is a reconnect on the next op, which the
-// server would be blamed for), no proxy, no compression.
-func NewTransport(maxInFlight, connsPerTarget int) *http.Transport {
+// NewTransport is the transport Run uses unless Config.Client is set: at
+// most connsPerTarget connections per target, every one kept alive when
+// idle (a connection closed for lack of an idle slot is a reconnect on the
+// next op, which the server would be blamed for), no proxy, no
+// compression.
+func NewTransport(connsPerTarget int) *http.Transport {
 	return &http.Transport{
 		Proxy:               nil,
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:        0,
-		MaxIdleConnsPerHost: maxInFlight,
+		MaxIdleConnsPerHost: connsPerTarget,
 		MaxConnsPerHost:     connsPerTarget,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
@@ -247,7 +255,7 @@ func Run(ctx context.Context, cfg Config, plan []Stage) (*Result, error) {
 	g := &generator{cfg: cfg, work: newWorkload(cfg), client: cfg.Client}
 	g.window.latency = newHistogram()
 	if g.client == nil {
-		t := NewTransport(cfg.MaxInFlight, cfg.Connections)
+		t := NewTransport(cfg.Connections)
 		defer t.CloseIdleConnections()
 		g.client = &http.Client{Transport: t}
 	}

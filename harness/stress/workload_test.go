@@ -147,7 +147,7 @@ func BenchmarkSend(b *testing.B) {
 	defer srv.Close()
 	b.Run("raw", func(b *testing.B) {
 		c, _ := Config{Targets: []string{srv.URL}, RunID: "bench", MaxInFlight: 16}.withDefaults()
-		g := &generator{cfg: c, work: newWorkload(c), client: &http.Client{Transport: NewTransport(16, 0)}}
+		g := &generator{cfg: c, work: newWorkload(c), client: &http.Client{Transport: NewTransport(16)}}
 		g.window.latency = newHistogram()
 		st := newStageStats()
 		rng := rand.New(rand.NewPCG(1, 2))

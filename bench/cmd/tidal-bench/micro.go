@@ -23,6 +23,7 @@ type microResult struct {
 // microRun is the micro-benchmark part of a results file.
 type microRun struct {
 	Command  string        `json:"command"`
+	CPU      string        `json:"cpu,omitempty"`      // go test's "cpu:" line (the CPUID brand string)
 	Raw      string        `json:"raw"`                // the go test output, benchstat's input, next to the results file
 	Failures []string      `json:"failures,omitempty"` // packages whose benchmarks did not build or failed
 	Results  []microResult `json:"results"`
@@ -66,6 +67,10 @@ func parseBench(out []byte) *microRun {
 		line := sc.Text()
 		if p, ok := strings.CutPrefix(line, "pkg: "); ok {
 			pkg = strings.TrimPrefix(p, "github.com/tidaldb/tidal/")
+			continue
+		}
+		if c, ok := strings.CutPrefix(line, "cpu: "); ok {
+			mr.CPU = strings.TrimSpace(c)
 			continue
 		}
 		if strings.HasPrefix(line, "FAIL") || strings.HasPrefix(line, "--- FAIL") {

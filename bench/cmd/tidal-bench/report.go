@@ -71,7 +71,11 @@ func summary(r, prev *results, prevName, benchstatOut string) string {
 		dirty = " (uncommitted changes)"
 	}
 	p("# tidal benchmark %s, commit %s%s\n\n", r.Time.Format("2006-01-02 15:04 MST"), r.Env.Commit, dirty)
-	p("- CPU: %s, %d cores, %s/%s\n- Go: %s\n", r.Env.CPUModel, r.Env.Cores, r.Env.OS, r.Env.Arch, r.Env.GoVersion)
+	cpu := r.Env.CPUModel
+	if r.Micro != nil && r.Micro.CPU != "" && r.Micro.CPU != cpu {
+		cpu += " (CPUID: " + r.Micro.CPU + ")"
+	}
+	p("- CPU: %s, %d cores, %s/%s\n- Go: %s\n", cpu, r.Env.Cores, r.Env.OS, r.Env.Arch, r.Env.GoVersion)
 	p("- load average (1/5/15 min): %s at start, %s at end — the machine is shared; read figures against it\n", r.Env.LoadStart, r.Env.LoadEnd)
 	p("- duration: %.0fs\n", r.Seconds)
 	if r.Quick {

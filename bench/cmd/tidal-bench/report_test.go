@@ -43,6 +43,9 @@ func TestParseBench(t *testing.T) {
 	if relay.Name != "tcp-relay/relay.BenchmarkAppend" || relay.Medians["ns/op"] != 2000 {
 		t.Errorf("expected the same benchmark name in another package kept apart, found %+v", relay)
 	}
+	if mr.CPU != "AMD EPYC" {
+		t.Errorf("expected the cpu line read, found %q", mr.CPU)
+	}
 	if len(mr.Failures) != 2 {
 		t.Errorf("expected the failing benchmark and package recorded, found %q", mr.Failures)
 	}
