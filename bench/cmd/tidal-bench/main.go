@@ -71,6 +71,7 @@ type options struct {
 	fineStage   time.Duration
 	lagRun      time.Duration
 	keep        bool
+	render      string
 }
 
 func main() {
@@ -86,6 +87,7 @@ func main() {
 	flag.DurationVar(&o.fineStage, "fine-stage", 5*time.Second, "stage length of the linear ramp that narrows it")
 	flag.DurationVar(&o.lagRun, "lag-run", 30*time.Second, "length of the run at 80% of the knee that samples follower lag")
 	flag.BoolVar(&o.keep, "keep", false, "keep the working directory (binaries, node logs, tidal-stress JSON)")
+	flag.StringVar(&o.render, "render", "", "measure nothing: rewrite the Markdown summary of this results file (against the results before it)")
 	flag.Parse()
 	if o.quick {
 		o.microCount, o.benchtime = 2, "100ms"
@@ -93,6 +95,10 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	run := run
+	if o.render != "" {
+		run = render
+	}
 	if err := run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "tidal-bench:", err)
 		os.Exit(1)
@@ -160,7 +166,7 @@ func run(ctx context.Context, o options) (err error) {
 	res.Env.LoadEnd = loadAvg()
 	res.Seconds = time.Since(started).Seconds()
 
-	prev, prevPath := previousResults(outDir, stem)
+	prev, prevPath := previousResults(outDir, stem, res.Time)
 	jsonPath := filepath.Join(outDir, stem+".json")
 	data, err := json.MarshalIndent(res, "", "  ")
 	if err != nil {
@@ -181,6 +187,26 @@ func run(ctx context.Context, o options) (err error) {
 	fmt.Print("\n", md)
 	fmt.Printf("tidal-bench: wrote %s and %s in %.0fs\n", jsonPath, mdPath, res.Seconds)
 	return nil
+}
+
+// render rewrites the summary of an existing results file, comparing it
+// with the newest results file older than it.
+func render(ctx context.Context, o options) error {
+	data, err := os.ReadFile(o.render)
+	if err != nil {
+		return err
+	}
+	var r results
+	if err := json.Unmarshal(data, &r); err != nil {
+		return fmt.Errorf("%s: %w", o.render, err)
+	}
+	dir, stem := filepath.Dir(o.render), strings.TrimSuffix(filepath.Base(o.render), ".json")
+	prev, prevPath := previousResults(dir, stem, r.Time)
+	var stat string
+	if prev != nil && prev.Micro != nil && r.Micro != nil {
+		stat = benchstat(ctx, o.repo, filepath.Join(dir, prev.Micro.Raw), filepath.Join(dir, r.Micro.Raw))
+	}
+	return os.WriteFile(filepath.Join(dir, stem+".md"), []byte(summary(&r, prev, filepath.Base(prevPath), stat)), 0o644)
 }
 
 // build compiles pkg as a release binary (no cgo, no race detector).
@@ -378,8 +404,9 @@ func loadAvg() string {
 	return strings.Join(f[:3], " ")
 }
 
-// previousResults finds the newest results file in dir other than stem's.
-func previousResults(dir, stem string) (*results, string) {
+// previousResults finds the newest results file in dir from before the
+// given time, other than stem's own.
+func previousResults(dir, stem string, before time.Time) (*results, string) {
 	paths, _ := filepath.Glob(filepath.Join(dir, "*.json"))
 	var best *results
 	var bestPath string
@@ -392,7 +419,7 @@ func previousResults(dir, stem string) (*results, string) {
 			continue
 		}
 		var r results
-		if json.Unmarshal(data, &r) != nil || r.Schema == 0 {
+		if json.Unmarshal(data, &r) != nil || r.Schema == 0 || !r.Time.Before(before) {
 			continue
 		}
 		if best == nil || r.Time.After(best.Time) {

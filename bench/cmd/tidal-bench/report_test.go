@@ -86,7 +86,7 @@ func TestSummaryComparesWithPrevious(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(dir, "notes.json"), []byte(`{"unrelated":true}`), 0o644)
 
-	prev, prevPath := previousResults(dir, "2026-02-01-bbb")
+	prev, prevPath := previousResults(dir, "2026-02-01-bbb", time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC))
 	if prev == nil || filepath.Base(prevPath) != "2026-01-01-aaa.json" {
 		t.Fatalf("expected the newest other results file, found %q", prevPath)
 	}
@@ -103,8 +103,11 @@ func TestSummaryComparesWithPrevious(t *testing.T) {
 			t.Errorf("expected the summary to contain %q, found:\n%s", want, md)
 		}
 	}
-	if _, again := previousResults(dir, "2026-01-01-aaa"); filepath.Base(again) != "2025-01-01-zzz.json" {
+	if _, again := previousResults(dir, "2026-01-01-aaa", old.Time); filepath.Base(again) != "2025-01-01-zzz.json" {
 		t.Errorf("expected a run never to compare with its own file, found %q", again)
+	}
+	if p, _ := previousResults(dir, "x", older.Time); p != nil {
+		t.Errorf("expected nothing before the oldest file, found %s", p.Env.Commit)
 	}
 }
 
