@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,7 +52,7 @@ type errorBody struct {
 	Error struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
-		Field   string `json:"field,omitempty"`
+		Field   string `json:"field"` // always present: "" when no single field is at fault
 	} `json:"error"`
 }
 
@@ -100,6 +101,14 @@ func toAPIError(err error) *Error {
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error()}
 	case errors.Is(err, errDeadline):
 		return &Error{Status: http.StatusGatewayTimeout, Code: CodeTimeout, Message: err.Error()}
+	case errors.Is(err, context.DeadlineExceeded):
+		// A write whose deadline passed inside the backend may still
+		// commit: the outcome is unknown, exactly as ErrUnknownOutcome.
+		return &Error{Status: http.StatusGatewayTimeout, Code: CodeTimeout, Message: err.Error() + "; the outcome is unknown, retry with the same ids"}
+	case errors.Is(err, context.Canceled):
+		// The client went away; nobody reads this answer, and it is not
+		// a server fault worth a 500 in the logs and metrics.
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error()}
 	}
 	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: err.Error()}
 }

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"mime"
 	"net/http"
 	"strconv"
@@ -76,12 +75,19 @@ type handler struct {
 	schema   ledger.Schema
 	inflight chan struct{}
 	metrics  *httpMetrics
+	// vectorCheck validates request vectors against the schema's
+	// dimension. It is never written: the vectors package validates
+	// through a Store, and one made per request would allocate a store
+	// each time.
+	vectorCheck *vectors.Store
 }
 
 // New returns the HTTP handler serving every route over b.
 func New(b Backend, opts Options) http.Handler {
 	opts.setDefaults()
-	h := &handler{b: b, opts: opts, schema: b.Schema(), inflight: make(chan struct{}, opts.MaxInflightWrites)}
+	schema := b.Schema()
+	h := &handler{b: b, opts: opts, schema: schema, inflight: make(chan struct{}, opts.MaxInflightWrites),
+		vectorCheck: vectors.New(schema.EmbeddingDim)}
 	h.metrics = newHTTPMetrics(opts.Registry, func() float64 { return float64(len(h.inflight)) })
 
 	mux := http.NewServeMux()
@@ -178,146 +184,12 @@ func (h *handler) readJSONBody(w http.ResponseWriter, r *http.Request) ([]byte, 
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge,
+			return nil, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge, Field: "body",
 				Message: fmt.Sprintf("request body exceeds %d bytes", h.opts.MaxBodyBytes)}
 		}
-		return nil, invalid("", "reading request body: %v", err)
+		return nil, invalid("body", "reading request body: %v", err)
 	}
 	return body, nil
-}
-
-// decodeStrict decodes one JSON value, refusing unknown fields and
-// trailing data, and names the field a type error was found in. prefix is
-// the path of v in the request ("events[3]").
-func decodeStrict(data []byte, v any, prefix string) error {
-	dec := json.NewDecoder(strings.NewReader(string(data)))
-	dec.DisallowUnknownFields()
-	dec.UseNumber()
-	if err := dec.Decode(v); err != nil {
-		return jsonError(err, prefix)
-	}
-	if dec.More() {
-		return invalid(prefix, "unexpected data after the JSON value")
-	}
-	return nil
-}
-
-func join(prefix, field string) string {
-	switch {
-	case prefix == "":
-		return field
-	case field == "":
-		return prefix
-	}
-	return prefix + "." + field
-}
-
-func jsonError(err error, prefix string) error {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		return invalid(join(prefix, te.Field), "expected %s, found JSON %s", goTypeName(te.Type.String()), te.Value)
-	}
-	var se *json.SyntaxError
-	if errors.As(err, &se) {
-		return invalid(prefix, "malformed JSON at byte %d: %v", se.Offset, se)
-	}
-	if s := err.Error(); strings.HasPrefix(s, "json: unknown field ") {
-		name := strings.Trim(strings.TrimPrefix(s, "json: unknown field "), `"`)
-		return invalid(join(prefix, name), "unknown field")
-	}
-	if errors.Is(err, io.EOF) {
-		return invalid(prefix, "empty body; expected a JSON object")
-	}
-	if errors.Is(err, io.ErrUnexpectedEOF) {
-		return invalid(prefix, "truncated JSON")
-	}
-	return invalid(prefix, "%v", err)
-}
-
-func goTypeName(t string) string {
-	switch t {
-	case "uint64":
-		return "an unsigned 64-bit integer"
-	case "int64":
-		return "a 64-bit integer"
-	case "float64", "float32":
-		return "a number"
-	case "string":
-		return "a string"
-	case "[]float32":
-		return "an array of numbers"
-	}
-	return t
-}
-
-type wireEvent struct {
-	ID     *string  `json:"id"`
-	Entity *uint64  `json:"entity"`
-	Signal *string  `json:"signal"`
-	Weight *float64 `json:"weight"`
-	TS     *int64   `json:"ts"`
-}
-
-type signalsRequest struct {
-	Events []json.RawMessage `json:"events"`
-}
-
-// DecodeSignals parses and validates a POST /v1/signals body against
-// schema. Every event is checked before the batch is accepted, so an error
-// always names the first bad field and nothing is written. Exported for
-// the fuzz target and for tools that pre-validate batches.
-func DecodeSignals(body []byte, schema ledger.Schema, maxBatch int) ([]ledger.Event, error) {
-	var req signalsRequest
-	if err := decodeStrict(body, &req, ""); err != nil {
-		return nil, err
-	}
-	if req.Events == nil {
-		return nil, invalid("events", "required: a non-empty array of events")
-	}
-	if len(req.Events) == 0 {
-		return nil, invalid("events", "empty batch; expected at least one event")
-	}
-	if len(req.Events) > maxBatch {
-		return nil, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge, Field: "events",
-			Message: fmt.Sprintf("batch of %d events exceeds the limit of %d", len(req.Events), maxBatch)}
-	}
-	events := make([]ledger.Event, len(req.Events))
-	for i, raw := range req.Events {
-		prefix := fmt.Sprintf("events[%d]", i)
-		var we wireEvent
-		if err := decodeStrict(raw, &we, prefix); err != nil {
-			return nil, err
-		}
-		switch {
-		case we.ID == nil:
-			return nil, invalid(prefix+".id", "required")
-		case we.Entity == nil:
-			return nil, invalid(prefix+".entity", "required")
-		case we.Signal == nil:
-			return nil, invalid(prefix+".signal", "required")
-		}
-		e := ledger.Event{ID: *we.ID, Entity: *we.Entity, Signal: *we.Signal, Weight: 1}
-		if we.Weight != nil {
-			e.Weight = *we.Weight
-		}
-		if we.TS != nil {
-			if *we.TS == 0 {
-				return nil, invalid(prefix+".ts", "0 is not a timestamp; omit ts to have the node stamp it")
-			}
-			e.TS = *we.TS
-		}
-		// The node stamps absent timestamps later; validate with a
-		// placeholder inside the accepted range so the rest is checked now.
-		check := e
-		if check.TS == 0 {
-			check.TS = ledger.MinTS
-		}
-		if fe := schema.ValidateEvent(check); fe != nil {
-			return nil, invalid(prefix+"."+fe.Field, "%s", fe.Message)
-		}
-		events[i] = e
-	}
-	return events, nil
 }
 
 func (h *handler) acquire() (release func(), err error) {
@@ -382,24 +254,6 @@ func parseEntity(r *http.Request) (uint64, error) {
 	return id, nil
 }
 
-type embeddingRequest struct {
-	ID     *string   `json:"id"`
-	Vector []float64 `json:"vector"`
-}
-
-// toFloat32 converts a JSON vector, naming the first element a float32
-// cannot hold.
-func toFloat32(v []float64, field string) ([]float32, error) {
-	out := make([]float32, len(v))
-	for i, f := range v {
-		if math.Abs(f) > math.MaxFloat32 {
-			return nil, invalid(fmt.Sprintf("%s[%d]", field, i), "%g overflows float32", f)
-		}
-		out[i] = float32(f)
-	}
-	return out, nil
-}
-
 func (h *handler) putEmbedding(w http.ResponseWriter, r *http.Request) error {
 	entity, err := parseEntity(r)
 	if err != nil {
@@ -409,24 +263,34 @@ func (h *handler) putEmbedding(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req embeddingRequest
-	if err := decodeStrict(body, &req, ""); err != nil {
+	var id []byte
+	var vec []float32
+	hasID := false
+	err = decodeBody(body, func(d *decoder, name []byte) error {
+		switch string(name) {
+		case "id":
+			hasID = true
+			id, err = d.str("id")
+		case "vector":
+			vec, err = d.vector("vector", h.schema.EmbeddingDim)
+		default:
+			return d.unknown(name, "id, vector")
+		}
 		return err
-	}
-	if req.ID == nil || *req.ID == "" {
-		return invalid("id", "required: a write id, reused on retries")
-	}
-	if len(*req.ID) > ledger.MaxIDLen {
-		return invalid("id", "%d bytes; at most %d", len(*req.ID), ledger.MaxIDLen)
-	}
-	if req.Vector == nil {
-		return invalid("vector", "required")
-	}
-	vec, err := toFloat32(req.Vector, "vector")
+	})
 	if err != nil {
 		return err
 	}
-	if fe := vectors.New(h.schema.EmbeddingDim).Validate(vec); fe != nil {
+	if !hasID || len(id) == 0 {
+		return invalid("id", "required: a write id, reused on retries")
+	}
+	if len(id) > ledger.MaxIDLen {
+		return invalid("id", "%d bytes; at most %d", len(id), ledger.MaxIDLen)
+	}
+	if vec == nil {
+		return invalid("vector", "required: an array of %d numbers", h.schema.EmbeddingDim)
+	}
+	if fe := h.vectorCheck.Validate(vec); fe != nil {
 		return invalid(fe.Field, "%s", fe.Message)
 	}
 	release, err := h.acquire()
@@ -436,7 +300,7 @@ func (h *handler) putEmbedding(w http.ResponseWriter, r *http.Request) error {
 	defer release()
 	ctx, cancel := context.WithTimeout(r.Context(), h.opts.WriteTimeout)
 	defer cancel()
-	ack, err := h.b.PutEmbedding(ctx, entity, *req.ID, vec)
+	ack, err := h.b.PutEmbedding(ctx, entity, string(id), vec)
 	if err != nil {
 		return err
 	}
@@ -526,18 +390,13 @@ func (h *handler) getEntity(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, out)
 }
 
-type nearestRequest struct {
-	Vector []float64 `json:"vector"`
-	K      *int      `json:"k"`
-}
-
 type matchJSON struct {
 	Entity uint64  `json:"entity"`
 	Score  float32 `json:"score"`
 }
 
-func (h *handler) checkK(k int) error {
-	if k < 1 || k > h.opts.MaxK {
+func (h *handler) checkK(k int64) error {
+	if k < 1 || k > int64(h.opts.MaxK) {
 		return invalid("k", "expected 1..%d, found %d", h.opts.MaxK, k)
 	}
 	return nil
@@ -548,25 +407,30 @@ func (h *handler) nearest(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req nearestRequest
-	if err := decodeStrict(body, &req, ""); err != nil {
-		return err
-	}
-	if req.Vector == nil {
-		return invalid("vector", "required")
-	}
+	var vec []float32
 	k := 10
-	if req.K != nil {
-		k = *req.K
-	}
-	if err := h.checkK(k); err != nil {
+	err = decodeBody(body, func(d *decoder, name []byte) error {
+		switch string(name) {
+		case "vector":
+			vec, err = d.vector("vector", h.schema.EmbeddingDim)
+		case "k":
+			var n int64
+			if n, err = d.int64("k", "an integer"); err == nil {
+				err = h.checkK(n)
+				k = int(n)
+			}
+		default:
+			return d.unknown(name, "vector, k")
+		}
 		return err
-	}
-	vec, err := toFloat32(req.Vector, "vector")
+	})
 	if err != nil {
 		return err
 	}
-	if fe := vectors.New(h.schema.EmbeddingDim).Validate(vec); fe != nil {
+	if vec == nil {
+		return invalid("vector", "required: an array of %d numbers", h.schema.EmbeddingDim)
+	}
+	if fe := h.vectorCheck.Validate(vec); fe != nil {
 		return invalid(fe.Field, "%s", fe.Message)
 	}
 	_, cancel, err := h.barrier(r, "linearizable")
@@ -618,7 +482,7 @@ func (h *handler) top(w http.ResponseWriter, r *http.Request) error {
 		}
 		k = n
 	}
-	if err := h.checkK(k); err != nil {
+	if err := h.checkK(int64(k)); err != nil {
 		return err
 	}
 	at, err := h.readTime(r)
@@ -662,6 +526,9 @@ type locationJSON struct {
 
 func (h *handler) eventLocation(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
+	if err := checkEventID(id); err != nil {
+		return err
+	}
 	_, cancel, err := h.barrier(r, "linearizable")
 	if err != nil {
 		return err
@@ -674,6 +541,21 @@ func (h *handler) eventLocation(w http.ResponseWriter, r *http.Request) error {
 		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Field: "id", Message: fmt.Sprintf("event id %q is not in this node's id memory", id)}
 	}
 	return writeJSON(w, http.StatusOK, locationJSON{ID: loc.ID, Index: loc.Index, Term: loc.Term, Entity: loc.Entity, Signal: loc.Signal})
+}
+
+// checkEventID refuses, as 400, a path id no event can have (the rules
+// of ledger.Schema.ValidateEvent), so that 404 means only "not
+// remembered".
+func checkEventID(id string) error {
+	if id == "" || len(id) > ledger.MaxIDLen {
+		return invalid("id", "expected 1..%d bytes, found %d", ledger.MaxIDLen, len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < 0x21 || c > 0x7e {
+			return invalid("id", "expected visible ASCII, found byte 0x%02x at offset %d", c, i)
+		}
+	}
+	return nil
 }
 
 func (h *handler) auditEvents(w http.ResponseWriter, r *http.Request) error {
@@ -721,30 +603,39 @@ func (h *handler) status(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, h.b.Status())
 }
 
-type memberRequest struct {
-	ID         *uint64 `json:"id"`
-	PeerAddr   string  `json:"peer_addr"`
-	ClientAddr string  `json:"client_addr"`
-}
-
 func (h *handler) addMember(w http.ResponseWriter, r *http.Request) error {
 	body, err := h.readJSONBody(w, r)
 	if err != nil {
 		return err
 	}
-	var req memberRequest
-	if err := decodeStrict(body, &req, ""); err != nil {
+	var m replica.Member
+	err = decodeBody(body, func(d *decoder, name []byte) error {
+		var b []byte
+		switch string(name) {
+		case "id":
+			m.ID, err = d.uint64("id")
+		case "peer_addr":
+			b, err = d.str("peer_addr")
+			m.PeerAddr = string(b)
+		case "client_addr":
+			b, err = d.str("client_addr")
+			m.ClientAddr = string(b)
+		default:
+			return d.unknown(name, "id, peer_addr, client_addr")
+		}
+		return err
+	})
+	if err != nil {
 		return err
 	}
-	if req.ID == nil || *req.ID == 0 {
+	if m.ID == 0 {
 		return invalid("id", "required: a node id > 0 never used in this cluster")
 	}
-	if req.PeerAddr == "" {
+	if m.PeerAddr == "" {
 		return invalid("peer_addr", "required: host:port the other nodes dial")
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.opts.WriteTimeout)
 	defer cancel()
-	m := replica.Member{ID: *req.ID, PeerAddr: req.PeerAddr, ClientAddr: req.ClientAddr}
 	if err := h.b.AddMember(ctx, m); err != nil {
 		return err
 	}
@@ -771,18 +662,23 @@ func (h *handler) transferLeader(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req struct {
-		To *uint64 `json:"to"`
-	}
-	if err := decodeStrict(body, &req, ""); err != nil {
+	var to uint64
+	err = decodeBody(body, func(d *decoder, name []byte) error {
+		if string(name) != "to" {
+			return d.unknown(name, "to")
+		}
+		to, err = d.uint64("to")
+		return err
+	})
+	if err != nil {
 		return err
 	}
-	if req.To == nil || *req.To == 0 {
+	if to == 0 {
 		return invalid("to", "required: the id of the member to lead")
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.opts.WriteTimeout)
 	defer cancel()
-	if err := h.b.TransferLeader(ctx, *req.To); err != nil {
+	if err := h.b.TransferLeader(ctx, to); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -1,0 +1,65 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/tidaldb/tidal/tidal-server/ledger"
+	"github.com/tidaldb/tidal/tidal-server/replica"
+	"github.com/tidaldb/tidal/tidal-server/vectors"
+)
+
+// ackBackend acknowledges every write at once and folds nothing, so a
+// benchmark through it times the API layer alone: content-type and size
+// checks, decoding, validation, stamping, the in-flight bound, metrics.
+type ackBackend struct{ fakeBackend }
+
+func (a *ackBackend) WriteSignals(ctx context.Context, events []ledger.Event) (WriteAck, error) {
+	return WriteAck{Index: 1, Term: 1, Node: 1}, nil
+}
+func (a *ackBackend) CheckSignals(events []ledger.Event) error             { return nil }
+func (a *ackBackend) Read(fn func(*ledger.Ledger, *vectors.Store, uint64)) {}
+func (a *ackBackend) Status() replica.Status                               { return replica.Status{} }
+
+// BenchmarkPostSignals posts 100-event batches (the ingestion target's
+// request shape) through the handler in-process and reports events/s: the
+// API layer's own ceiling, before the log, fsync or replication.
+func BenchmarkPostSignals(b *testing.B) {
+	const perBatch = 100
+	be := &ackBackend{fakeBackend: *newFake(ledger.DefaultSchema())}
+	h := New(be, Options{})
+	bodies := make([][]byte, 64)
+	for i := range bodies {
+		var buf bytes.Buffer
+		buf.WriteString(`{"events":[`)
+		for j := 0; j < perBatch; j++ {
+			if j > 0 {
+				buf.WriteByte(',')
+			}
+			fmt.Fprintf(&buf, `{"id":"bench-%d-%d","entity":%d,"signal":"view","weight":1.5,"ts":1700000000%03d}`, i, j, 1000+i*perBatch+j, j)
+		}
+		buf.WriteString(`]}`)
+		bodies[i] = buf.Bytes()
+	}
+	b.SetBytes(int64(len(bodies[0])))
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			req := httptest.NewRequest(http.MethodPost, "/v1/signals", bytes.NewReader(bodies[i%len(bodies)]))
+			req.Header.Set("Content-Type", "application/json")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			if w.Code != http.StatusNoContent {
+				b.Fatalf("status %d: %s", w.Code, w.Body)
+			}
+			i++
+		}
+	})
+	b.ReportMetric(float64(b.N*perBatch)/b.Elapsed().Seconds(), "events/s")
+}
