@@ -243,17 +243,17 @@ func hears(g mesh.Grudge) map[string][]string {
 
 // ---- processes ----
 
-// process sends a signal to its targets (SIGKILL, SIGSTOP) and heals by
+// signal sends a signal to its targets (SIGKILL, SIGSTOP) and heals by
 // undoing it (start again, SIGCONT). Targets are fixed at generation time
 // ("one", "minority") or resolved to the leader now.
-type process struct {
+type signal struct {
 	sub     string // "one", "leader", "minority"
 	do      func(Cluster, string) error
 	undo    func(Cluster, string) error // nil for instant faults
 	undoing cluster.State               // the state undo applies to
 }
 
-func (p process) Resolve(ctx context.Context, c Cluster, s Step) (history.FaultValue, error) {
+func (p signal) Resolve(ctx context.Context, c Cluster, s Step) (history.FaultValue, error) {
 	v := history.FaultValue{Kind: p.sub}
 	if p.sub == "leader" {
 		l, err := leader(ctx, c)
@@ -271,7 +271,7 @@ func (p process) Resolve(ctx context.Context, c Cluster, s Step) (history.FaultV
 	return v, checkTargets(c, s, want)
 }
 
-func (p process) Inject(_ context.Context, c Cluster, v *history.FaultValue) (time.Time, error) {
+func (p signal) Inject(_ context.Context, c Cluster, v *history.FaultValue) (time.Time, error) {
 	for _, t := range v.Targets {
 		if st := c.State(t); st != cluster.Running {
 			return time.Time{}, NotApplied(fmt.Errorf("%s: expected node running, found %s", t, st))
@@ -288,7 +288,7 @@ func (p process) Inject(_ context.Context, c Cluster, v *history.FaultValue) (ti
 	return time.Now(), nil
 }
 
-func (p process) Heal(_ context.Context, c Cluster, v *history.FaultValue) (time.Time, error) {
+func (p signal) Heal(_ context.Context, c Cluster, v *history.FaultValue) (time.Time, error) {
 	var errs []error
 	for _, t := range v.Targets {
 		// A target the harness already brought back needs nothing.

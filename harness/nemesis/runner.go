@@ -174,7 +174,11 @@ func (r *Runner) inject(ctx context.Context, s Step, step int) error {
 		return fmt.Errorf("nemesis: %s on %v: %w", k.Name, v.Targets, err)
 	}
 	r.rec.Complete(inv, history.OK, v, nil, 0, 0)
-	r.log.Info("fault in effect", "kind", k.Name, "targets", v.Targets, "grudge", v.Grudge, "took", at.Sub(timeOf(r.rec, inv)).Round(time.Microsecond))
+	attrs := []any{"kind", k.Name, "targets", v.Targets, "took", at.Sub(timeOf(r.rec, inv)).Round(time.Microsecond)}
+	if v.Grudge != nil {
+		attrs = append(attrs, "hears-nothing-from", v.Grudge)
+	}
+	r.log.Info("fault in effect", attrs...)
 	if !k.Instant {
 		r.setActive(k.Class, &activeFault{kind: k, value: v, step: step, since: at})
 	}

@@ -52,7 +52,7 @@ func newFake(t *testing.T, n int) *fakeCluster {
 	return f
 }
 
-func (f *fakeCluster) Names() []string { return f.m.Nodes() }
+func (f *fakeCluster) Names() []string  { return f.m.Nodes() }
 func (f *fakeCluster) Mesh() *mesh.Mesh { return f.m }
 
 func (f *fakeCluster) State(n string) cluster.State {
