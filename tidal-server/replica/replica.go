@@ -1027,7 +1027,7 @@ func (r *Replica) maybePromoteLearners() {
 		if !pr.IsLearner {
 			continue
 		}
-		if pr.Match+r.cfg.PromoteWithin < commit {
+		if pr.Match == 0 || pr.Match+r.cfg.PromoteWithin < commit { // Match 0: it has never acknowledged anything
 			continue
 		}
 		if t, ok := r.promoting[id]; ok && time.Since(t) < 5*time.Second {

@@ -1,0 +1,757 @@
+package replica_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tidaldb/tidal/tidal-server/replica"
+	"github.com/tidaldb/tidal/tidal-server/wal"
+)
+
+func TestElectsOneLeader(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	lead := c.waitLeader(1, 2, 3)
+	leaders := 0
+	var term uint64
+	for _, id := range []uint64{1, 2, 3} {
+		st := c.node(id).r.Status()
+		if st.Role == "leader" {
+			leaders++
+		}
+		if term == 0 {
+			term = st.Term
+		}
+		if st.Term != term {
+			t.Errorf("node %d is at term %d, node 1 at %d: a settled cluster shares one term", id, st.Term, term)
+		}
+		if len(st.Members) != 3 {
+			t.Errorf("node %d lists %d members, expected 3: %+v", id, len(st.Members), st.Members)
+		}
+	}
+	if leaders != 1 {
+		t.Fatalf("%d nodes report role leader, expected exactly 1 (leader by consensus: %d)", leaders, lead)
+	}
+}
+
+// Every node takes writes; all of them apply the same entries in the same
+// order, and each acknowledged write sits at the index its ack named.
+func TestProposeOnEveryNodeAppliesInSameOrder(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	c.waitLeader()
+	const perNode = 15
+	type ack struct {
+		payload string
+		a       replica.Applied
+	}
+	var mu sync.Mutex
+	var acks []ack
+	var wg sync.WaitGroup
+	for _, id := range []uint64{1, 2, 3} {
+		for w := 0; w < 2; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < perNode; i++ {
+					p := fmt.Sprintf("n%d-w%d-%d", id, w, i)
+					a, err := c.propose(id, p, 5*time.Second)
+					if err != nil {
+						t.Errorf("propose %q on node %d: %v", p, id, err)
+						return
+					}
+					mu.Lock()
+					acks = append(acks, ack{p, a})
+					mu.Unlock()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	st := c.waitConverged(1, 2, 3)
+	if len(st.Entries) != len(acks) {
+		t.Fatalf("state holds %d entries, %d writes were acknowledged (each exactly once expected)", len(st.Entries), len(acks))
+	}
+	byIndex := map[uint64]string{}
+	for _, e := range st.Entries {
+		byIndex[e.Index] = e.Data
+	}
+	for _, k := range acks {
+		if got := byIndex[k.a.Index]; got != k.payload {
+			t.Errorf("write %q acknowledged at index %d (term %d), but that index holds %q", k.payload, k.a.Index, k.a.Term, got)
+		}
+		if k.a.Term == 0 {
+			t.Errorf("write %q acknowledged with term 0", k.payload)
+		}
+	}
+}
+
+// The leader cut off from both followers: the majority elects a new leader
+// and keeps committing; the old leader's proposals never report success (the
+// ones raft took end as ErrUnknownOutcome), its commit index does not move,
+// and after healing everyone converges without them.
+func TestLeaderPartitionedAway(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	old := c.waitLeader()
+	c.mustPropose(old, "before")
+	c.waitConverged()
+	var rest []uint64
+	for _, id := range []uint64{1, 2, 3} {
+		if id != old {
+			rest = append(rest, id)
+		}
+	}
+	commitAtCut := c.node(old).r.Status().Commit
+
+	c.net.partition([]uint64{old}, rest)
+	errs := make([]error, 6)
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = c.propose(old, fmt.Sprintf("stale-%d", i), 1500*time.Millisecond)
+		}()
+	}
+
+	lead := c.waitLeader(rest...)
+	if lead == old {
+		t.Fatalf("majority %v elected the partitioned node %d", rest, old)
+	}
+	for i, id := range rest {
+		c.mustPropose(id, fmt.Sprintf("majority-%d", i))
+	}
+	wg.Wait()
+	unknown := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			t.Errorf("proposal stale-%d on the partitioned old leader %d reported success", i, old)
+		case errors.Is(err, replica.ErrUnknownOutcome):
+			unknown++
+		case errors.Is(err, replica.ErrNoLeader), errors.Is(err, replica.ErrOverloaded):
+			// Made after it stepped down: certainly not applied.
+		default:
+			t.Errorf("proposal stale-%d on node %d: unexpected error %v", i, old, err)
+		}
+	}
+	if unknown == 0 {
+		t.Errorf("no proposal on the cut-off leader ended as ErrUnknownOutcome (errors: %v); raft should have taken the first ones before CheckQuorum deposed it", errs)
+	}
+	if got := c.node(old).r.Status().Commit; got != commitAtCut {
+		t.Errorf("partitioned node %d moved its commit index from %d to %d alone", old, commitAtCut, got)
+	}
+
+	c.net.heal()
+	st := c.waitConverged()
+	for i := range errs {
+		p := fmt.Sprintf("stale-%d", i)
+		for _, e := range st.Entries {
+			if e.Data == p {
+				t.Errorf("%s, proposed only to the minority, was applied at index %d", p, e.Index)
+			}
+		}
+	}
+	for i, id := range rest {
+		p := fmt.Sprintf("majority-%d", i)
+		if _, ok := c.node(old).sm.has(p); !ok {
+			t.Errorf("old leader %d lacks %q (acknowledged by node %d) after heal", old, p, id)
+		}
+	}
+}
+
+// A restarted node rebuilds its state from its newest snapshot plus the WAL
+// suffix, with no help from its peers; then it catches up on what it missed.
+func TestRestartRebuildsFromSnapshotAndWAL(t *testing.T) {
+	c := newCluster(t, 3, func(cfg *replica.Config) {
+		cfg.SnapshotEvery = 20
+		cfg.SnapshotCatchUp = 10
+		cfg.WAL.SegmentSize = 4 << 10
+	})
+	c.waitLeader()
+	for i := 0; i < 75; i++ {
+		c.mustPropose(uint64(i%3)+1, fmt.Sprintf("w%03d-%s", i, strings.Repeat("x", 40)))
+	}
+	before := c.waitConverged()
+	nd := c.node(2)
+	segsBefore := walSegments(t, nd.dir)
+	c.stop(2)
+	if len(snapFiles(t, nd.dir)) == 0 {
+		t.Fatalf("node 2 took no snapshot after %d entries with SnapshotEvery=20", before.Applied)
+	}
+	if segsBefore > 8 {
+		t.Errorf("node 2's WAL has %d segments of 4 KiB after 75 small entries and snapshots every 20: compaction is not removing them", segsBefore)
+	}
+
+	// Isolated: everything it gets back must come from its own disk.
+	c.net.partition([]uint64{2}, []uint64{1, 3})
+	nd = c.start(2, false)
+	waitFor(t, 5*time.Second, "node 2 to replay its log", func() (bool, string) {
+		s := nd.sm.state()
+		return s.Applied >= before.Applied, fmt.Sprintf("applied %d of %d", s.Applied, before.Applied)
+	})
+	got := nd.sm.state()
+	if got.Applied != before.Applied || got.Digest != before.Digest || !equalEntries(got.Entries, before.Entries) {
+		t.Fatalf("restarted node 2 rebuilt applied=%d digest=%.8s (%d entries); before the stop: applied=%d digest=%.8s (%d entries)",
+			got.Applied, got.Digest, len(got.Entries), before.Applied, before.Digest, len(before.Entries))
+	}
+	restores, applies := nd.sm.counts()
+	if restores != 1 {
+		t.Errorf("state machine restored %d times on restart, expected 1 (from the newest snapshot)", restores)
+	}
+	if applies >= len(before.Entries) {
+		t.Errorf("restart re-applied %d entries of %d: the snapshot should have covered most of them", applies, len(before.Entries))
+	}
+
+	for i := 0; i < 10; i++ {
+		c.mustPropose(1, fmt.Sprintf("while-isolated-%d", i))
+	}
+	c.net.heal()
+	c.waitConverged()
+}
+
+// A node kept down while the others compact their log past its position
+// can only catch up by snapshot: the leader sends MsgSnap, the transport
+// reports it, and the node installs it.
+func TestDownPastCompactionCatchesUpBySnapshot(t *testing.T) {
+	c := newCluster(t, 3, func(cfg *replica.Config) {
+		cfg.SnapshotEvery = 20
+		cfg.SnapshotCatchUp = 5
+		cfg.WAL.SegmentSize = 4 << 10
+	})
+	lead := c.waitLeader()
+	down := uint64(1)
+	if lead == down {
+		down = 2
+	}
+	c.mustPropose(lead, "first")
+	c.waitConverged()
+	c.stop(down)
+	for i := 0; i < 100; i++ {
+		c.mustPropose(lead, fmt.Sprintf("missed-%03d", i))
+	}
+	lead = c.waitLeader(c.running()...)
+
+	nd := c.start(down, false)
+	st := c.waitConverged()
+	if _, ok := nd.sm.has("missed-000"); !ok {
+		t.Fatalf("node %d converged without missed-000: state %d entries", down, len(st.Entries))
+	}
+	if n := c.net.snapshotsSent(lead, down); n == 0 {
+		t.Errorf("leader %d sent no snapshot to node %d, which was behind a compacted log", lead, down)
+	}
+	ok := false
+	for _, r := range c.net.snapshotReports() {
+		if r.from == lead && r.to == down && r.ok {
+			ok = true
+		}
+	}
+	if !ok {
+		t.Errorf("no successful ReportSnapshot(%d) on leader %d; reports: %+v", down, lead, c.net.snapshotReports())
+	}
+	if restores, _ := nd.sm.counts(); restores == 0 {
+		t.Errorf("node %d caught up without restoring a snapshot", down)
+	}
+	// And it keeps taking entries afterwards.
+	c.mustPropose(down, "after-catch-up")
+	c.waitConverged()
+}
+
+// A linearizable read on a follower, after a write the leader acknowledged,
+// sees the write even when the follower's stream from the leader lags.
+func TestReadIndexOnFollowerSeesAckedWrite(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	lead := c.waitLeader()
+	var follower uint64
+	for _, id := range []uint64{1, 2, 3} {
+		if id != lead {
+			follower = id
+			break
+		}
+	}
+	c.mustPropose(lead, "warm-up")
+	c.waitConverged()
+	// Everything the leader sends this follower arrives 40ms late: the write
+	// commits through the other follower before this one has it.
+	c.net.setFaults(lead, follower, linkFaults{delay: 40 * time.Millisecond})
+	lagged := 0
+	for i := 0; i < 5; i++ {
+		p := fmt.Sprintf("write-%d", i)
+		a := c.mustPropose(lead, p)
+		if _, ok := c.node(follower).sm.has(p); !ok {
+			lagged++
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		idx, err := c.node(follower).r.ReadIndex(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("ReadIndex on follower %d after %q: %v", follower, p, err)
+		}
+		if idx < a.Index {
+			t.Errorf("ReadIndex on follower %d returned %d, below the acknowledged write at %d", follower, idx, a.Index)
+		}
+		if at, ok := c.node(follower).sm.has(p); !ok || at != a.Index {
+			t.Errorf("after ReadIndex on follower %d, %q is at (%d, %v); acknowledged at %d", follower, p, at, ok, a.Index)
+		}
+	}
+	if lagged == 0 {
+		t.Logf("the follower had every write before its read; the delay did not create a lag this run")
+	}
+}
+
+// A learner is promoted only once it has caught up: while it is down it
+// stays a learner, and once it runs and catches up it becomes a voter.
+func TestAddLearnerPromotedAfterCatchUp(t *testing.T) {
+	c := newCluster(t, 3, func(cfg *replica.Config) { cfg.PromoteWithin = 10 })
+	lead := c.waitLeader()
+	for i := 0; i < 40; i++ {
+		c.mustPropose(lead, fmt.Sprintf("pre-%d", i))
+	}
+	via := uint64(1)
+	if via == lead {
+		via = 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err := c.node(via).r.AddMember(ctx, replica.Member{ID: 4, PeerAddr: peerAddr(4)})
+	cancel()
+	if err != nil {
+		t.Fatalf("AddMember(4) through follower %d: %v", via, err)
+	}
+	roleOf := func(id uint64) string {
+		for _, m := range c.node(c.waitLeader(1, 2, 3)).r.Status().Members {
+			if m.ID == id {
+				return m.Role
+			}
+		}
+		return "absent"
+	}
+	// Several promotion rounds (every 5 ticks) pass while node 4 is down.
+	time.Sleep(300 * time.Millisecond)
+	if r := roleOf(4); r != "learner" {
+		t.Fatalf("node 4, added but never started, is %q on the leader; expected learner", r)
+	}
+	for _, id := range []uint64{1, 2, 3} {
+		if a, ok := c.node(id).ep.peerAddr(4); !ok || a != peerAddr(4) {
+			t.Errorf("node %d's transport has peer 4 at (%q, %v), expected %q from the conf change context", id, a, ok, peerAddr(4))
+		}
+	}
+
+	c.start(4, true)
+	waitFor(t, 10*time.Second, "node 4 to be promoted to voter", func() (bool, string) {
+		r := roleOf(4)
+		return r == "follower" || r == "leader", "role " + r
+	})
+	c.mustPropose(4, "from-new-voter")
+	c.waitConverged(1, 2, 3, 4)
+	// With four voters, two of the original three can go and the remaining
+	// pair cannot commit alone; one can go and the other three commit.
+	c.stop(lead)
+	var rest []uint64
+	for _, id := range []uint64{1, 2, 3, 4} {
+		if id != lead {
+			rest = append(rest, id)
+		}
+	}
+	c.waitLeader(rest...)
+	c.mustPropose(rest[0], "three-of-four")
+	c.waitConverged(rest...)
+}
+
+// With the default PromoteWithin (1000) and a short log, a learner that has
+// never acknowledged anything is within 1000 entries of commit and is
+// promoted at once. On a one-node cluster that makes two voters, one of them
+// not running: the cluster stops committing until the newcomer starts.
+func TestLearnerNeverHeardFromIsNotPromoted(t *testing.T) {
+	c := newCluster(t, 1, nil)
+	c.waitLeader(1)
+	c.mustPropose(1, "alone")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err := c.node(1).r.AddMember(ctx, replica.Member{ID: 2, PeerAddr: peerAddr(2)})
+	cancel()
+	if err != nil {
+		t.Fatalf("AddMember(2): %v", err)
+	}
+	time.Sleep(300 * time.Millisecond) // several promotion rounds
+	for _, m := range c.node(1).r.Status().Members {
+		if m.ID == 2 && m.Role != "learner" {
+			t.Errorf("member 2 has never been started, yet it is %q (match %d): a learner must have caught up before it votes", m.Role, m.Match)
+		}
+	}
+	if _, err := c.propose(1, "still-writable", time.Second); err != nil {
+		t.Errorf("single-node cluster with a learner that is not running cannot commit: %v", err)
+	}
+}
+
+// Removing a member: the removed node learns it and stops with ErrRemoved;
+// the rest carry on; the id can never be added back, even after a restart
+// of the survivors (the removed set is replicated state).
+func TestRemoveMember(t *testing.T) {
+	c := newCluster(t, 3, func(cfg *replica.Config) { cfg.SnapshotEvery = 10 })
+	lead := c.waitLeader()
+	victim := uint64(3)
+	if victim == lead {
+		victim = 2
+	}
+	var rest []uint64
+	for _, id := range []uint64{1, 2, 3} {
+		if id != victim {
+			rest = append(rest, id)
+		}
+	}
+	c.mustPropose(lead, "before-remove")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.node(rest[0]).r.RemoveMember(ctx, victim); err != nil {
+		t.Fatalf("RemoveMember(%d) on node %d: %v", victim, rest[0], err)
+	}
+	removed := c.node(victim).r
+	select {
+	case <-removed.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatalf("removed node %d still running 5s after its removal committed; Err() = %v", victim, removed.Err())
+	}
+	if err := removed.Err(); !errors.Is(err, replica.ErrRemoved) {
+		t.Fatalf("removed node %d: Err() = %v, expected ErrRemoved", victim, err)
+	}
+	if _, err := c.propose(victim, "from-removed", time.Second); !errors.Is(err, replica.ErrRemoved) {
+		t.Errorf("Propose on removed node %d: %v, expected ErrRemoved", victim, err)
+	}
+	c.stop(victim)
+
+	for i := 0; i < 25; i++ { // past a snapshot, so the removed set is in one
+		c.mustPropose(rest[i%2], fmt.Sprintf("after-remove-%d", i))
+	}
+	c.waitConverged(rest...)
+	for _, id := range rest {
+		st := c.node(id).r.Status()
+		for _, m := range st.Members {
+			if m.ID == victim {
+				t.Errorf("node %d still lists removed member %d", id, victim)
+			}
+		}
+		if _, ok := c.node(id).ep.peerAddr(victim); ok {
+			t.Errorf("node %d's transport still has removed peer %d", id, victim)
+		}
+	}
+
+	checkReAdd := func(on uint64) {
+		t.Helper()
+		err := c.node(on).r.AddMember(ctx, replica.Member{ID: victim, PeerAddr: peerAddr(victim)})
+		var me *replica.MembershipError
+		if !errors.As(err, &me) {
+			t.Errorf("re-adding removed id %d on node %d: %v, expected a MembershipError", victim, on, err)
+		}
+	}
+	checkReAdd(rest[0])
+	checkReAdd(rest[1])
+	err := c.node(rest[0]).r.RemoveMember(ctx, victim)
+	var me *replica.MembershipError
+	if !errors.As(err, &me) || !me.NotFound {
+		t.Errorf("removing already-removed id %d: %v, expected MembershipError{NotFound}", victim, err)
+	}
+
+	// Survivors restart from snapshot + WAL and still refuse the id.
+	for _, id := range rest {
+		c.stop(id)
+	}
+	for _, id := range rest {
+		c.start(id, false)
+	}
+	c.waitLeader(rest...)
+	checkReAdd(rest[1])
+	c.mustPropose(rest[1], "after-restart")
+	c.waitConverged(rest...)
+}
+
+func TestTransferLeader(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	lead := c.waitLeader()
+	c.mustPropose(lead, "x")
+	c.waitConverged()
+	var target, asker uint64
+	for _, id := range []uint64{1, 2, 3} {
+		if id == lead {
+			continue
+		}
+		if target == 0 {
+			target = id
+		} else {
+			asker = id
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// Asked on a node that is neither the leader nor the target.
+	if err := c.node(asker).r.TransferLeader(ctx, target); err != nil {
+		t.Fatalf("TransferLeader(%d) via node %d (leader %d): %v", target, asker, lead, err)
+	}
+	if got := c.waitLeader(); got != target {
+		t.Fatalf("leader is %d after transfer to %d", got, target)
+	}
+	c.mustPropose(lead, "after-transfer")
+	c.waitConverged()
+	if err := c.node(asker).r.TransferLeader(ctx, 99); err == nil {
+		t.Errorf("TransferLeader to non-member 99 succeeded")
+	}
+}
+
+// Without a leader a proposal fails at once with ErrNoLeader (503), not at
+// its deadline.
+func TestProposeWithoutLeaderFailsFast(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	c.net.partition([]uint64{1}, []uint64{2}, []uint64{3})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := c.node(1).r.Propose(ctx, []byte("nobody-leads"))
+	took := time.Since(start)
+	if !errors.Is(err, replica.ErrNoLeader) {
+		t.Errorf("Propose with every link cut: %v after %v, expected ErrNoLeader (503) at once", err, took.Round(time.Millisecond))
+	} else if took > 1500*time.Millisecond {
+		// Loose: the behaviour under test is "not at the deadline".
+		t.Errorf("ErrNoLeader took %v; expected well before the 3s deadline", took)
+	}
+	if _, err := c.node(2).r.ReadIndex(ctx); !errors.Is(err, replica.ErrNoLeader) {
+		t.Errorf("ReadIndex with every link cut: %v, expected ErrNoLeader", err)
+	}
+	c.net.heal()
+	c.waitLeader()
+	c.mustPropose(1, "after-heal")
+	c.waitConverged()
+	if _, ok := c.node(2).sm.has("nobody-leads"); ok {
+		t.Errorf("the proposal refused with ErrNoLeader was applied")
+	}
+}
+
+// A leader that cannot commit stops accepting proposals once
+// MaxUncommittedBytes are pending: ErrOverloaded, which says certainly not
+// applied.
+func TestUncommittedLimitGivesOverloaded(t *testing.T) {
+	c := newCluster(t, 3, func(cfg *replica.Config) {
+		cfg.MaxUncommittedBytes = 1024
+		cfg.ElectionTicks = 50 // time to fill the window before CheckQuorum deposes it
+	})
+	lead := c.waitLeader()
+	c.mustPropose(lead, "x")
+	c.waitConverged()
+	var rest []uint64
+	for _, id := range []uint64{1, 2, 3} {
+		if id != lead {
+			rest = append(rest, id)
+		}
+	}
+	c.net.partition([]uint64{lead}, rest)
+	payload := strings.Repeat("p", 200)
+	errs := make([]error, 20)
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = c.propose(lead, fmt.Sprintf("%02d-%s", i, payload), 300*time.Millisecond)
+		}()
+	}
+	wg.Wait()
+	overloaded, unknown := 0, 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			t.Errorf("proposal %d on the cut-off leader succeeded", i)
+		case errors.Is(err, replica.ErrOverloaded):
+			overloaded++
+		case errors.Is(err, replica.ErrUnknownOutcome):
+			unknown++
+		case errors.Is(err, replica.ErrNoLeader):
+		default:
+			t.Errorf("proposal %d: unexpected error %v", i, err)
+		}
+	}
+	if overloaded == 0 {
+		t.Errorf("no ErrOverloaded among 20 proposals of 200 bytes against a 1024-byte uncommitted limit (unknown outcome: %d)", unknown)
+	}
+	if unknown == 0 || unknown > 10 {
+		t.Errorf("%d proposals were taken by raft; expected a few (about 1024/217)", unknown)
+	}
+	c.net.heal()
+	c.waitLeader()
+	c.mustPropose(rest[0], "after-heal")
+	c.waitConverged()
+}
+
+// An already expired context never yields success; an error other than
+// ErrUnknownOutcome must mean the write was not made.
+func TestProposeWithExpiredContext(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	lead := c.waitLeader()
+	c.mustPropose(lead, "x")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+	defer cancel()
+	<-ctx.Done()
+	definite := map[string]bool{}
+	for i := 0; i < 30; i++ {
+		p := fmt.Sprintf("expired-%d", i)
+		id := uint64(i%3) + 1
+		_, err := c.node(id).r.Propose(ctx, []byte(p))
+		if err == nil {
+			t.Fatalf("Propose with an expired context on node %d succeeded", id)
+		}
+		if !errors.Is(err, replica.ErrUnknownOutcome) {
+			definite[p] = true
+		}
+	}
+	c.mustPropose(lead, "fence-post")
+	c.waitConverged()
+	for p := range definite {
+		if at, ok := c.node(lead).sm.has(p); ok {
+			t.Errorf("%s was refused with a definite error but applied at %d", p, at)
+		}
+	}
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	if _, err := c.node(lead).r.ReadIndex(ctx2); err == nil {
+		t.Errorf("ReadIndex with a cancelled context succeeded")
+	}
+}
+
+// A WAL that cannot write fences the replica: it stops, Err wraps
+// ErrFenced, proposals fail; the others carry on; and once the disk is
+// fixed the node restarts from what it had made durable and converges.
+//
+// The WAL takes no fault injection through Options, and as root a
+// read-only directory still accepts writes. So the test swaps the node's
+// wal directory for a plain file: the open segment keeps working (its file
+// descriptor moved with the directory), and the next segment rollover
+// fails to create its file. That is a real failed write on the persist
+// path of the Ready loop.
+func TestWALFailureFencesReplica(t *testing.T) {
+	c := newCluster(t, 3, func(cfg *replica.Config) { cfg.WAL.SegmentSize = 4 << 10 })
+	lead := c.waitLeader()
+	c.mustPropose(lead, "before")
+	c.waitConverged()
+	nd := c.node(lead)
+	walDir := filepath.Join(nd.dir, "wal")
+	moved := walDir + ".moved"
+	if err := os.Rename(walDir, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(walDir, []byte("not a directory"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	big := strings.Repeat("b", 1500)
+	var fencedAt int
+	for i := 0; i < 20; i++ {
+		_, err := c.propose(lead, fmt.Sprintf("%02d-%s", i, big), 2*time.Second)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, replica.ErrUnknownOutcome) && !errors.Is(err, replica.ErrFenced) {
+			t.Fatalf("proposal %d on the failing leader: %v, expected ErrUnknownOutcome or ErrFenced", i, err)
+		}
+		fencedAt = i
+		break
+	}
+	select {
+	case <-nd.r.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatalf("leader %d did not stop after its WAL directory became unusable (20 proposals of 1.5 KiB into 4 KiB segments)", lead)
+	}
+	err := nd.r.Err()
+	if !errors.Is(err, replica.ErrFenced) {
+		t.Fatalf("Err() after a failed WAL write = %v, expected it to wrap ErrFenced", err)
+	}
+	t.Logf("fenced after %d proposals: %v", fencedAt, err)
+	if _, err := c.propose(lead, "after-fence", time.Second); !errors.Is(err, replica.ErrFenced) {
+		t.Errorf("Propose on the fenced node: %v, expected ErrFenced", err)
+	}
+	if _, err := nd.r.ReadIndex(context.Background()); !errors.Is(err, replica.ErrFenced) {
+		t.Errorf("ReadIndex on the fenced node: %v, expected ErrFenced", err)
+	}
+	if st := nd.r.Status(); st.Role != "stopped" || st.Error == "" {
+		t.Errorf("fenced node status: role %q error %q, expected role stopped with an error", st.Role, st.Error)
+	}
+
+	var rest []uint64
+	for _, id := range []uint64{1, 2, 3} {
+		if id != lead {
+			rest = append(rest, id)
+		}
+	}
+	c.waitLeader(rest...)
+	c.mustPropose(rest[0], "survivors")
+	c.stop(lead)
+
+	// Fix the disk and restart: the node comes back from its durable prefix.
+	if err := os.Remove(walDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(moved, walDir); err != nil {
+		t.Fatal(err)
+	}
+	c.start(lead, false)
+	c.waitConverged()
+	if _, ok := c.node(lead).sm.has("survivors"); !ok {
+		t.Errorf("restarted node %d lacks the survivors' write", lead)
+	}
+	_ = wal.ErrFenced
+}
+
+// Out-of-order, delayed and lossy links do not break agreement.
+func TestReorderedAndLossyLinksConverge(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	for _, a := range []uint64{1, 2, 3} {
+		for _, b := range []uint64{1, 2, 3} {
+			if a != b {
+				c.net.setFaults(a, b, linkFaults{jitter: 8 * time.Millisecond, reorder: true, loss: 0.05})
+			}
+		}
+	}
+	c.waitLeader()
+	var wg sync.WaitGroup
+	for _, id := range []uint64{1, 2, 3} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 10; i++ {
+				p := fmt.Sprintf("n%d-%d", id, i)
+				for {
+					_, err := c.propose(id, p, 3*time.Second)
+					if err == nil {
+						break
+					}
+					if errors.Is(err, replica.ErrUnknownOutcome) {
+						// Unknown: don't resend this payload (it may land twice);
+						// move on.
+						break
+					}
+					if !errors.Is(err, replica.ErrNoLeader) && !errors.Is(err, replica.ErrOverloaded) {
+						t.Errorf("propose %s: %v", p, err)
+						return
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	c.net.heal()
+	st := c.waitConverged()
+	seen := map[string]bool{}
+	for _, e := range st.Entries {
+		if seen[e.Data] {
+			t.Errorf("%q applied twice", e.Data)
+		}
+		seen[e.Data] = true
+	}
+	if len(st.Entries) == 0 {
+		t.Errorf("nothing committed over reordered, lossy links")
+	}
+}
