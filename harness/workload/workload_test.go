@@ -27,7 +27,7 @@ type fakeTargets struct {
 	leader atomic.Pointer[string]
 }
 
-func newFake(t *testing.T, handlers ...http.HandlerFunc) *fakeTargets {
+func newFake(t testing.TB, handlers ...http.HandlerFunc) *fakeTargets {
 	f := &fakeTargets{addrs: map[string]string{}}
 	for i, h := range handlers {
 		srv := httptest.NewServer(h)
