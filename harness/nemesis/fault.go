@@ -164,8 +164,10 @@ func (p partition) Resolve(ctx context.Context, c Cluster, s Step) (history.Faul
 		if err == nil && s.Targets[0] == s.Targets[1] {
 			err = fmt.Errorf("%s: expected two different nodes, found %v", s.Kind, s.Targets)
 		}
-	default: // halves, bridge, majorities-ring take an order of the nodes
-		err = checkTargets(c, s, len(c.Names()))
+	default:
+		// halves, bridge and majorities-ring take an order of the nodes;
+		// the mesh checks the shape (bridge and ring want every mesh node).
+		err = checkTargets(c, s, -1)
 	}
 	if v.Targets == nil {
 		v.Targets = slices.Clone(s.Targets)

@@ -432,3 +432,21 @@ func TestRunExecutesScheduleAndHealsWhenCancelled(t *testing.T) {
 		t.Fatalf("the cancelled run must still heal: n1 is %s", f.State("n1"))
 	}
 }
+
+func TestBadPartitionShapeFailsWithoutTouchingRelays(t *testing.T) {
+	ctx := context.Background()
+	f := newFake(t, 3)
+	rec, path := newRecorder(t)
+	r := NewRunner(f, rec, nil)
+	err := r.Inject(ctx, Step{Kind: "bridge", Targets: []string{"n1", "n2"}, Duration: time.Second})
+	if !IsNotApplied(err) || !errors.Is(err, mesh.ErrBadShape) {
+		t.Fatalf("bridge over 2 of 3 nodes: expected a not-applied bad shape, found %v", err)
+	}
+	if g := f.m.Grudge(); len(g) != 0 {
+		t.Fatalf("expected no grudge, found %v", g)
+	}
+	ops := readHistory(t, rec, path)
+	if got := summary(ops); !slices.Equal(got, []string{"invoke partition bridge n1,n2", "fail partition bridge n1,n2"}) {
+		t.Fatalf("expected invoke then fail, found %v", got)
+	}
+}

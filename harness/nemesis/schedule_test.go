@@ -193,3 +193,18 @@ func TestHelpDescribesEveryKind(t *testing.T) {
 		}
 	}
 }
+
+// A heal-<f> closes every open window of f (checker.FaultWindows), so two
+// kinds sharing an f must share a class, which holds one fault at a time.
+func TestKindsSharingAnFShareAClass(t *testing.T) {
+	classOf := map[string]Class{}
+	for _, k := range Kinds() {
+		if c, ok := classOf[k.F]; ok && c != k.Class {
+			t.Errorf("%s: f %q is in class %s here and %s elsewhere", k.Name, k.F, k.Class, c)
+		}
+		classOf[k.F] = k.Class
+		if !k.Leader && k.pick == nil {
+			t.Errorf("%s: expected targets picked at generation, as it is not resolved at run time", k.Name)
+		}
+	}
+}
