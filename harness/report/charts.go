@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 
 	"github.com/tidaldb/tidal/harness/checker"
 	"github.com/tidaldb/tidal/harness/history"
@@ -14,7 +15,9 @@ import (
 // the same pixel cell with the same outcome are drawn once: a long run
 // has hundreds of thousands of operations and the picture is the same.
 // Operations that never completed have no latency and are only counted.
-func latencyChart(pairs []history.Pair, faults []checker.FaultWindow, tmax float64) string {
+// Marks (lost or doubled writes, at their ack) are drawn along the top
+// of the plot, so each one sits under the fault that explains it.
+func latencyChart(pairs []history.Pair, faults []checker.FaultWindow, marks []mark, tmax float64) string {
 	type point struct {
 		t, ms float64
 		typ   history.Type
@@ -39,12 +42,27 @@ func latencyChart(pairs []history.Pair, faults []checker.FaultWindow, tmax float
 	if len(pts) == 0 {
 		lo, hi = 1, 1000
 	}
-	y := axis{lo: math.Pow(10, math.Floor(math.Log10(lo))), hi: math.Pow(10, math.Ceil(math.Log10(hi))), log: true}
+	y := axis{lo: math.Pow(10, math.Floor(math.Log10(lo))), hi: math.Pow(10, math.Floor(math.Log10(hi))+1), log: true}
 	if y.hi <= y.lo {
 		y.hi = y.lo * 10
 	}
 	c := newChart("Latency of client operations (at invoke time)", tmax, y, faults)
-	c.axes("time since start (s)", "latency", decadeTicks(y.lo, y.hi), latencyLabel)
+	ticks := decadeTicks(y.lo, y.hi)
+	if len(ticks) <= 3 { // a narrow range: decades alone leave the axis bare
+		ticks = nil
+		for _, d := range decadeTicks(y.lo, y.hi) {
+			for _, m := range []float64{1, 2, 5} {
+				if v := d * m; v <= y.hi {
+					ticks = append(ticks, v)
+				}
+			}
+		}
+	}
+	c.axes("time since start (s)", "latency", ticks, latencyLabel)
+	radius := "1.8"
+	if len(pts) < 2000 {
+		radius = "3"
+	}
 	// Failures and unknowns last, so they stay visible on top of the oks.
 	for _, typ := range []history.Type{history.OK, history.Info, history.Fail} {
 		col := outcomeColor(typ)
@@ -60,20 +78,54 @@ func latencyChart(pairs []history.Pair, faults []checker.FaultWindow, tmax float
 				continue
 			}
 			seen[cell] = true
-			fmt.Fprintf(&c.b, `<circle cx="%s" cy="%s" r="1.8"/>`, f1(px), f1(py))
+			fmt.Fprintf(&c.b, `<circle cx="%s" cy="%s" r="%s"/>`, f1(px), f1(py), radius)
 		}
 		c.b.WriteString(`</g>`)
+	}
+	for _, m := range marks {
+		px := c.x.at(m.t)
+		fmt.Fprintf(&c.b, `<g class="mark"><title>%s</title><line x1="%s" x2="%s" y1="%s" y2="%s" stroke="%s" stroke-dasharray="2 2"/>`+
+			`<path d="M%s %s l-5 -9 h10 z" fill="%s"/></g>`,
+			esc(m.label), f1(px), f1(px), f1(c.top), f1(c.bottom), colorFail, f1(px), f1(c.top+9), colorFail)
 	}
 	legend := [][2]string{
 		{fmt.Sprintf("ok (%d)", counts[history.OK]), colorOK},
 		{fmt.Sprintf("fail (%d)", counts[history.Fail]), colorFail},
 		{fmt.Sprintf("info (%d)", counts[history.Info]), colorInfo},
 	}
+	if len(marks) > 0 {
+		legend = append(legend, [2]string{fmt.Sprintf("lost write ▼ (%d)", len(marks)), colorFail})
+	}
 	if pending > 0 {
 		legend = append(legend, [2]string{fmt.Sprintf("never completed (%d, not shown)", pending), "#adb5bd"})
 	}
 	c.legend(legend)
 	return c.svg()
+}
+
+// mark is an anomaly to point at on the timeline.
+type mark struct {
+	t     float64 // seconds
+	label string
+}
+
+// anomalyMarks points at the lost writes (at their ack) that the ledger
+// result lists.
+func anomalyMarks(results []checker.Result) []mark {
+	r, ok := resultNamed(results, "ledger")
+	if !ok {
+		return nil
+	}
+	d, ok := detailsAs[checker.LedgerDetails](r)
+	if !ok {
+		return nil
+	}
+	var marks []mark
+	for _, l := range d.Lost.Examples {
+		marks = append(marks, mark{t: sec(l.Ack.Time), label: fmt.Sprintf("lost write %s: acked by %s seq %d term %d at %s, missing on %s",
+			l.ID, l.Ack.Node, l.Ack.Seq, l.Ack.Term, history.FormatTime(l.Ack.Time), strings.Join(l.MissingOn, ","))})
+	}
+	return marks
 }
 
 func outcomeColor(t history.Type) string {

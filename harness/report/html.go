@@ -233,7 +233,7 @@ func buildPage(rep Report) page {
 	}
 	if rep.History != nil || rep.Lag != nil {
 		p.Charts = append(p.Charts,
-			template.HTML(latencyChart(pairs, faults, tmax)),
+			template.HTML(latencyChart(pairs, faults, anomalyMarks(rr.Results), tmax)),
 			template.HTML(throughputChart(pairs, faults, tmax)))
 		slo := checker.DefaultSLO().P99
 		if r, ok := resultNamed(rr.Results, "lag"); ok {

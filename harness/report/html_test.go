@@ -89,7 +89,7 @@ func TestReportFromSyntheticRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := synthRun(t, run, 30, 6)
+	res := synthRun(t, run, 30, 4)
 	if res.Valid != checker.Invalid {
 		t.Fatalf("the synthetic run plants a lost and a doubled write: expected an invalid verdict, found %v: %+v", res.Valid, res.Results)
 	}
@@ -149,6 +149,8 @@ func TestReportFromSyntheticRun(t *testing.T) {
 			}
 		}
 	}
+	ledger, _ := resultNamed(res.Results, "ledger")
+	d := ledger.Details.(checker.LedgerDetails)
 	// The latency chart has points of every outcome; the lag chart a line
 	// per follower and the SLO.
 	lat := parsedPage{root: svgs[0]}
@@ -157,6 +159,10 @@ func TestReportFromSyntheticRun(t *testing.T) {
 		if len(g) != 1 || len(parsedPage{root: g[0]}.all(tag("circle"))) == 0 {
 			t.Errorf("latency chart: expected points in group %q", cls)
 		}
+	}
+	marks := lat.all(func(n *html.Node) bool { return attr(n, "class") == "mark" })
+	if len(marks) != 1 || !strings.Contains(parsedPage{root: marks[0]}.all(tag("title"))[0].FirstChild.Data, "lost write "+d.Lost.Examples[0].ID) {
+		t.Errorf("latency chart: expected one mark titled with the lost write %s, found %d marks", d.Lost.Examples[0].ID, len(marks))
 	}
 	lag := parsedPage{root: svgs[2]}
 	for _, n := range []string{"n2", "n3"} {
@@ -169,8 +175,6 @@ func TestReportFromSyntheticRun(t *testing.T) {
 	}
 
 	// The verdicts and the evidence.
-	ledger, _ := resultNamed(res.Results, "ledger")
-	d := ledger.Details.(checker.LedgerDetails)
 	lost := d.Lost.Examples[0]
 	for _, want := range []string{
 		"INVALID", "ledger-mixed", "20261130",
