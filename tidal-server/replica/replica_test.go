@@ -211,6 +211,9 @@ func TestRestartRebuildsFromSnapshotAndWAL(t *testing.T) {
 		t.Errorf("restart re-applied %d entries of %d: the snapshot should have covered most of them", applies, len(before.Entries))
 	}
 
+	// Node 2 may have been the leader: proposals forwarded to it now would
+	// be lost, so wait until 1 and 3 agree on a live one.
+	c.waitLeader(1, 3)
 	for i := 0; i < 10; i++ {
 		c.mustPropose(1, fmt.Sprintf("while-isolated-%d", i))
 	}
@@ -262,6 +265,27 @@ func TestDownPastCompactionCatchesUpBySnapshot(t *testing.T) {
 	}
 	// And it keeps taking entries afterwards.
 	c.mustPropose(down, "after-catch-up")
+	want := c.waitConverged()
+
+	// The installed snapshot is durable: restarted alone, the node rebuilds
+	// the same state from it plus its WAL.
+	c.stop(down)
+	var others []uint64
+	for _, id := range []uint64{1, 2, 3} {
+		if id != down {
+			others = append(others, id)
+		}
+	}
+	c.net.partition([]uint64{down}, others)
+	nd = c.start(down, false)
+	waitFor(t, 5*time.Second, "the node that installed a snapshot to replay it after restart", func() (bool, string) {
+		s := nd.sm.state()
+		return s.Applied >= want.Applied, fmt.Sprintf("applied %d of %d", s.Applied, want.Applied)
+	})
+	if got := nd.sm.state(); got.Digest != want.Digest || !equalEntries(got.Entries, want.Entries) {
+		t.Fatalf("node %d after restart: digest %.8s with %d entries, expected %.8s with %d", down, got.Digest, len(got.Entries), want.Digest, len(want.Entries))
+	}
+	c.net.heal()
 	c.waitConverged()
 }
 
@@ -754,4 +778,114 @@ func TestReorderedAndLossyLinksConverge(t *testing.T) {
 	if len(st.Entries) == 0 {
 		t.Errorf("nothing committed over reordered, lossy links")
 	}
+}
+
+// Removing the leader: it applies its own removal and stops with
+// ErrRemoved; the other two elect a leader and keep committing.
+func TestRemoveLeader(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	lead := c.waitLeader()
+	c.mustPropose(lead, "x")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.node(lead).r.RemoveMember(ctx, lead); err != nil {
+		t.Fatalf("leader %d removing itself: %v", lead, err)
+	}
+	select {
+	case <-c.node(lead).r.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatalf("removed leader %d still running", lead)
+	}
+	if err := c.node(lead).r.Err(); !errors.Is(err, replica.ErrRemoved) {
+		t.Fatalf("removed leader: Err() = %v, expected ErrRemoved", err)
+	}
+	c.stop(lead)
+	rest := c.running()
+	next := c.waitLeader(rest...)
+	if next == lead {
+		t.Fatalf("removed node %d still named leader", lead)
+	}
+	c.mustPropose(rest[0], "after-leader-removed")
+	c.waitConverged(rest...)
+}
+
+// Stop answers pending proposals at once (outcome unknown: raft had them),
+// not at their deadline, and leaves no goroutine behind.
+func TestStopAnswersPendingProposals(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	lead := c.waitLeader()
+	c.mustPropose(lead, "x")
+	var rest []uint64
+	for _, id := range []uint64{1, 2, 3} {
+		if id != lead {
+			rest = append(rest, id)
+		}
+	}
+	c.net.partition([]uint64{lead}, rest)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.propose(lead, "pending", 20*time.Second)
+		errc <- err
+	}()
+	time.Sleep(30 * time.Millisecond) // let raft take it
+	start := time.Now()
+	c.stop(lead)
+	select {
+	case err := <-errc:
+		if !errors.Is(err, replica.ErrUnknownOutcome) {
+			t.Errorf("pending proposal after Stop: %v, expected ErrUnknownOutcome", err)
+		}
+		if err != nil && !strings.Contains(err.Error(), replica.ErrStopped.Error()) {
+			t.Errorf("pending proposal after Stop: %v, expected it to say the replica stopped", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("pending proposal not answered 5s after Stop (took %v so far)", time.Since(start))
+	}
+}
+
+// The admin snapshot: taken on demand, idempotent when nothing was applied
+// since, and a restart starts from it.
+func TestSnapshotOnDemand(t *testing.T) {
+	c := newCluster(t, 1, nil)
+	c.waitLeader(1)
+	for i := 0; i < 5; i++ {
+		c.mustPropose(1, fmt.Sprintf("e%d", i))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	idx, term, err := c.node(1).r.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if applied := c.node(1).r.Applied(); idx != applied || term == 0 {
+		t.Fatalf("snapshot at (index %d, term %d), expected the applied index %d and a term", idx, term, applied)
+	}
+	if idx2, _, err := c.node(1).r.Snapshot(ctx); err != nil || idx2 != idx {
+		t.Fatalf("second snapshot with nothing applied since: (%d, %v), expected (%d, nil)", idx2, err, idx)
+	}
+	if n := len(snapFiles(t, c.node(1).dir)); n != 1 {
+		t.Errorf("%d snapshot files after two snapshots at the same index, expected 1", n)
+	}
+	want := c.node(1).sm.state()
+	c.stop(1)
+	nd := c.start(1, false)
+	waitFor(t, 5*time.Second, "restart to rebuild the state", func() (bool, string) {
+		s := nd.sm.state()
+		return s.Applied >= want.Applied, fmt.Sprintf("applied %d of %d", s.Applied, want.Applied)
+	})
+	if got := nd.sm.state(); got.Digest != want.Digest {
+		t.Fatalf("after restart digest %.8s, expected %.8s", got.Digest, want.Digest)
+	}
+	if restores, applies := nd.sm.counts(); restores != 1 || applies != 0 {
+		t.Errorf("restart after a snapshot at the applied index: %d restores and %d applies, expected 1 and 0", restores, applies)
+	}
+	c.mustPropose(1, "after-restart")
+	if err := c.node(1).r.Stop(); err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+	if err := c.node(1).r.Stop(); err != nil {
+		t.Errorf("second Stop: %v, expected nil (idempotent)", err)
+	}
+	c.net.detach(1)
+	c.nodes[1].r = nil
 }

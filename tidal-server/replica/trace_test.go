@@ -1,0 +1,359 @@
+package replica_test
+
+// Data-driven traces in the style of etcd raft's testdata: each file in
+// testdata/*.txt is a script of commands, each followed by "----" and the
+// output it must produce, then a blank line. Run with -rewrite to write the
+// observed outputs back into the files (then read the diff!).
+//
+// Leader ids are not deterministic, so scripts name nodes through
+// variables: "wait-leader as=L" binds L to the leader, "pick as=F not=L"
+// binds F to some other node, and "rest" in a partition means every node
+// not named elsewhere. Outputs are chosen to be deterministic for a given
+// script: outcome classes (ok, unknown-outcome, no-leader, ...) and the
+// applied payloads in log order, never indexes or terms.
+//
+// Commands:
+//
+//	cluster n=3 [snapshot-every=N] [catch-up=N] [election-ticks=N]
+//	wait-leader as=VAR [nodes=A,B]      leader among nodes (default: running)
+//	pick as=VAR not=A,B                 lowest running id not listed
+//	propose node=A data=S [timeout=D]   prints the outcome class
+//	propose-async node=A data=S as=VAR [timeout=D]
+//	await VAR                           outcome of a propose-async
+//	partition A|B,C|rest                groups separated by |
+//	heal
+//	stop node=A / start node=A
+//	sleep D / tick N                    N tick intervals
+//	check-converged [nodes=A,B]         payloads in log order, one line
+//	absent data=S                       "absent" unless some node applied S
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidaldb/tidal/tidal-server/replica"
+)
+
+var rewrite = flag.Bool("rewrite", false, "rewrite the expected outputs of testdata/*.txt traces")
+
+type traceCase struct {
+	line     int
+	cmd      string
+	expected string
+}
+
+func parseTrace(t *testing.T, path string) []traceCase {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var cases []traceCase
+	sc := bufio.NewScanner(f)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		tc := traceCase{line: n, cmd: line}
+		if !sc.Scan() {
+			t.Fatalf("%s:%d: command %q has no ---- separator", path, n, line)
+		}
+		n++
+		if strings.TrimSpace(sc.Text()) != "----" {
+			t.Fatalf("%s:%d: expected ---- after %q, found %q", path, n, line, sc.Text())
+		}
+		var out []string
+		for sc.Scan() {
+			n++
+			if strings.TrimSpace(sc.Text()) == "" {
+				break
+			}
+			out = append(out, sc.Text())
+		}
+		tc.expected = strings.Join(out, "\n")
+		cases = append(cases, tc)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return cases
+}
+
+func writeTrace(t *testing.T, path string, cases []traceCase, got []string) {
+	t.Helper()
+	var b strings.Builder
+	// Comments at the head of the file are kept; interleaved ones are not.
+	data, _ := os.ReadFile(path)
+	for _, l := range strings.Split(string(data), "\n") {
+		if !strings.HasPrefix(l, "#") {
+			break
+		}
+		b.WriteString(l + "\n")
+	}
+	for i, tc := range cases {
+		fmt.Fprintf(&b, "\n%s\n----\n%s\n", tc.cmd, got[i])
+	}
+	if err := os.WriteFile(path, []byte(strings.TrimLeft(b.String(), "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTraces(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no traces in testdata/")
+	}
+	for _, path := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(path), ".txt"), func(t *testing.T) {
+			cases := parseTrace(t, path)
+			tr := &tracer{t: t, vars: map[string]uint64{}, async: map[string]chan error{}}
+			got := make([]string, len(cases))
+			for i, tc := range cases {
+				got[i] = tr.run(tc, path)
+				if !*rewrite && got[i] != tc.expected {
+					t.Fatalf("%s:%d: %s\nexpected:\n%s\ngot:\n%s", path, tc.line, tc.cmd, tc.expected, got[i])
+				}
+			}
+			if *rewrite {
+				writeTrace(t, path, cases, got)
+			}
+		})
+	}
+}
+
+type tracer struct {
+	t     *testing.T
+	c     *cluster
+	vars  map[string]uint64
+	async map[string]chan error
+}
+
+func (tr *tracer) run(tc traceCase, path string) string {
+	fields := strings.Fields(tc.cmd)
+	args := map[string]string{}
+	var pos []string
+	for _, f := range fields[1:] {
+		if k, v, ok := strings.Cut(f, "="); ok {
+			args[k] = v
+		} else {
+			pos = append(pos, f)
+		}
+	}
+	where := fmt.Sprintf("%s:%d", path, tc.line)
+	fail := func(format string, a ...any) string {
+		tr.t.Fatalf("%s: %s: %s", where, tc.cmd, fmt.Sprintf(format, a...))
+		return ""
+	}
+	num := func(k string, def int) int {
+		v, ok := args[k]
+		if !ok {
+			return def
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			fail("%s=%q: expected an integer", k, v)
+		}
+		return n
+	}
+	dur := func(k string, def time.Duration) time.Duration {
+		v, ok := args[k]
+		if !ok {
+			return def
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			fail("%s=%q: expected a duration", k, v)
+		}
+		return d
+	}
+	if tr.c == nil && fields[0] != "cluster" {
+		return fail("the first command must be cluster")
+	}
+
+	switch fields[0] {
+	case "cluster":
+		tr.c = newCluster(tr.t, num("n", 3), func(cfg *replica.Config) {
+			cfg.SnapshotEvery = uint64(num("snapshot-every", 10000))
+			cfg.SnapshotCatchUp = uint64(num("catch-up", 5000))
+			cfg.ElectionTicks = num("election-ticks", 10)
+			cfg.WAL.SegmentSize = 16 << 10
+		})
+		return "ok"
+	case "wait-leader":
+		var ids []uint64
+		if s, ok := args["nodes"]; ok {
+			ids = tr.ids(s, fail)
+		}
+		l := tr.c.waitLeader(ids...)
+		tr.vars[args["as"]] = l
+		return "ok"
+	case "pick":
+		not := map[uint64]bool{}
+		if s, ok := args["not"]; ok {
+			for _, id := range tr.ids(s, fail) {
+				not[id] = true
+			}
+		}
+		for _, id := range tr.c.running() {
+			if !not[id] {
+				tr.vars[args["as"]] = id
+				return "ok"
+			}
+		}
+		return fail("no running node outside %s", args["not"])
+	case "propose":
+		_, err := tr.c.propose(tr.id(args["node"], fail), args["data"], dur("timeout", 5*time.Second))
+		return outcome(err)
+	case "propose-async":
+		ch := make(chan error, 1)
+		id, data, timeout := tr.id(args["node"], fail), args["data"], dur("timeout", 5*time.Second)
+		r := tr.c.node(id).r
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			_, err := r.Propose(ctx, []byte(data))
+			ch <- err
+		}()
+		tr.async[args["as"]] = ch
+		return "ok"
+	case "await":
+		ch, ok := tr.async[pos[0]]
+		if !ok {
+			return fail("no propose-async named %s", pos[0])
+		}
+		return outcome(<-ch)
+	case "partition":
+		groups := strings.Split(pos[0], "|")
+		named := map[uint64]bool{}
+		var parts [][]uint64
+		restAt := -1
+		for i, g := range groups {
+			if g == "rest" {
+				restAt = i
+				parts = append(parts, nil)
+				continue
+			}
+			ids := tr.ids(g, fail)
+			for _, id := range ids {
+				named[id] = true
+			}
+			parts = append(parts, ids)
+		}
+		if restAt >= 0 {
+			for id := range tr.c.nodes {
+				if !named[id] {
+					parts[restAt] = append(parts[restAt], id)
+				}
+			}
+		}
+		tr.c.net.partition(parts...)
+		return "ok"
+	case "heal":
+		tr.c.net.heal()
+		return "ok"
+	case "stop":
+		tr.c.stop(tr.id(args["node"], fail))
+		return "ok"
+	case "start":
+		tr.c.start(tr.id(args["node"], fail), false)
+		return "ok"
+	case "sleep":
+		d, err := time.ParseDuration(pos[0])
+		if err != nil {
+			return fail("%v", err)
+		}
+		time.Sleep(d)
+		return "ok"
+	case "tick":
+		n, err := strconv.Atoi(pos[0])
+		if err != nil {
+			return fail("%v", err)
+		}
+		time.Sleep(time.Duration(n) * tr.c.cfg.TickInterval)
+		return "ok"
+	case "check-converged":
+		var ids []uint64
+		if s, ok := args["nodes"]; ok {
+			ids = tr.ids(s, fail)
+		}
+		st := tr.c.waitConverged(ids...)
+		var out []string
+		for _, e := range st.Entries {
+			out = append(out, e.Data)
+		}
+		return strings.Join(out, " ")
+	case "absent":
+		ids := make([]uint64, 0, len(tr.c.nodes))
+		for id := range tr.c.nodes {
+			ids = append(ids, id)
+		}
+		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+		for _, id := range ids {
+			if nd := tr.c.nodes[id]; nd.r != nil {
+				if _, ok := nd.sm.has(args["data"]); ok {
+					return fmt.Sprintf("present on node %d", id)
+				}
+			}
+		}
+		return "absent"
+	}
+	return fail("unknown command")
+}
+
+func (tr *tracer) id(s string, fail func(string, ...any) string) uint64 {
+	if v, ok := tr.vars[s]; ok {
+		return v
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || n == 0 {
+		fail("%q is neither a node id nor a bound variable", s)
+	}
+	return n
+}
+
+func (tr *tracer) ids(s string, fail func(string, ...any) string) []uint64 {
+	var out []uint64
+	for _, p := range strings.Split(s, ",") {
+		out = append(out, tr.id(p, fail))
+	}
+	return out
+}
+
+// outcome names an error's class; these are what the HTTP layer maps to
+// status codes, so a trace asserts on what a client would see.
+func outcome(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, replica.ErrUnknownOutcome):
+		return "unknown-outcome"
+	case errors.Is(err, replica.ErrNoLeader):
+		return "no-leader"
+	case errors.Is(err, replica.ErrOverloaded):
+		return "overloaded"
+	case errors.Is(err, replica.ErrFenced):
+		return "fenced"
+	case errors.Is(err, replica.ErrRemoved):
+		return "removed"
+	case errors.Is(err, replica.ErrStopped):
+		return "stopped"
+	}
+	return "error: " + err.Error()
+}
