@@ -2,11 +2,9 @@ package report
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"html/template"
 	"io"
-	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -59,16 +57,13 @@ func (r *Run) WriteReport(rr RunResults) error {
 			rep.Files = append(rep.Files, name)
 		}
 	}
-	audits, _ := filepath.Glob(filepath.Join(r.dir, AuditsDir, "*.ndjson"))
+	audits, _ := filepath.Glob(filepath.Join(r.dir, auditsDir, "*.ndjson"))
 	for _, a := range audits {
-		rep.Files = append(rep.Files, runRelative(r, a))
+		rep.Files = append(rep.Files, runRelative(r.dir, a))
 	}
 	vis, _ := filepath.Glob(filepath.Join(r.LinearizableDir(), "*.html"))
 	for _, v := range vis {
-		rep.Visualizations = append(rep.Visualizations, runRelative(r, v))
-	}
-	if _, err := os.Stat(r.dir); errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("report: writing %s: run directory is gone", r.Path(ReportFile))
+		rep.Visualizations = append(rep.Visualizations, runRelative(r.dir, v))
 	}
 	return writeAtomic(r.Path(ReportFile), func(w io.Writer) error { return RenderHTML(w, rep) })
 }
@@ -177,10 +172,7 @@ func buildPage(rep Report) page {
 					if k.Visualization == "" {
 						continue
 					}
-					rel := k.Visualization
-					if rep.Dir != "" {
-						rel = runRelative(&Run{dir: rep.Dir}, k.Visualization)
-					}
+					rel := runRelative(rep.Dir, k.Visualization)
 					d.Keys[i].Visualization = rel
 					if !seenVis[rel] {
 						seenVis[rel] = true

@@ -61,9 +61,9 @@ const (
 	ScheduleFile  = "schedule.json"
 	LagFile       = "lag.jsonl"
 	DigestsFile   = "digests.json"
-	AuditsDir     = "audits"
-	NodesDir      = "nodes"
-	LinearizeDir  = "linearizable"
+	auditsDir     = "audits"
+	nodesDir      = "nodes"
+	linearizeDir  = "linearizable"
 	latestLink    = "latest"
 	timestampForm = "20060102T150405.000Z"
 )
@@ -163,14 +163,14 @@ func OpenRun(dir string) (*Run, error) {
 	// Every run directory NewRun made has nodes/; older or hand-made ones
 	// at least a history or results. Anything else is a wrong path.
 	looksLikeRun := false
-	for _, name := range []string{HistoryFile, ResultsFile, NodesDir} {
+	for _, name := range []string{HistoryFile, ResultsFile, nodesDir} {
 		if _, err := os.Stat(filepath.Join(resolved, name)); err == nil {
 			looksLikeRun = true
 			break
 		}
 	}
 	if !looksLikeRun {
-		return nil, fmt.Errorf("report: opening run %s: expected %s, %s or %s/ in it, found none", dir, HistoryFile, ResultsFile, NodesDir)
+		return nil, fmt.Errorf("report: opening run %s: expected %s, %s or %s/ in it, found none", dir, HistoryFile, ResultsFile, nodesDir)
 	}
 	r := &Run{dir: resolved, test: filepath.Base(filepath.Dir(resolved))}
 	base := filepath.Base(resolved)
@@ -205,18 +205,18 @@ func (r *Run) HistoryPath() string { return r.Path(HistoryFile) }
 
 // NodesDir is the directory under which the cluster keeps one directory
 // per node (logs, process stats, data).
-func (r *Run) NodesDir() string { return r.Path(NodesDir) }
+func (r *Run) NodesDir() string { return r.Path(nodesDir) }
 
 // NodeDir is the directory of one node.
 func (r *Run) NodeDir(node string) string { return filepath.Join(r.NodesDir(), node) }
 
 // LinearizableDir is where checker.Linearizable should write its
 // visualizations, so the report can link them.
-func (r *Run) LinearizableDir() string { return r.Path(LinearizeDir) }
+func (r *Run) LinearizableDir() string { return r.Path(linearizeDir) }
 
 // AuditPath is where the audit of node is kept.
 func (r *Run) AuditPath(node string) string {
-	return filepath.Join(r.dir, AuditsDir, node+".ndjson")
+	return filepath.Join(r.dir, auditsDir, node+".ndjson")
 }
 
 // ReadHistory reads history.jsonl.
@@ -324,7 +324,7 @@ func (r *Run) WriteAudit(node string, body io.Reader) error {
 	if err := checkTestName(node); err != nil {
 		return fmt.Errorf("report: audit of node %q: expected a plain node name", node)
 	}
-	if err := os.MkdirAll(filepath.Join(r.dir, AuditsDir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(r.dir, auditsDir), 0o755); err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
 	return writeAtomic(r.AuditPath(node), func(w io.Writer) error {
@@ -336,7 +336,7 @@ func (r *Run) WriteAudit(node string, body io.Reader) error {
 // ReadAudits reads every audits/<node>.ndjson, by node name. No audits
 // directory is no audits, not an error.
 func (r *Run) ReadAudits() (map[string][]checker.AuditEntry, error) {
-	paths, err := filepath.Glob(filepath.Join(r.dir, AuditsDir, "*.ndjson"))
+	paths, err := filepath.Glob(filepath.Join(r.dir, auditsDir, "*.ndjson"))
 	if err != nil {
 		return nil, fmt.Errorf("report: %w", err)
 	}
@@ -501,7 +501,7 @@ func (r *Run) NodeFiles() (map[string][]string, error) {
 		var names []string
 		for _, f := range files {
 			if f.Type().IsRegular() {
-				names = append(names, filepath.ToSlash(filepath.Join(NodesDir, n.Name(), f.Name())))
+				names = append(names, filepath.ToSlash(filepath.Join(nodesDir, n.Name(), f.Name())))
 			}
 		}
 		sort.Strings(names)

@@ -341,7 +341,7 @@ func TestStoreFilesRoundTrip(t *testing.T) {
 	if len(audits) != 1 || len(audits["n1"]) != 2 || audits["n1"][1].Index != 22 {
 		t.Errorf("expected n1's two entries only, found %+v", audits)
 	}
-	if entries, _ := os.ReadDir(filepath.Join(run.Dir(), AuditsDir)); len(entries) != 1 {
+	if entries, _ := os.ReadDir(filepath.Join(run.Dir(), auditsDir)); len(entries) != 1 {
 		t.Errorf("expected only n1.ndjson in audits/, found %d entries", len(entries))
 	}
 

@@ -178,7 +178,11 @@ func (s *summaryWriter) linearizable(d checker.LinearizableDetails, run *Run) {
 		shown++
 		line := fmt.Sprintf("  key %d not linearizable (%d ops)", k.Key, k.Ops)
 		if k.Visualization != "" {
-			line += "; see " + runRelative(run, k.Visualization)
+			dir := ""
+			if run != nil {
+				dir = run.Dir()
+			}
+			line += "; see " + runRelative(dir, k.Visualization)
 		}
 		s.line("%s", line)
 	}
@@ -296,13 +300,13 @@ func abbreviate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// runRelative shows path relative to the run directory when it lies
+// runRelative shows path relative to the run directory dir when it lies
 // inside it (what a link in report.html needs, and shorter to read).
-func runRelative(run *Run, path string) string {
-	if run == nil || !filepath.IsAbs(path) {
+func runRelative(dir, path string) string {
+	if dir == "" || !filepath.IsAbs(path) {
 		return filepath.ToSlash(path)
 	}
-	rel, err := filepath.Rel(run.Dir(), path)
+	rel, err := filepath.Rel(dir, path)
 	if err != nil || strings.HasPrefix(rel, "..") {
 		return path
 	}

@@ -21,6 +21,7 @@ func TestClusterLeaderKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-process cluster")
 	}
+	needServer(t)
 	dir := t.TempDir()
 	reg, err := process.NewRegistry(filepath.Join(dir, "pids"))
 	if err != nil {

@@ -18,8 +18,10 @@ import (
 )
 
 // serverBin is the tidal-server binary TestMain builds for the tests that
-// run against a real node.
+// run against a real node; buildErr says why there is none. A failed build
+// fails those tests only: the ones against fake nodes still run.
 var serverBin string
+var buildErr error
 
 func TestMain(m *testing.M) {
 	os.Exit(runTests(m))
@@ -37,10 +39,16 @@ func runTests(m *testing.M) int {
 	build := exec.Command("go", "build", "-o", serverBin, "./tidal-server")
 	build.Dir = filepath.Join("..", "..")
 	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building tidal-server: %v\n%s", err, out)
-		return 1
+		buildErr = fmt.Errorf("building tidal-server: %v\n%s", err, out)
 	}
 	return m.Run()
+}
+
+func needServer(t *testing.T) {
+	t.Helper()
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
 }
 
 func freeAddr(t *testing.T) string {
@@ -58,6 +66,7 @@ func freeAddr(t *testing.T) string {
 // the node's client address.
 func startNode(t *testing.T) string {
 	t.Helper()
+	needServer(t)
 	dir := t.TempDir()
 	addr := freeAddr(t)
 	cmd := exec.Command(serverBin, "run",
