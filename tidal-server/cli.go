@@ -130,7 +130,7 @@ underscores (client_addr, data_dir, ...).`,
 	f.StringVar(&cfg.ClientAddr, "client-addr", cfg.ClientAddr, "HTTP API listen address")
 	f.StringVar(&cfg.PeerAddr, "peer-addr", cfg.PeerAddr, "raft peer (gRPC) listen address")
 	f.StringVar(&cfg.Peers, "peers", cfg.Peers, "initial cluster: id=host:port,... (peer addresses); empty = single node")
-	f.StringVar(&cfg.PeerDial, "peer-dial", cfg.PeerDial, "per-id dial address overrides: id=host:port,... (route links through relays)")
+	f.StringVar(&cfg.PeerDial, "peer-dial", cfg.PeerDial, "dial address rewrites: advertised=dial,... host:port pairs (route links through relays)")
 	f.BoolVar(&cfg.Join, "join", cfg.Join, "join an existing cluster that added this node with /admin/members")
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for the WAL and snapshots")
 	f.StringVar(&cfg.SchemaPath, "schema", cfg.SchemaPath, "signal schema YAML (default: view, like, share, skip; 1536-dim embeddings)")
@@ -151,6 +151,7 @@ underscores (client_addr, data_dir, ...).`,
 	f.IntVar(&cfg.MaxInflightWrites, "max-inflight-writes", 4096, "writes admitted at once; more get 503 + Retry-After")
 	f.DurationVar(&cfg.WriteTimeout, "write-timeout", 5*time.Second, "time a write may wait for commit before 504 (outcome unknown)")
 	f.IntVar(&cfg.IDsPerGeneration, "ids-per-generation", 500000, "event id memory: a retry is recognised within this many later ids")
+	f.BoolVar(&cfg.EnablePprof, "enable-pprof", false, "serve Go's /debug/pprof/ on the client address")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	f.StringVar(&logFile, "log-file", "", "write logs to this file instead of stderr")
@@ -225,6 +226,8 @@ func mergeConfig(file, flags server.Config, set *pflag.FlagSet) server.Config {
 			out.MaxInflightWrites = flags.MaxInflightWrites
 		case "write-timeout":
 			out.WriteTimeout = flags.WriteTimeout
+		case "enable-pprof":
+			out.EnablePprof = flags.EnablePprof
 		case "ids-per-generation":
 			out.IDsPerGeneration = flags.IDsPerGeneration
 		}

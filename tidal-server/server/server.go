@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -35,8 +36,9 @@ type Config struct {
 	// Peers is the initial cluster as "1=host:port,2=host:port"; empty
 	// means a single-node cluster of this node at PeerAddr.
 	Peers string `yaml:"peers"`
-	// PeerDial overrides, per node id, the address this node dials
-	// ("2=127.0.0.1:9102,..."): used to route links through relays.
+	// PeerDial rewrites peer addresses before dialing
+	// ("127.0.0.1:7102=127.0.0.1:9102,..."): advertised=dial. The harness
+	// routes every link through a relay this way.
 	PeerDial   string `yaml:"peer_dial"`
 	Join       bool   `yaml:"join"`
 	DataDir    string `yaml:"data_dir"`
@@ -61,6 +63,8 @@ type Config struct {
 	MaxInflightWrites int           `yaml:"max_inflight_writes"`
 	WriteTimeout      time.Duration `yaml:"write_timeout"`
 	IDsPerGeneration  int           `yaml:"ids_per_generation"`
+	// EnablePprof serves /debug/pprof/ on the client address.
+	EnablePprof bool `yaml:"enable_pprof"`
 
 	// Transport carries raft messages to other nodes; nil with more than
 	// one peer is an error. package peer provides the gRPC one.
@@ -118,6 +122,28 @@ func ParsePeers(s string) ([]replica.Member, error) {
 	return out, nil
 }
 
+// ParseDialOverrides parses "advertised=dial,..." address pairs.
+func ParseDialOverrides(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for i, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		from, to, ok := strings.Cut(part, "=")
+		if !ok {
+			return nil, fmt.Errorf("peer-dial[%d]: expected advertised=dial host:port pair, found %q", i, part)
+		}
+		for _, a := range []string{from, to} {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				return nil, fmt.Errorf("peer-dial[%d]: address %q: %v", i, a, err)
+			}
+		}
+		out[from] = to
+	}
+	return out, nil
+}
+
 // Server is one running node.
 type Server struct {
 	cfg      Config
@@ -154,13 +180,9 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 	if len(peers) == 0 {
 		peers = []replica.Member{{ID: cfg.ID, PeerAddr: cfg.PeerAddr}}
 	}
-	dial, err := ParsePeers(cfg.PeerDial)
+	overrides, err := ParseDialOverrides(cfg.PeerDial)
 	if err != nil {
-		return nil, fmt.Errorf("peer-dial: %w", err)
-	}
-	overrides := map[uint64]string{}
-	for _, d := range dial {
-		overrides[d.ID] = d.PeerAddr
+		return nil, err
 	}
 	for i := range peers {
 		if peers[i].ID == cfg.ID {
@@ -220,6 +242,16 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxBatch: cfg.MaxBatch, MaxInflightWrites: cfg.MaxInflightWrites,
 		WriteTimeout: cfg.WriteTimeout, Logger: log.With("component", "api"), Registry: reg,
 	})
+	if cfg.EnablePprof {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.Handle("/", handler)
+		handler = mux
+	}
 	s.httpLis, err = net.Listen("tcp", cfg.ClientAddr)
 	if err != nil {
 		s.replica.Stop()
