@@ -273,3 +273,42 @@ func TestMetricsByRouteAndCode(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamFailingMidwayIsNotPassedOffAsWhole checks that a response
+// whose status is already out is aborted, not completed, when the
+// backend fails or panics: a client must not take a cut backup for a
+// whole one.
+func TestStreamFailingMidwayIsNotPassedOffAsWhole(t *testing.T) {
+	for name, fail := range map[string]func(f *fakeBackend){
+		"error": func(f *fakeBackend) { f.backupErr = errBoom },
+		"panic": func(f *fakeBackend) { f.backupErr = nil; f.onBackup = func() { panic("backend bug") } },
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, Options{})
+			e.fake.backup = strings.Repeat("b", 256<<10) // past every buffer: the 200 is sent
+			fail(e.fake)
+			srv := httptest.NewServer(e.h)
+			defer srv.Close()
+			resp, err := srv.Client().Get(srv.URL + "/admin/backup")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err == nil {
+				t.Fatalf("a backup cut by a backend %s read as a whole %d-byte %d response", name, len(body), resp.StatusCode)
+			}
+			// The server keeps serving.
+			e.fake.backupErr, e.fake.onBackup = nil, nil
+			resp, err = srv.Client().Get(srv.URL + "/admin/backup")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || len(body) != len(e.fake.backup) {
+				t.Fatalf("after the failure: %d bytes, %v", len(body), err)
+			}
+		})
+	}
+}

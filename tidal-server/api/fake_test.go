@@ -42,6 +42,8 @@ type fakeBackend struct {
 	removed    []uint64
 	transfers  []uint64
 	backup     string
+	backupErr  error  // returned after writing backup
+	onBackup   func() // runs after writing backup
 }
 
 func newFake(schema ledger.Schema) *fakeBackend {
@@ -169,6 +171,12 @@ func (f *fakeBackend) Backup(ctx context.Context, w io.Writer) (int64, error) {
 		return 0, f.adminErr
 	}
 	n, err := io.WriteString(w, f.backup)
+	if f.onBackup != nil {
+		f.onBackup()
+	}
+	if err == nil {
+		err = f.backupErr
+	}
 	return int64(n), err
 }
 

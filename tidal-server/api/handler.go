@@ -2,7 +2,8 @@
 // endpoints, health and metrics. It validates everything a client sends
 // before anything reaches the log — a batch with one bad event is refused
 // whole — and maps every internal outcome to the status codes DESIGN.md
-// fixes. It holds no state of its own besides the in-flight bound.
+// fixes. It holds no state of its own besides the in-flight bound (and a
+// never-written vector store used only to validate request vectors).
 package api
 
 import (
@@ -125,15 +126,27 @@ func (h *handler) instrument(route string, fn func(http.ResponseWriter, *http.Re
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		defer func() {
-			if p := recover(); p != nil {
+			p := recover()
+			if p != nil && p != http.ErrAbortHandler {
 				// Nothing a client sends may take the node down; a panic
 				// here is our bug, reported as 500 and logged loudly.
 				h.opts.Logger.Error("handler panic", "route", route, "panic", p)
 				if !sw.wrote {
 					writeError(sw, fmt.Errorf("internal error: %v", p))
+					p = nil
+				} else {
+					sw.status = http.StatusInternalServerError
 				}
 			}
 			h.metrics.latency.WithLabelValues(route, strconv.Itoa(sw.status)).Observe(time.Since(start).Seconds())
+			if p != nil {
+				// The status and part of the body are already out: finishing
+				// the response normally would pass a truncated body off as
+				// complete. Aborting resets the stream (HTTP/2) or closes
+				// the connection mid-body (HTTP/1.1), so the client sees
+				// the failure.
+				panic(http.ErrAbortHandler)
+			}
 		}()
 		if err := fn(sw, r); err != nil {
 			ae := writeError(sw, err)
@@ -165,6 +178,9 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 	s.wrote = true
 	return s.ResponseWriter.Write(b)
 }
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 func (s *statusWriter) Flush() {
 	if f, ok := s.ResponseWriter.(http.Flusher); ok {
@@ -701,7 +717,7 @@ func (h *handler) backup(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		if sw, ok := w.(*statusWriter); ok && sw.wrote {
 			h.opts.Logger.Error("backup stream failed midway", "err", err)
-			return nil
+			panic(http.ErrAbortHandler) // never let a cut backup look whole
 		}
 		return err
 	}
