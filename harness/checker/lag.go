@@ -38,9 +38,12 @@ type SLO struct {
 	P99 time.Duration `json:"p99"`
 	// CatchUp bounds the time from a heal until every follower is caught up.
 	CatchUp time.Duration `json:"catch_up"`
-	// A follower is caught up when it lags by at most CaughtUpEntries
-	// entries or at most CaughtUpLag in time: under load a healthy
-	// follower is always a few entries behind.
+	// A follower is caught up when it lags by at most CaughtUpLag in time
+	// (under load a healthy follower is always a few entries behind, but
+	// those entries are only milliseconds old). Entries alone are not
+	// enough: when writes stall during a fault, a follower a few entries
+	// behind can be seconds stale. CaughtUpEntries decides only for a
+	// sample whose lag in time cannot be measured.
 	CaughtUpEntries uint64        `json:"caught_up_entries"`
 	CaughtUpLag     time.Duration `json:"caught_up_lag"`
 }
@@ -239,7 +242,10 @@ func Lag(samples []LagSample, faults []FaultWindow, slo SLO) Result {
 	sort.SliceStable(faults, func(i, j int) bool { return faults[i].Start < faults[j].Start })
 
 	caughtUp := func(p lagPoint) bool {
-		return p.entries <= slo.CaughtUpEntries || p.ms <= float64(slo.CaughtUpLag)/1e6
+		if p.ms < 0 {
+			return p.entries <= slo.CaughtUpEntries
+		}
+		return p.ms <= float64(slo.CaughtUpLag)/1e6
 	}
 	// Catch-up after every heal, and the recovery intervals it excludes
 	// from "outside faults".

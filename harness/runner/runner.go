@@ -1,0 +1,452 @@
+// Package runner runs one chaos test end to end, Jepsen style: a cluster
+// of real tidal-server processes behind the relay mesh, a workload
+// recording every operation, a seeded nemesis schedule, a lag sampler;
+// then heal, quiesce, collect each node's audit and digest, run every
+// checker and leave a run store a person can open. The CLI tidal-chaos
+// and the chaos suite are thin layers over Run and Analyze.
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tidaldb/tidal/harness/checker"
+	"github.com/tidaldb/tidal/harness/cluster"
+	"github.com/tidaldb/tidal/harness/history"
+	"github.com/tidaldb/tidal/harness/nemesis"
+	"github.com/tidaldb/tidal/harness/process"
+	"github.com/tidaldb/tidal/harness/report"
+	"github.com/tidaldb/tidal/harness/workload"
+)
+
+// Config is one chaos run. It is written to the store as config.json, and
+// `tidal-chaos repro` reads it back, so every field is plain data.
+type Config struct {
+	Test      string          `json:"test"`
+	Nodes     int             `json:"nodes"`
+	Duration  Duration        `json:"duration"`
+	Seed      int64           `json:"seed"`
+	Store     string          `json:"store"`
+	ServerBin string          `json:"server_bin"`
+	Workload  workload.Config `json:"workload"`
+	// Nemesis lists fault kinds and groups (see nemesis.Help); empty runs
+	// the workload without faults.
+	Nemesis       []string `json:"nemesis"`
+	Interval      Duration `json:"interval"`
+	FaultDuration Duration `json:"fault_duration"`
+	// ServerFlags are passed to every tidal-server.
+	ServerFlags []string `json:"server_flags"`
+	// SLO for the lag checker.
+	LagP99     Duration `json:"lag_p99"`
+	LagCatchUp Duration `json:"lag_catch_up"`
+	// LinearizableTimeout bounds porcupine (past it: unknown).
+	LinearizableTimeout Duration `json:"linearizable_timeout"`
+	// SampleInterval is how often /cluster/status is polled for lag.
+	SampleInterval Duration `json:"sample_interval"`
+	// ProgressEvery prints a progress line this often (0: 5s).
+	ProgressEvery Duration `json:"progress_every"`
+}
+
+// Duration is a time.Duration that reads and writes as "1m30s" in JSON.
+type Duration time.Duration
+
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		var n int64
+		if err2 := json.Unmarshal(b, &n); err2 != nil {
+			return fmt.Errorf("duration: expected a string like \"30s\", found %s", b)
+		}
+		*d = Duration(n)
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("duration: %w", err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// D is the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (c *Config) setDefaults() error {
+	if c.Test == "" {
+		c.Test = "chaos"
+	}
+	if c.Nodes == 0 {
+		c.Nodes = 3
+	}
+	if c.Nodes < 1 {
+		return fmt.Errorf("nodes: expected at least 1, found %d", c.Nodes)
+	}
+	if c.Duration == 0 {
+		c.Duration = Duration(30 * time.Second)
+	}
+	if c.Store == "" {
+		c.Store = "store"
+	}
+	if c.Seed == 0 {
+		c.Seed = time.Now().UnixNano()
+	}
+	if c.ServerBin == "" {
+		return errors.New("server-bin: required (build it with `make build`)")
+	}
+	if c.Interval == 0 {
+		c.Interval = Duration(8 * time.Second)
+	}
+	if c.FaultDuration == 0 {
+		c.FaultDuration = Duration(4 * time.Second)
+	}
+	if c.LinearizableTimeout == 0 {
+		c.LinearizableTimeout = Duration(60 * time.Second)
+	}
+	if c.SampleInterval == 0 {
+		c.SampleInterval = Duration(200 * time.Millisecond)
+	}
+	if c.ProgressEvery == 0 {
+		c.ProgressEvery = Duration(5 * time.Second)
+	}
+	if c.Workload.Kind == "" {
+		c.Workload.Kind = workload.Ledger
+	}
+	if c.Workload.Seed == 0 {
+		c.Workload.Seed = uint64(c.Seed)
+	}
+	var err error
+	c.Workload, err = c.Workload.WithDefaults()
+	return err
+}
+
+// Outcome is what a run produced.
+type Outcome struct {
+	Run     *report.Run
+	Results checker.Results
+}
+
+// Options are the parts of a run that are not configuration: where output
+// goes, and a schedule to replay instead of generating one.
+type Options struct {
+	Progress io.Writer // progress lines and the summary; nil = discard
+	Logger   *slog.Logger
+	Schedule *nemesis.Schedule
+}
+
+// Run runs one chaos test. The error is for runs that could not be carried
+// out (no binary, cluster never came up); a run whose checkers found
+// anomalies returns a nil error and an invalid verdict.
+func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	out := opts.Progress
+	if out == nil {
+		out = io.Discard
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	bin, err := filepath.Abs(cfg.ServerBin)
+	if err != nil {
+		return nil, err
+	}
+	run, err := report.NewRun(cfg.Store, cfg.Test, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	if err := run.WriteConfig(cfg); err != nil {
+		return nil, err
+	}
+	if err := run.WriteSeed(cfg.Seed); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(out, "tidal-chaos: %s: %d nodes, workload %s, nemesis %v, %s, seed %d\n  store %s\n",
+		cfg.Test, cfg.Nodes, cfg.Workload.Kind, cfg.Nemesis, cfg.Duration.D(), cfg.Seed, run.Dir())
+
+	// Reap what an earlier, crashed run left behind.
+	reg, err := process.NewRegistry(filepath.Join(cfg.Store, "pids"))
+	if err != nil {
+		return nil, err
+	}
+	if killed, _ := reg.Reap(); len(killed) > 0 {
+		fmt.Fprintf(out, "  reaped leftovers of an earlier run: %s\n", strings.Join(killed, ", "))
+	}
+	backend, err := process.NewBackend(bin, reg)
+	if err != nil {
+		return nil, err
+	}
+	c, err := cluster.New(cluster.Config{Nodes: cfg.Nodes, Backend: backend, Dir: run.NodesDir(), Flags: cfg.ServerFlags, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	upCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	_, err = c.WaitLeader(upCtx)
+	if err == nil {
+		err = c.WaitReady(upCtx)
+	}
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("cluster did not come up (logs in %s): %w", run.NodesDir(), err)
+	}
+
+	rec, err := history.Create(run.HistoryPath())
+	if err != nil {
+		return nil, err
+	}
+	defer rec.Close()
+
+	var schedule nemesis.Schedule
+	if opts.Schedule != nil {
+		schedule = *opts.Schedule
+	} else if len(cfg.Nemesis) > 0 {
+		mix, err := nemesis.ParseMix(strings.Join(cfg.Nemesis, ","), cfg.Nodes)
+		if err != nil {
+			return nil, err
+		}
+		schedule, err = nemesis.Generate(cfg.Seed, nemesis.ScheduleConfig{
+			Duration: cfg.Duration.D(), Interval: cfg.Interval.D(), FaultDuration: cfg.FaultDuration.D(),
+			Mix: mix, Nodes: c.Names(),
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := run.WriteSchedule(schedule); err != nil {
+		return nil, err
+	}
+
+	lagw, err := run.LagWriter()
+	if err != nil {
+		return nil, err
+	}
+	sampleCtx, stopSampling := context.WithCancel(context.Background())
+	sampler := &lagSampler{c: c, now: rec.Now, interval: cfg.SampleInterval.D(), w: lagw}
+	samplerDone := make(chan struct{})
+	go func() {
+		defer close(samplerDone)
+		sampler.run(sampleCtx)
+	}()
+	stopSampler := func() {
+		stopSampling()
+		<-samplerDone
+		lagw.Close()
+	}
+
+	wcfg := cfg.Workload
+	wcfg.Duration = cfg.Duration.D()
+	w, err := workload.New(wcfg, workload.FromCluster(c), rec)
+	if err != nil {
+		stopSampler()
+		return nil, err
+	}
+	nem := nemesis.NewRunner(nemesis.Live(c), rec, log)
+
+	runCtx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	var wg sync.WaitGroup
+	var workErr, nemErr error
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		workErr = w.Run(runCtx)
+	}()
+	go func() {
+		defer wg.Done()
+		if len(schedule.Steps) == 0 {
+			return
+		}
+		nemErr = nem.Run(runCtx, schedule)
+	}()
+	progressDone := make(chan struct{})
+	go progress(out, cfg.ProgressEvery.D(), time.Now(), w, nem, progressDone)
+	wg.Wait()
+	close(progressDone)
+
+	// Heal (again: Run heals at its end, this covers a cancelled run too),
+	// then let the cluster quiesce with the sampler still running, so
+	// catch-up after the last heal is measured.
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 90*time.Second)
+	if err := nem.HealAll(hctx); err != nil {
+		fmt.Fprintf(out, "  warning: %v\n", err)
+	}
+	cancel()
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+	if err := c.WaitConverged(qctx); err != nil {
+		fmt.Fprintf(out, "  warning: cluster did not converge after heal: %v\n", err)
+	}
+	if wcfg.Kind == workload.Counter || wcfg.Kind == workload.Mixed || wcfg.Kind == workload.Embeddings {
+		if err := w.FinalReads(qctx); err != nil {
+			fmt.Fprintf(out, "  warning: final reads: %v\n", err)
+		}
+	}
+	cancel()
+	time.Sleep(2 * cfg.SampleInterval.D())
+	stopSampler()
+
+	collect(ctx, c, run, out)
+	if err := rec.Close(); err != nil {
+		return nil, fmt.Errorf("history: %w", err)
+	}
+	if workErr != nil && !errors.Is(workErr, context.Canceled) {
+		fmt.Fprintf(out, "  workload ended with: %v\n", workErr)
+	}
+	if nemErr != nil && !errors.Is(nemErr, context.Canceled) {
+		fmt.Fprintf(out, "  nemesis ended with: %v\n", nemErr)
+	}
+
+	res, err := Analyze(run, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Outcome{Run: run, Results: res}, nil
+}
+
+// collect saves each running node's audit, digest and metrics into the
+// store. A node that cannot answer is noted; the ledger checker then
+// reports it as unaudited rather than guessing.
+func collect(ctx context.Context, c *cluster.Cluster, run *report.Run, out io.Writer) {
+	digests := map[string]checker.DigestSample{}
+	hc := &http.Client{Timeout: 60 * time.Second}
+	for _, n := range c.Nodes() {
+		if c.State(n.Name) != cluster.Running {
+			continue
+		}
+		if err := fetchTo(ctx, hc, "http://"+n.ClientAddr+"/v1/audit/events", func(r io.Reader) error { return run.WriteAudit(n.Name, r) }); err != nil {
+			fmt.Fprintf(out, "  warning: audit of %s: %v\n", n.Name, err)
+		}
+		if d, err := c.AdminClient(n.Name).Digest(ctx); err == nil {
+			digests[n.Name] = checker.DigestSample{AppliedIndex: d.AppliedIndex, Digest: d.Digest}
+		} else {
+			fmt.Fprintf(out, "  warning: digest of %s: %v\n", n.Name, err)
+		}
+		fetchTo(ctx, hc, "http://"+n.ClientAddr+"/metrics", func(r io.Reader) error {
+			f, err := os.Create(filepath.Join(run.NodeDir(n.Name), "metrics.txt"))
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = io.Copy(f, r)
+			return err
+		})
+	}
+	if err := run.WriteDigests(digests); err != nil {
+		fmt.Fprintf(out, "  warning: digests: %v\n", err)
+	}
+}
+
+func fetchTo(ctx context.Context, hc *http.Client, url string, fn func(io.Reader) error) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return fn(resp.Body)
+}
+
+// Analyze runs every checker over what a run stored and writes
+// results.json and report.html. It is how `tidal-chaos analyze` re-checks
+// a saved run, and the last step of Run.
+func Analyze(run *report.Run, cfg Config) (checker.Results, error) {
+	ops, err := run.ReadHistory()
+	if err != nil {
+		return checker.Results{}, fmt.Errorf("read history: %w", err)
+	}
+	var rs []checker.Result
+	rs = append(rs, checker.Stats(ops))
+
+	audits, err := run.ReadAudits()
+	if err != nil {
+		rs = append(rs, checker.Result{Name: "ledger", Valid: checker.Unknown, Summary: "audits unreadable: " + err.Error()})
+	} else {
+		var down []string
+		for _, n := range nodeNames(cfg.Nodes) {
+			if _, ok := audits[n]; !ok {
+				down = append(down, n)
+			}
+		}
+		rs = append(rs, checker.Ledger(ops, audits, down))
+	}
+	kind := cfg.Workload.Kind
+	if kind == workload.Counter || kind == workload.Mixed {
+		rs = append(rs, checker.Counter(ops))
+		rs = append(rs, checker.Linearizable(ops, run.LinearizableDir(), cfg.LinearizableTimeout.D()))
+	}
+	if digests, err := run.ReadDigests(); err == nil {
+		rs = append(rs, checker.Convergence(digests))
+	} else {
+		rs = append(rs, checker.Result{Name: "convergence", Valid: checker.Unknown, Summary: "digests unreadable: " + err.Error()})
+	}
+	samples, err := run.ReadLag()
+	if err != nil {
+		rs = append(rs, checker.Result{Name: "lag", Valid: checker.Unknown, Summary: "lag samples unreadable: " + err.Error()})
+	} else {
+		windows, err := checker.FaultWindows(ops)
+		if err != nil {
+			rs = append(rs, checker.Result{Name: "lag", Valid: checker.Unknown, Summary: "fault windows: " + err.Error()})
+		} else {
+			rs = append(rs, checker.Lag(samples, windows, checker.SLO{P99: cfg.LagP99.D(), CatchUp: cfg.LagCatchUp.D()}))
+		}
+	}
+	res := checker.NewResults(rs...)
+	rr := run.NewResults(res, time.Now())
+	if err := run.WriteResults(rr); err != nil {
+		return res, err
+	}
+	if err := run.WriteReport(rr); err != nil {
+		return res, fmt.Errorf("report.html: %w", err)
+	}
+	return res, nil
+}
+
+func nodeNames(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("n%d", i+1)
+	}
+	return out
+}
+
+// progress prints a line every `every` until done: elapsed, ops and their
+// outcomes, and the faults in effect.
+func progress(out io.Writer, every time.Duration, start time.Time, w *workload.Workload, nem *nemesis.Runner, done <-chan struct{}) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		p := w.Progress()
+		tot := p.Total()
+		faults := nem.Active()
+		f := "none"
+		if len(faults) > 0 {
+			f = strings.Join(faults, "; ")
+		}
+		fmt.Fprintf(out, "  [%5.1fs] ops %d  ok %d  fail %d  info %d  shed %d  faults: %s\n",
+			time.Since(start).Seconds(), tot.Invoked, tot.OK, tot.Fail, tot.Info, p.Shed, f)
+	}
+}

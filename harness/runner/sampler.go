@@ -1,0 +1,57 @@
+package runner
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/tidaldb/tidal/harness/checker"
+	"github.com/tidaldb/tidal/harness/cluster"
+	"github.com/tidaldb/tidal/harness/report"
+)
+
+// lagSampler polls /cluster/status on every running node at a fixed
+// interval and appends one checker.LagSample per answer to the store's
+// lag.jsonl, stamped on the history's clock so that samples and operations
+// share one timeline. A node that does not answer within the interval has
+// no sample for that tick: the lag checker treats gaps as gaps, never as
+// zero lag. Polls go to nodes directly, not through the mesh, like every
+// control-plane call of the harness.
+type lagSampler struct {
+	c        *cluster.Cluster
+	now      func() int64
+	interval time.Duration
+	w        *report.LagWriter
+}
+
+func (s *lagSampler) run(ctx context.Context) {
+	t := time.NewTicker(s.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var wg sync.WaitGroup
+		for _, name := range s.c.RunningNames() {
+			wg.Add(1)
+			go func(name string) {
+				defer wg.Done()
+				sctx, cancel := context.WithTimeout(ctx, s.interval)
+				defer cancel()
+				st, err := s.c.AdminClient(name).Status(sctx)
+				if err != nil {
+					return
+				}
+				sample := checker.LagSample{Time: s.now(), Node: name, ID: st.Node, Leader: st.Leader, Term: st.Term, Commit: st.Commit, Applied: st.Applied}
+				for _, m := range st.Members {
+					sample.Members = append(sample.Members, checker.MemberMatch{ID: m.ID, Match: m.Match})
+				}
+				s.w.Append(sample)
+			}(name)
+		}
+		wg.Wait()
+		s.w.Flush()
+	}
+}
