@@ -24,6 +24,7 @@ const (
 	CodeUnavailable = "unavailable"
 	CodeTimeout     = "timeout"
 	CodeNotFound    = "not_found"
+	CodeMethod      = "method_not_allowed"
 	CodeInternal    = "internal"
 )
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tidaldb/tidal/tidal-server/ledger"
 	"github.com/tidaldb/tidal/tidal-server/replica"
@@ -310,5 +311,24 @@ func TestStreamFailingMidwayIsNotPassedOffAsWhole(t *testing.T) {
 				t.Fatalf("after the failure: %d bytes, %v", len(body), err)
 			}
 		})
+	}
+}
+
+// TestWriteDeadlineIs504 holds a write past the handler's WriteTimeout: a
+// backend that gives up with the context's error may still commit the
+// entry, so the answer is 504 (retry with the same ids), never 500.
+func TestWriteDeadlineIs504(t *testing.T) {
+	e := newEnv(t, Options{WriteTimeout: 20 * time.Millisecond})
+	var deadline time.Time
+	e.fake.onWrite = func(ctx context.Context) error {
+		deadline, _ = ctx.Deadline()
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	start := time.Now()
+	rec := e.post("/v1/signals", `{"events":[`+goodEvents(1)[0]+`]}`)
+	wantError(t, rec, http.StatusGatewayTimeout, CodeTimeout, "")
+	if deadline.IsZero() || deadline.Sub(start) > time.Second {
+		t.Fatalf("backend saw deadline %v for a 20ms write timeout started at %v", deadline, start)
 	}
 }

@@ -112,7 +112,21 @@ func New(b Backend, opts Options) http.Handler {
 	route("GET /healthz", h.healthz)
 	route("GET /readyz", h.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{}))
+	// The catch-all pattern shadows ServeMux's own 405, so a known path
+	// asked with the wrong method is told which methods it has.
 	route("/", func(w http.ResponseWriter, r *http.Request) error {
+		var allow []string
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+			probe := &http.Request{Method: m, URL: r.URL, Host: r.Host}
+			if _, pattern := mux.Handler(probe); pattern != "/" && pattern != "" {
+				allow = append(allow, m)
+			}
+		}
+		if len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			return &Error{Status: http.StatusMethodNotAllowed, Code: CodeMethod,
+				Message: fmt.Sprintf("%s %s: expected method %s", r.Method, r.URL.Path, strings.Join(allow, " or "))}
+		}
 		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf("no route %s %s; see README for the API", r.Method, r.URL.Path)}
 	})
 	return mux

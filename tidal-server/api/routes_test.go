@@ -333,3 +333,21 @@ func TestAdmin(t *testing.T) {
 	e.fake.adminErr = replica.ErrNoLeader
 	wantError(t, e.post("/admin/snapshot", ``), http.StatusServiceUnavailable, CodeUnavailable, "")
 }
+
+func TestWrongMethodIs405(t *testing.T) {
+	e := newEnv(t, Options{})
+	for _, tc := range []struct{ method, path, allow string }{
+		{"GET", "/v1/signals", "POST"},
+		{"DELETE", "/v1/entities/1", "GET"},
+		{"POST", "/v1/entities/1/embedding", "PUT"},
+		{"PUT", "/admin/members/3", "DELETE"},
+		{"POST", "/metrics", "GET"},
+	} {
+		rec := e.do(tc.method, tc.path, "application/json", `{}`)
+		wantError(t, rec, http.StatusMethodNotAllowed, CodeMethod, "")
+		if got := rec.Header().Get("Allow"); got != tc.allow {
+			t.Errorf("%s %s: Allow %q, want %q", tc.method, tc.path, got, tc.allow)
+		}
+	}
+	e.wantNothingWritten()
+}
