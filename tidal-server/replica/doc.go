@@ -6,27 +6,43 @@
 //
 // # The Ready contract
 //
-// One goroutine (run) handles every raft.Ready in this order:
+// raft runs with AsyncStorageWrites: a Ready carries no obligation to
+// persist before the next one. Four goroutines share the work, connected
+// by FIFO queues, so the order raft asked for is kept end to end:
 //
-//  1. a snapshot, if any, is written to its own CRC-protected file and
-//     fsynced before the WAL records its mark;
-//  2. entries, HardState and the snapshot mark go to the WAL as one batch:
-//     one write and, when Ready.MustSync, one fdatasync (group commit: every
-//     proposal that reached raft since the last Ready shares that sync);
-//  3. the in-memory raft log (raft.MemoryStorage) is updated;
-//  4. messages are sent — only after step 2, so nothing this node
-//     acknowledges to a peer is less durable than the ack claims;
-//  5. committed entries are applied in log order and their proposers woken;
-//  6. ReadIndex results are handed to their waiters;
-//  7. Advance.
+//  1. the Ready loop (run) sends peer messages at once and hands raft's
+//     local messages, in order, to the two below. Nothing in a Ready's
+//     Messages depends on an unfinished local write: raft attaches those
+//     (the follower's MsgAppResp, a vote, the leader's own append
+//     acknowledgement) to the write's MsgStorageAppend as Responses.
+//  2. the append goroutine takes each MsgStorageAppend: a received snapshot
+//     is written to its own CRC-protected file and fsynced, then snapshot
+//     mark, entries and HardState are staged in the WAL as one batch
+//     (fdatasync'd when entries, term or vote changed), and
+//     raft.MemoryStorage is updated. It does not wait for the fsync, so the
+//     next batch is staged while this one syncs and shares the next one.
+//  3. the sync goroutine waits for each staged batch in order, and only
+//     then steps its Responses into raft or sends them to peers. The
+//     leader's own acknowledgement is among them, so a commit never counts
+//     a copy that is not durable; followers acknowledge only what they
+//     synced. A received snapshot is queued for the apply goroutine before
+//     the responses, so it is installed before any entry after it.
+//  4. the apply goroutine applies each MsgStorageApply's committed entries
+//     in log order, wakes their proposers, steps the apply response back,
+//     and takes snapshots (periodic and on demand). ReadIndex results go to
+//     their waiters from the Ready loop; each waits for apply to reach its
+//     index.
 //
-// If step 2 fails the replica is fenced: raft is stopped, nothing more is
-// persisted, sent or applied, and every later proposal fails with
-// ErrFenced. Carrying on after a failed fsync is how replicas diverge.
+// If a WAL write fails the replica is fenced: every goroutine stops,
+// nothing more is persisted, sent or applied, raft is stopped, and every
+// later proposal fails with ErrFenced. Carrying on after a failed fsync is
+// how replicas diverge.
 //
 // # Invariants
 //
-//   - applied <= commit <= last persisted index, at every moment.
+//   - applied <= commit, and every applied entry is durable here: raft
+//     hands an entry to apply only after this node stepped the responses
+//     of the write that made it durable.
 //   - An entry is applied exactly once per process lifetime, in index order;
 //     after a restart the state machine is rebuilt from the newest snapshot
 //     plus the WAL suffix, so apply must be deterministic.

@@ -171,17 +171,52 @@ type Replica struct {
 	appliedTerm    uint64
 	appliedWaiters []appliedWaiter
 
-	leader    atomic.Uint64
-	term      atomic.Uint64
-	commit    atomic.Uint64
-	role      atomic.Value // raft.StateType
-	snapIndex uint64       // run goroutine only
-	promoting map[uint64]time.Time
+	leader atomic.Uint64
+	term   atomic.Uint64
+	commit atomic.Uint64
+	role   atomic.Value // raft.StateType
 
+	// snapMu serializes the two writers of snapshot files and WAL marks:
+	// the apply goroutine (periodic and on-demand snapshots) and the append
+	// goroutine (snapshots received from the leader). Marks never go
+	// backwards, so each checks snapIndex under it.
+	snapMu    sync.Mutex
+	snapIndex atomic.Uint64
+	promoting map[uint64]time.Time // guarded by mu
+
+	// The pipeline (see doc.go): Ready loop -> appendq -> append goroutine
+	// -> syncq -> sync goroutine; Ready loop and sync goroutine -> applyq
+	// -> apply goroutine. Each queue is FIFO, which is what keeps the
+	// order raft asked for.
+	appendq     chan *raftpb.Message
+	syncq       chan syncItem
+	applyq      chan applyItem
 	snapshotReq chan chan snapshotResult
-	stopc       chan struct{}
-	done        chan struct{}
+	stopc       chan struct{} // closed by halt: every goroutine returns
+	haltCtx     context.Context
+	haltCancel  context.CancelFunc
+	haltOnce    sync.Once
+	wg          sync.WaitGroup
+	done        chan struct{} // closed once every goroutine returned and raft stopped
 	stopOnce    sync.Once
+}
+
+// syncItem is one MsgStorageAppend on its way to disk: the WAL batch staged
+// for it, and what to do once it is durable.
+type syncItem struct {
+	pending *wal.Pending // nil: nothing to write, only ordering
+	entries int
+	staged  time.Time
+	snap    *raftpb.Snapshot // a received snapshot to install, in apply order
+	resps   []*raftpb.Message
+}
+
+// applyItem is one MsgStorageApply (committed entries and the responses to
+// step once they are applied), or a received snapshot to install.
+type applyItem struct {
+	ents  []*raftpb.Entry
+	resps []*raftpb.Message
+	snap  *raftpb.Snapshot
 }
 
 type appliedWaiter struct {
@@ -217,9 +252,13 @@ func Start(cfg Config) (*Replica, error) {
 		confState:   &raftpb.ConfState{},
 		promoting:   map[uint64]time.Time{},
 		snapshotReq: make(chan chan snapshotResult),
+		appendq:     make(chan *raftpb.Message, pipelineDepth),
+		syncq:       make(chan syncItem, pipelineDepth),
+		applyq:      make(chan applyItem, pipelineDepth),
 		stopc:       make(chan struct{}),
 		done:        make(chan struct{}),
 	}
+	r.haltCtx, r.haltCancel = context.WithCancel(context.Background())
 	// Request ids only need to differ from those of earlier incarnations
 	// of this node whose entries may still commit; a clock-seeded counter
 	// gives that without persisting anything.
@@ -255,7 +294,7 @@ func Start(cfg Config) (*Replica, error) {
 			w.Close()
 			return nil, fmt.Errorf("replica: load snapshot into raft storage: %w", err)
 		}
-		r.snapIndex = rec.Snapshot.Index
+		r.snapIndex.Store(rec.Snapshot.Index)
 	}
 	if !fresh {
 		hs := rec.HardState
@@ -296,7 +335,13 @@ func Start(cfg Config) (*Replica, error) {
 		CheckQuorum:               true,
 		PreVote:                   true,
 		ReadOnlyOption:            raft.ReadOnlySafe,
-		Logger:                    raftLogger{cfg.Logger},
+		// Persistence and apply run on their own goroutines, fed in order
+		// by the Ready loop; raft holds back every message that depends on
+		// a write until that write's responses are stepped back (see
+		// doc.go). This is what lets the leader fsync in parallel with its
+		// followers without counting itself durable early.
+		AsyncStorageWrites: true,
+		Logger:             raftLogger{cfg.Logger},
 	}
 	switch {
 	case fresh && !cfg.Join:
@@ -322,7 +367,16 @@ func Start(cfg Config) (*Replica, error) {
 			"entries", len(rec.Entries), "commit", rec.HardState.Commit, "join", cfg.Join && fresh)
 		r.node = raft.RestartNode(rc)
 	}
+	r.wg.Add(4)
 	go r.run()
+	go r.appendLoop()
+	go r.syncLoop()
+	go r.applyLoop()
+	go func() {
+		r.wg.Wait()
+		r.node.Stop()
+		close(r.done)
+	}()
 	// A cluster of one need not wait out an election timeout to lead.
 	r.mu.Lock()
 	voters := r.confState.GetVoters()
@@ -357,10 +411,17 @@ func toWALEntry(e *raftpb.Entry) wal.Entry {
 	return wal.Entry{Index: e.GetIndex(), Term: e.GetTerm(), Type: uint8(e.GetType()), Data: e.GetData()}
 }
 
-// run is the Ready loop. It is the only goroutine that writes the WAL,
-// applies entries and mutates membership.
+// pipelineDepth bounds each queue between the Ready loop and the append,
+// sync and apply goroutines. A full queue blocks the stage before it, which
+// is the back-pressure we want: raft stops handing out Readys and proposals
+// queue in raft's own bounded uncommitted log.
+const pipelineDepth = 256
+
+// run is the Ready loop. It persists and applies nothing itself: it sends
+// peer messages at once and hands raft's local storage messages, in order,
+// to the append and apply goroutines.
 func (r *Replica) run() {
-	defer close(r.done)
+	defer r.wg.Done()
 	ticker := time.NewTicker(r.cfg.TickInterval)
 	defer ticker.Stop()
 	ticks := 0
@@ -374,25 +435,19 @@ func (r *Replica) run() {
 				r.updateMetrics()
 			}
 		case rd := <-r.node.Ready():
-			if err := r.handleReady(rd); err != nil {
-				r.fence(err)
+			if !r.route(rd) {
 				return
 			}
-			r.node.Advance()
-			if r.isRemoved() {
-				r.log.Warn("this node was removed from the cluster; stopping raft")
-				return
-			}
-		case req := <-r.snapshotReq:
-			idx, term, err := r.takeSnapshot()
-			req <- snapshotResult{idx, term, err}
 		case <-r.stopc:
 			return
 		}
 	}
 }
 
-func (r *Replica) handleReady(rd raft.Ready) error {
+// route dispatches one Ready. With AsyncStorageWrites every message in it
+// may go out now: those that depend on a local write are not in it but in
+// that write's MsgStorageAppend.Responses.
+func (r *Replica) route(rd raft.Ready) bool {
 	if rd.SoftState != nil {
 		prev := r.leader.Swap(rd.SoftState.Lead)
 		r.role.Store(rd.SoftState.RaftState)
@@ -405,70 +460,33 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 		r.term.Store(rd.HardState.GetTerm())
 		r.commit.Store(rd.HardState.GetCommit())
 	}
-
-	// 1-2: persist.
-	var batch wal.Batch
-	hasSnap := rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot)
-	if hasSnap {
-		if err := r.snaps.save(rd.Snapshot); err != nil {
-			return fmt.Errorf("save received snapshot: %w", err)
-		}
-		md := rd.Snapshot.GetMetadata()
-		batch.Snapshot = &wal.SnapshotMark{Index: md.GetIndex(), Term: md.GetTerm()}
-	}
-	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
-		batch.HardState = &wal.HardState{Term: rd.HardState.GetTerm(), Vote: rd.HardState.GetVote(), Commit: rd.HardState.GetCommit()}
-	}
-	if len(rd.Entries) > 0 {
-		batch.Entries = make([]wal.Entry, len(rd.Entries))
-		for i, e := range rd.Entries {
-			batch.Entries[i] = toWALEntry(e)
+	var peers []*raftpb.Message
+	var local []*raftpb.Message
+	for _, m := range rd.Messages {
+		switch m.GetTo() {
+		case raft.LocalAppendThread, raft.LocalApplyThread:
+			local = append(local, m)
+		default:
+			peers = append(peers, m)
 		}
 	}
-	if batch.HardState != nil || batch.Snapshot != nil || len(batch.Entries) > 0 {
-		start := time.Now()
-		if err := r.wal.Save(context.Background(), batch, rd.MustSync); err != nil {
-			return fmt.Errorf("persist ready (%d entries): %w", len(batch.Entries), err)
+	// Peers first: a follower's fsync then overlaps the leader's.
+	r.send(peers)
+	for _, m := range local {
+		if m.GetTo() == raft.LocalAppendThread {
+			select {
+			case r.appendq <- m:
+			case <-r.stopc:
+				return false
+			}
+			continue
 		}
-		r.metrics.PersistSeconds.Observe(time.Since(start).Seconds())
-	}
-
-	// 3: raft's view of the log.
-	if hasSnap {
-		if err := r.storage.ApplySnapshot(rd.Snapshot); err != nil && !errors.Is(err, raft.ErrSnapOutOfDate) {
-			return fmt.Errorf("apply snapshot to raft storage: %w", err)
-		}
-		if err := r.restoreSnapshot(rd.Snapshot); err != nil {
-			return err
-		}
-		r.snapIndex = rd.Snapshot.GetMetadata().GetIndex()
-		r.log.Info("installed snapshot from leader", "index", r.snapIndex)
-	}
-	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
-		if err := r.storage.SetHardState(rd.HardState); err != nil {
-			return err
+		select {
+		case r.applyq <- applyItem{ents: m.GetEntries(), resps: m.GetResponses()}:
+		case <-r.stopc:
+			return false
 		}
 	}
-	if len(rd.Entries) > 0 {
-		if err := r.storage.Append(rd.Entries); err != nil {
-			return fmt.Errorf("append to raft storage: %w", err)
-		}
-	}
-
-	// 4: messages, now that what they promise is durable.
-	r.send(rd.Messages)
-
-	// 5: apply.
-	if len(rd.CommittedEntries) > 0 {
-		start := time.Now()
-		if err := r.apply(rd.CommittedEntries); err != nil {
-			return err
-		}
-		r.metrics.ApplySeconds.Observe(time.Since(start).Seconds())
-		r.metrics.ApplyBatch.Observe(float64(len(rd.CommittedEntries)))
-	}
-
-	// 6: linearizable reads.
 	for _, rs := range rd.ReadStates {
 		if len(rs.RequestCtx) != 8 {
 			continue
@@ -482,13 +500,205 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 			ch <- rs.Index
 		}
 	}
+	return true
+}
 
-	if r.appliedIndex()-r.snapIndex >= r.cfg.SnapshotEvery {
-		if _, _, err := r.takeSnapshot(); err != nil {
-			return err
+// appendLoop stages each MsgStorageAppend in the WAL, in order, without
+// waiting for its fsync, and updates raft's in-memory log. Staging in order
+// is all the WAL needs to write in order; the waiting happens in syncLoop,
+// so the next batch is staged (and shares the next fsync) while this one
+// syncs.
+func (r *Replica) appendLoop() {
+	defer r.wg.Done()
+	var prev wal.HardState
+	for {
+		var m *raftpb.Message
+		select {
+		case m = <-r.appendq:
+		case <-r.stopc:
+			return
+		}
+		it, err := r.stageAppend(m, &prev)
+		if err != nil {
+			r.halt(err)
+			return
+		}
+		select {
+		case r.syncq <- it:
+		case <-r.stopc:
+			return
 		}
 	}
-	return nil
+}
+
+func (r *Replica) stageAppend(m *raftpb.Message, prev *wal.HardState) (syncItem, error) {
+	it := syncItem{resps: m.GetResponses(), entries: len(m.GetEntries()), staged: time.Now()}
+	var batch wal.Batch
+	snap := m.GetSnapshot()
+	hasSnap := snap != nil && !raft.IsEmptySnap(snap)
+	if hasSnap {
+		// Held until the mark is staged: the apply goroutine must not slip
+		// an older mark in between.
+		r.snapMu.Lock()
+		defer r.snapMu.Unlock()
+		if err := r.snaps.save(snap); err != nil {
+			return it, fmt.Errorf("save received snapshot: %w", err)
+		}
+		md := snap.GetMetadata()
+		batch.Snapshot = &wal.SnapshotMark{Index: md.GetIndex(), Term: md.GetTerm()}
+		it.snap = snap
+	}
+	// raft sets the HardState fields of a MsgStorageAppend only when the
+	// HardState changed.
+	var hs *raftpb.HardState
+	if m.Term != nil || m.Vote != nil || m.Commit != nil {
+		hs = &raftpb.HardState{Term: proto.Uint64(m.GetTerm()), Vote: proto.Uint64(m.GetVote()), Commit: proto.Uint64(m.GetCommit())}
+		batch.HardState = &wal.HardState{Term: m.GetTerm(), Vote: m.GetVote(), Commit: m.GetCommit()}
+	}
+	if ents := m.GetEntries(); len(ents) > 0 {
+		batch.Entries = make([]wal.Entry, len(ents))
+		for i, e := range ents {
+			batch.Entries[i] = toWALEntry(e)
+		}
+	}
+	// raft.MustSync's rule: entries, term and vote must be durable before
+	// anything that depends on them is sent; a commit index alone need not.
+	mustSync := len(batch.Entries) > 0 || hasSnap ||
+		(batch.HardState != nil && (batch.HardState.Term != prev.Term || batch.HardState.Vote != prev.Vote))
+	if batch.HardState != nil {
+		*prev = *batch.HardState
+	}
+	if batch.HardState != nil || batch.Snapshot != nil || len(batch.Entries) > 0 {
+		p, err := r.wal.Stage(batch, mustSync)
+		if err != nil {
+			return it, fmt.Errorf("persist ready (%d entries): %w", len(batch.Entries), err)
+		}
+		it.pending = p
+	}
+
+	// raft's view of the log. It may run ahead of the disk: raft reads
+	// back only what it already holds, and counts nothing durable before
+	// the responses below are stepped.
+	if hasSnap {
+		if err := r.storage.ApplySnapshot(snap); err != nil && !errors.Is(err, raft.ErrSnapOutOfDate) {
+			return it, fmt.Errorf("apply snapshot to raft storage: %w", err)
+		}
+		r.snapIndex.Store(snap.GetMetadata().GetIndex())
+	}
+	if hs != nil {
+		if err := r.storage.SetHardState(hs); err != nil {
+			return it, err
+		}
+	}
+	if ents := m.GetEntries(); len(ents) > 0 {
+		if err := r.storage.Append(ents); err != nil {
+			return it, fmt.Errorf("append to raft storage: %w", err)
+		}
+	}
+	return it, nil
+}
+
+// syncLoop waits for each staged batch in order and only then releases what
+// depended on it: the acknowledgements to the leader (or, on the leader,
+// its own vote towards commit) and raft's notice that the entries are
+// stable. A failed write fences the replica.
+func (r *Replica) syncLoop() {
+	defer r.wg.Done()
+	for {
+		var it syncItem
+		select {
+		case it = <-r.syncq:
+		case <-r.stopc:
+			return
+		}
+		if it.pending != nil {
+			if err := it.pending.Wait(r.haltCtx); err != nil {
+				if r.haltCtx.Err() == nil {
+					r.halt(fmt.Errorf("persist ready (%d entries): %w", it.entries, err))
+				}
+				return
+			}
+			r.metrics.PersistSeconds.Observe(time.Since(it.staged).Seconds())
+		}
+		if it.snap != nil {
+			// The state machine takes the snapshot in apply order: every
+			// entry raft committed before it is already queued, and none
+			// after it can be until the responses below are stepped.
+			select {
+			case r.applyq <- applyItem{snap: it.snap}:
+			case <-r.stopc:
+				return
+			}
+		}
+		if !r.deliver(it.resps) {
+			return
+		}
+	}
+}
+
+// deliver steps responses addressed to this node back into raft and sends
+// the rest to peers.
+func (r *Replica) deliver(resps []*raftpb.Message) bool {
+	var peers []*raftpb.Message
+	for _, m := range resps {
+		if m.GetTo() != r.cfg.ID {
+			peers = append(peers, m)
+			continue
+		}
+		if err := r.node.Step(r.haltCtx, m); err != nil {
+			return false
+		}
+	}
+	r.send(peers)
+	return true
+}
+
+// applyLoop applies committed entries in log order, installs received
+// snapshots in that same order, and takes snapshots — all off the Ready
+// loop, so a slow apply or a large snapshot never holds up persistence.
+func (r *Replica) applyLoop() {
+	defer r.wg.Done()
+	for {
+		select {
+		case it := <-r.applyq:
+			if it.snap != nil {
+				if err := r.restoreSnapshot(it.snap); err != nil {
+					r.halt(err)
+					return
+				}
+				r.log.Info("installed snapshot from leader", "index", it.snap.GetMetadata().GetIndex())
+				continue
+			}
+			if len(it.ents) > 0 {
+				start := time.Now()
+				if err := r.apply(it.ents); err != nil {
+					r.halt(err)
+					return
+				}
+				r.metrics.ApplySeconds.Observe(time.Since(start).Seconds())
+				r.metrics.ApplyBatch.Observe(float64(len(it.ents)))
+			}
+			if r.isRemoved() {
+				r.log.Warn("this node was removed from the cluster; stopping raft")
+				r.halt(nil)
+				return
+			}
+			if !r.deliver(it.resps) {
+				return
+			}
+			if r.appliedIndex()-r.snapIndex.Load() >= r.cfg.SnapshotEvery {
+				if _, _, err := r.takeSnapshot(); err != nil {
+					r.halt(err)
+					return
+				}
+			}
+		case req := <-r.snapshotReq:
+			idx, term, err := r.takeSnapshot()
+			req <- snapshotResult{idx, term, err}
+		case <-r.stopc:
+			return
+		}
+	}
 }
 
 func (r *Replica) send(msgs []*raftpb.Message) {
@@ -685,14 +895,16 @@ func (r *Replica) waitApplied(ctx context.Context, index uint64) error {
 	}
 }
 
-// snapshot framing: u32 len | membership JSON | state machine bytes.
+// takeSnapshot runs on the apply goroutine, so the state it encodes is
+// exactly the applied prefix. Snapshot framing: u32 len | membership JSON |
+// state machine bytes.
 func (r *Replica) takeSnapshot() (uint64, uint64, error) {
 	start := time.Now()
 	r.appliedMu.Lock()
 	index, term := r.applied, r.appliedTerm
 	r.appliedMu.Unlock()
-	if index == 0 || index <= r.snapIndex {
-		return r.snapIndex, term, nil
+	if index == 0 || index <= r.snapIndex.Load() {
+		return r.snapIndex.Load(), term, nil
 	}
 	r.mu.Lock()
 	mem, err := r.members.marshal()
@@ -709,7 +921,17 @@ func (r *Replica) takeSnapshot() (uint64, uint64, error) {
 	if err := r.sm.Snapshot(&buf); err != nil {
 		return 0, 0, fmt.Errorf("state machine snapshot at %d: %w", index, err)
 	}
+
+	r.snapMu.Lock()
+	defer r.snapMu.Unlock()
+	if index <= r.snapIndex.Load() {
+		// A snapshot received from the leader overtook this one.
+		return r.snapIndex.Load(), term, nil
+	}
 	snap, err := r.storage.CreateSnapshot(index, cs, buf.Bytes())
+	if errors.Is(err, raft.ErrSnapOutOfDate) {
+		return r.snapIndex.Load(), term, nil
+	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("create snapshot at %d: %w", index, err)
 	}
@@ -729,7 +951,7 @@ func (r *Replica) takeSnapshot() (uint64, uint64, error) {
 	if err := r.wal.Compact(index + 1); err != nil {
 		return 0, 0, fmt.Errorf("compact WAL below %d: %w", index+1, err)
 	}
-	r.snapIndex = index
+	r.snapIndex.Store(index)
 	r.metrics.Snapshots.Inc()
 	r.metrics.SnapshotSeconds.Observe(time.Since(start).Seconds())
 	r.log.Info("snapshot taken", "index", index, "term", term, "bytes", buf.Len(), "took", time.Since(start))
@@ -764,13 +986,23 @@ func (r *Replica) restoreSnapshot(snap *raftpb.Snapshot) error {
 	return nil
 }
 
-func (r *Replica) fence(err error) {
-	r.mu.Lock()
-	r.fenceErr = err
-	r.mu.Unlock()
-	r.metrics.Fenced.Set(1)
-	r.log.Error("replica fenced: refusing all further writes; restart the node after fixing the disk", "err", err)
-	r.node.Stop()
+// halt stops every goroutine of the replica. A non-nil err fences it: it
+// failed to persist (or to install what it persisted), so nothing more may
+// be persisted, sent or applied, and every later request fails with
+// ErrFenced. The supervisor started in Start stops raft once all have
+// returned and then closes done.
+func (r *Replica) halt(err error) {
+	r.haltOnce.Do(func() {
+		if err != nil {
+			r.mu.Lock()
+			r.fenceErr = err
+			r.mu.Unlock()
+			r.metrics.Fenced.Set(1)
+			r.log.Error("replica fenced: refusing all further writes; restart the node after fixing the disk", "err", err)
+		}
+		close(r.stopc)
+		r.haltCancel()
+	})
 }
 
 func (r *Replica) isRemoved() bool {
@@ -797,6 +1029,12 @@ func (r *Replica) stoppedErr() error {
 func (r *Replica) Propose(ctx context.Context, data []byte) (Applied, error) {
 	if err := r.checkRunning(); err != nil {
 		return Applied{}, err
+	}
+	// raft's node does not even read proposals while it knows no leader:
+	// node.Propose would block to the deadline and report an unknown
+	// outcome for a write that certainly was not made.
+	if r.leader.Load() == raft.None {
+		return Applied{}, ErrNoLeader
 	}
 	req := r.nextRequest.Add(1)
 	buf := make([]byte, envelopeHeader+len(data))
@@ -1030,14 +1268,15 @@ func (r *Replica) maybePromoteLearners() {
 		if pr.Match == 0 || pr.Match+r.cfg.PromoteWithin < commit { // Match 0: it has never acknowledged anything
 			continue
 		}
+		r.mu.Lock()
 		if t, ok := r.promoting[id]; ok && time.Since(t) < 5*time.Second {
+			r.mu.Unlock()
 			continue
 		}
 		r.promoting[id] = time.Now()
-		typ := raftpb.ConfChangeType_ConfChangeAddNode
-		r.mu.Lock()
 		m := r.members.Members[id]
 		r.mu.Unlock()
+		typ := raftpb.ConfChangeType_ConfChangeAddNode
 		cctx, _ := json.Marshal(confContext{Member: m})
 		cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: &typ, NodeId: proto.Uint64(id)}}, Context: cctx}
 		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.TickInterval)
@@ -1091,9 +1330,8 @@ func (r *Replica) TransferLeader(ctx context.Context, to uint64) error {
 func (r *Replica) Stop() error {
 	var err error
 	r.stopOnce.Do(func() {
-		close(r.stopc)
+		r.halt(nil)
 		<-r.done
-		r.node.Stop()
 		err = r.wal.Close()
 	})
 	return err
