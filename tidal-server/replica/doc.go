@@ -29,9 +29,11 @@
 //     the responses, so it is installed before any entry after it.
 //  4. the apply goroutine applies each MsgStorageApply's committed entries
 //     in log order, wakes their proposers, steps the apply response back,
-//     and takes snapshots (periodic and on demand). ReadIndex results go to
-//     their waiters from the Ready loop; each waits for apply to reach its
-//     index.
+//     and encodes snapshots (periodic and on demand), so a snapshot is
+//     exactly the applied prefix. A fifth goroutine makes each encoded
+//     snapshot durable (file, fsync, WAL mark, compaction) while apply goes
+//     on. ReadIndex results go to their waiters from the Ready loop; each
+//     waits for apply to reach its index.
 //
 // If a WAL write fails the replica is fenced: every goroutine stops,
 // nothing more is persisted, sent or applied, raft is stopped, and every

@@ -182,6 +182,8 @@ type Replica struct {
 	// backwards, so each checks snapIndex under it.
 	snapMu    sync.Mutex
 	snapIndex atomic.Uint64
+	snapBusy  atomic.Bool // a periodic snapshot is being written
+	snapq     chan snapJob
 	promoting map[uint64]time.Time // guarded by mu
 
 	// The pipeline (see doc.go): Ready loop -> appendq -> append goroutine
@@ -255,6 +257,7 @@ func Start(cfg Config) (*Replica, error) {
 		appendq:     make(chan *raftpb.Message, pipelineDepth),
 		syncq:       make(chan syncItem, pipelineDepth),
 		applyq:      make(chan applyItem, pipelineDepth),
+		snapq:       make(chan snapJob, 2),
 		stopc:       make(chan struct{}),
 		done:        make(chan struct{}),
 	}
@@ -367,8 +370,9 @@ func Start(cfg Config) (*Replica, error) {
 			"entries", len(rec.Entries), "commit", rec.HardState.Commit, "join", cfg.Join && fresh)
 		r.node = raft.RestartNode(rc)
 	}
-	r.wg.Add(4)
+	r.wg.Add(5)
 	go r.run()
+	go r.snapshotLoop()
 	go r.appendLoop()
 	go r.syncLoop()
 	go r.applyLoop()
@@ -686,15 +690,15 @@ func (r *Replica) applyLoop() {
 			if !r.deliver(it.resps) {
 				return
 			}
-			if r.appliedIndex()-r.snapIndex.Load() >= r.cfg.SnapshotEvery {
-				if _, _, err := r.takeSnapshot(); err != nil {
-					r.halt(err)
+			if r.appliedIndex()-r.snapIndex.Load() >= r.cfg.SnapshotEvery && !r.snapBusy.Load() {
+				if !r.startSnapshot(nil) {
 					return
 				}
 			}
 		case req := <-r.snapshotReq:
-			idx, term, err := r.takeSnapshot()
-			req <- snapshotResult{idx, term, err}
+			if !r.startSnapshot(req) {
+				return
+			}
 		case <-r.stopc:
 			return
 		}
@@ -895,40 +899,101 @@ func (r *Replica) waitApplied(ctx context.Context, index uint64) error {
 	}
 }
 
-// takeSnapshot runs on the apply goroutine, so the state it encodes is
-// exactly the applied prefix. Snapshot framing: u32 len | membership JSON |
-// state machine bytes.
-func (r *Replica) takeSnapshot() (uint64, uint64, error) {
-	start := time.Now()
+// snapJob is a state snapshot encoded by the apply goroutine, on its way
+// to the snapshot goroutine that makes it durable.
+type snapJob struct {
+	index, term uint64
+	cs          *raftpb.ConfState
+	data        []byte
+	reply       chan snapshotResult // nil for a periodic snapshot
+}
+
+// startSnapshot runs on the apply goroutine, so the state it encodes is
+// exactly the applied prefix; writing the file, the WAL mark and compacting
+// happen on the snapshot goroutine while apply goes on. It returns false
+// once the replica is halting. Snapshot framing: u32 len | membership JSON
+// | state machine bytes.
+func (r *Replica) startSnapshot(reply chan snapshotResult) bool {
 	r.appliedMu.Lock()
 	index, term := r.applied, r.appliedTerm
 	r.appliedMu.Unlock()
 	if index == 0 || index <= r.snapIndex.Load() {
-		return r.snapIndex.Load(), term, nil
+		if reply != nil {
+			reply <- snapshotResult{index: r.snapIndex.Load(), term: term}
+		}
+		return true
 	}
 	r.mu.Lock()
 	mem, err := r.members.marshal()
 	cs := proto.Clone(r.confState).(*raftpb.ConfState)
 	r.mu.Unlock()
-	if err != nil {
-		return 0, 0, err
-	}
 	var buf bytes.Buffer
-	var n [4]byte
-	binary.BigEndian.PutUint32(n[:], uint32(len(mem)))
-	buf.Write(n[:])
-	buf.Write(mem)
-	if err := r.sm.Snapshot(&buf); err != nil {
-		return 0, 0, fmt.Errorf("state machine snapshot at %d: %w", index, err)
+	if err == nil {
+		var n [4]byte
+		binary.BigEndian.PutUint32(n[:], uint32(len(mem)))
+		buf.Write(n[:])
+		buf.Write(mem)
+		if err = r.sm.Snapshot(&buf); err != nil {
+			err = fmt.Errorf("state machine snapshot at %d: %w", index, err)
+		}
 	}
+	if err != nil {
+		if reply != nil {
+			reply <- snapshotResult{err: err}
+		}
+		r.halt(err)
+		return false
+	}
+	if reply == nil {
+		r.snapBusy.Store(true)
+	}
+	select {
+	case r.snapq <- snapJob{index: index, term: term, cs: cs, data: buf.Bytes(), reply: reply}:
+		return true
+	case <-r.stopc:
+		return false
+	}
+}
 
+// snapshotLoop makes encoded snapshots durable, one at a time.
+func (r *Replica) snapshotLoop() {
+	defer r.wg.Done()
+	for {
+		select {
+		case j := <-r.snapq:
+			start := time.Now()
+			idx, term, err := r.persistSnapshot(j)
+			if j.reply == nil {
+				r.snapBusy.Store(false)
+			} else {
+				j.reply <- snapshotResult{idx, term, err}
+			}
+			if err != nil {
+				r.halt(err)
+				return
+			}
+			if idx == j.index {
+				r.metrics.Snapshots.Inc()
+				r.metrics.SnapshotSeconds.Observe(time.Since(start).Seconds())
+				r.log.Info("snapshot taken", "index", idx, "term", term, "bytes", len(j.data), "persist_took", time.Since(start))
+			}
+		case <-r.stopc:
+			return
+		}
+	}
+}
+
+// persistSnapshot writes the snapshot file (fsynced), then the WAL mark,
+// then compacts raft's memory log and the WAL below it.
+func (r *Replica) persistSnapshot(j snapJob) (uint64, uint64, error) {
+	index, term := j.index, j.term
 	r.snapMu.Lock()
 	defer r.snapMu.Unlock()
 	if index <= r.snapIndex.Load() {
 		// A snapshot received from the leader overtook this one.
 		return r.snapIndex.Load(), term, nil
 	}
-	snap, err := r.storage.CreateSnapshot(index, cs, buf.Bytes())
+	snap, err := r.storage.CreateSnapshot(index, j.cs, j.data)
 	if errors.Is(err, raft.ErrSnapOutOfDate) {
 		return r.snapIndex.Load(), term, nil
 	}
@@ -952,9 +1017,6 @@ func (r *Replica) takeSnapshot() (uint64, uint64, error) {
 		return 0, 0, fmt.Errorf("compact WAL below %d: %w", index+1, err)
 	}
 	r.snapIndex.Store(index)
-	r.metrics.Snapshots.Inc()
-	r.metrics.SnapshotSeconds.Observe(time.Since(start).Seconds())
-	r.log.Info("snapshot taken", "index", index, "term", term, "bytes", buf.Len(), "took", time.Since(start))
 	return index, term, nil
 }
 
@@ -1176,8 +1238,12 @@ func (r *Replica) Snapshot(ctx context.Context) (index, term uint64, err error) 
 	case <-r.done:
 		return 0, 0, r.stoppedErr()
 	}
-	res := <-ch
-	return res.index, res.term, res.err
+	select {
+	case res := <-ch:
+		return res.index, res.term, res.err
+	case <-r.done:
+		return 0, 0, r.stoppedErr()
+	}
 }
 
 // AddMember proposes m as a learner; the leader promotes it to voter once
