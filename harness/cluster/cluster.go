@@ -142,13 +142,29 @@ func New(cfg Config) (*Cluster, error) {
 	c := &Cluster{cfg: cfg, log: cfg.Logger, nextID: uint64(cfg.Nodes+cfg.Spares) + 1, stopc: make(chan struct{})}
 	host := cfg.Backend.Host()
 	meshNodes := map[string]mesh.Node{}
+	// Hold every listener until all ports are chosen: closing each one at
+	// once let the kernel hand the same port out twice.
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	freePort := func() (string, error) {
+		l, err := net.Listen("tcp", host+":0")
+		if err != nil {
+			return "", err
+		}
+		held = append(held, l)
+		return l.Addr().String(), nil
+	}
 	for i := 1; i <= cfg.Nodes+cfg.Spares; i++ {
 		name := "n" + strconv.Itoa(i)
-		peer, err := FreePort(host)
+		peer, err := freePort()
 		if err != nil {
 			return nil, err
 		}
-		cl, err := FreePort(host)
+		cl, err := freePort()
 		if err != nil {
 			return nil, err
 		}
@@ -163,6 +179,10 @@ func New(cfg Config) (*Cluster, error) {
 		c.nodes = append(c.nodes, &Node{Name: name, ID: uint64(i), PeerAddr: peer, ClientAddr: cl, Dir: dir, state: st})
 		meshNodes[name] = mesh.Node{Peer: peer, Client: cl}
 	}
+	for _, l := range held {
+		l.Close()
+	}
+	held = nil
 	if cfg.Nodes+cfg.Spares >= 2 {
 		m, err := mesh.New(mesh.Config{Nodes: meshNodes, Logger: cfg.Logger})
 		if err != nil {
@@ -418,7 +438,18 @@ func (c *Cluster) RemoveMember(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if err := c.AdminClient(via).RemoveMember(ctx, n.ID); err != nil {
+	// A generous timeout: under load the change can take seconds to
+	// commit. "Not a member" means an earlier attempt that timed out on
+	// our side did commit: the removal is done.
+	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	admin := client.New(n.ClientAddr, client.WithRetries(0))
+	for _, o := range c.Nodes() {
+		if o.Name == via {
+			admin = client.New(o.ClientAddr, client.WithRetries(2), client.WithTimeout(10*time.Second))
+		}
+	}
+	if err := admin.RemoveMember(rctx, n.ID); err != nil && !client.IsNotFound(err) {
 		return fmt.Errorf("remove member %d (%s) via %s: %w", n.ID, name, via, err)
 	}
 	if st := c.State(name); st == Running || st == Paused {
