@@ -64,21 +64,18 @@ func newPump(c *conn, dir Direction, src, dst *net.TCPConn, bytes *atomic.Uint64
 }
 
 // guardedRead runs read (a non-blocking syscall on src's descriptor)
-// only while p.snap is the relay's current fault set, and waits for
-// src to become readable when read reports EAGAIN. It reports stale
-// instead of reading when the set changed.
+// only while p.snap is the relay's current fault set, and waits for src
+// to become readable when read reports EAGAIN. It reports stale instead
+// of reading when the set had changed.
 //
-// The check and the syscall happen under the relay's gate (read side),
-// and Apply swaps the set under the gate's write side: so no byte is
-// read under an old set once Apply has swapped, even by a pump that was
-// already past Go's own deadline check. The syscall never blocks, so the
-// gate is held for microseconds and Apply cannot hang on it.
+// A swap can still land while the syscall runs; the caller must check
+// p.current() after a read that returned bytes and, if the set changed,
+// hand those bytes to the new set (see the package invariant). No lock
+// is held across the syscall, so Apply never waits for a pump.
 func (p *pump) guardedRead(read func(fd int) (int, error)) (n int, stale bool, err error) {
 	var rerr error
 	err = p.srcRaw.Read(func(fd uintptr) bool {
-		p.c.r.gate.RLock()
-		defer p.c.r.gate.RUnlock()
-		if p.c.r.snap.Load() != p.snap {
+		if !p.current() {
 			stale = true
 			return true
 		}
@@ -99,8 +96,14 @@ func (p *pump) guardedRead(read func(fd int) (int, error)) (n int, stale bool, e
 	return n, stale, err
 }
 
+// current reports whether p.snap is still the relay's fault set.
+func (p *pump) current() bool { return p.c.r.snap.Load() == p.snap }
+
 func (p *pump) run() {
-	defer p.pipe.close()
+	// p.pipe is created lazily by splice: read it when run ends, not now
+	// (a plain `defer p.pipe.close()` would close the nil it holds here
+	// and leak two descriptors per direction of every connection).
+	defer func() { p.pipe.close() }()
 	for !p.c.isDone() {
 		// Deadline first, then the fault set: see the package invariant.
 		_ = p.src.SetReadDeadline(time.Time{})
@@ -202,8 +205,9 @@ func (p *pump) step() bool {
 		err = io.EOF
 	}
 	if n > 0 {
-		p.pending = append(p.pending, chunk{readAt: time.Now(), seed: 2*p.rng.Float64() - 1, data: append([]byte(nil), p.buf[:n]...)})
-		p.pendingBytes += n
+		// Pending bytes are written only after run's next sync, so bytes
+		// read across a fault change meet the new set.
+		p.hold(append([]byte(nil), p.buf[:n]...))
 	}
 	switch {
 	case err == nil:
@@ -215,6 +219,12 @@ func (p *pump) step() bool {
 		return false
 	}
 	return true
+}
+
+// hold queues data just read for the fault-aware loop.
+func (p *pump) hold(data []byte) {
+	p.pending = append(p.pending, chunk{readAt: time.Now(), seed: 2*p.rng.Float64() - 1, data: data})
+	p.pendingBytes += len(data)
 }
 
 func (p *pump) write(c *chunk, allow int) bool {

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"errors"
+	"fmt"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -56,8 +57,8 @@ func (k *kernelPipe) close() {
 // this direction. It drains src into the pipe through guardedRead (so a
 // fault change stops it before the next byte is taken), then pumps the
 // pipe into dst, as Go's own TCPConn.ReadFrom does; we do it by hand
-// because ReadFrom gives no hook between its deadline check and its
-// syscall. It returns false when the direction is finished.
+// because ReadFrom gives no hook around its syscall. It returns false
+// when the direction is finished.
 func (p *pump) splice() bool {
 	if p.pipe == nil {
 		k, err := getPipe()
@@ -85,6 +86,16 @@ func (p *pump) splice() bool {
 		case n == 0:
 			_ = p.dst.CloseWrite()
 			return false
+		case !p.current():
+			// The splice raced a fault change: these bytes belong to the
+			// new set, so take them out of the pipe for the fault-aware
+			// loop instead of forwarding them.
+			if err := p.unpipe(n); err != nil {
+				p.pipe.dirty = true
+				p.fail(err)
+				return false
+			}
+			return true
 		}
 		for n > 0 {
 			var moved int
@@ -111,4 +122,22 @@ func (p *pump) splice() bool {
 			}
 		}
 	}
+}
+
+// unpipe moves the n bytes in the pipe to the fault-aware loop's queue.
+// They are there already, so the non-blocking reads never wait.
+func (p *pump) unpipe(n int) error {
+	data := make([]byte, n)
+	for off := 0; off < n; {
+		m, err := unix.Read(p.pipe.r, data[off:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || m == 0 {
+			return fmt.Errorf("relay %s: %s: take %d spliced bytes back from the pipe, got %d: %v", p.c.r.cfg.Name, p.dir, n, off, err)
+		}
+		off += m
+	}
+	p.hold(data)
+	return nil
 }
