@@ -142,8 +142,14 @@ type LedgerDetails struct {
 	NotLanded int                     `json:"info_not_applied"`   // info writes found nowhere
 	FailedApp Anomalies[LandedWrite]  `json:"failed_but_applied"` // fail writes found somewhere
 	Divergent Anomalies[LandedWrite]  `json:"divergent"`          // unacked ids on some nodes only
-	AckIndex  Anomalies[AckMismatch]  `json:"ack_index_mismatch"` // informational
-	Faults    []FaultWindow           `json:"faults,omitempty"`
+	// Unreplicated are acknowledged ids missing only on nodes whose applied
+	// index (from LedgerAt) is below the write's index: those nodes never
+	// caught up, so the write cannot be judged there. Unknown, not
+	// invalid — the lag and convergence checkers judge the node's liveness.
+	Unreplicated Anomalies[LostWrite]   `json:"unreplicated"`
+	Applied      map[string]uint64      `json:"applied,omitempty"`  // each node's applied index when audited
+	AckIndex     Anomalies[AckMismatch] `json:"ack_index_mismatch"` // informational
+	Faults       []FaultWindow          `json:"faults,omitempty"`
 }
 
 // ledgerID is what the checker knows about one event id.
@@ -201,6 +207,15 @@ func writeIDs(op history.Op) ([]string, bool, error) {
 // only) id. It assumes event ids are unique per write, as the workloads
 // generate them; a retry reuses the ids of the write it retries.
 func Ledger(ops []history.Op, audits map[string][]AuditEntry, down []string) Result {
+	return LedgerAt(ops, audits, nil, down)
+}
+
+// LedgerAt is Ledger knowing each audited node's applied index when it
+// was audited (from /v1/audit/digest): an acknowledged id missing only on
+// nodes that had not applied as far as the write is reported as
+// unreplicated (verdict unknown) instead of lost, so that a node that
+// never caught up reads as what it is.
+func LedgerAt(ops []history.Op, audits map[string][]AuditEntry, applied map[string]uint64, down []string) Result {
 	const name = "ledger"
 	pairs, err := history.Pairs(ops)
 	if err != nil {
@@ -303,6 +318,21 @@ func Ledger(ops []history.Op, audits map[string][]AuditEntry, down []string) Res
 		c := p.Completion
 		return Ack{Node: c.Node, Seq: c.Seq, Term: c.Term, Time: c.Time}
 	}
+	// A node whose applied index is below a write's index has not applied
+	// that far; an id missing only on such nodes is unreplicated, not
+	// lost. Without applied indexes every node counts as caught up.
+	d.Applied = applied
+	behindOnly := func(missing uint64, index uint64) bool {
+		if index == 0 || applied == nil {
+			return false
+		}
+		for _, n := range nodesOf(missing) {
+			if a, ok := applied[n]; !ok || a >= index {
+				return false
+			}
+		}
+		return true
+	}
 	dupIDs := map[string]string{} // example id -> reason
 	for _, id := range order {
 		li := ids[id]
@@ -320,7 +350,12 @@ func Ledger(ops []history.Op, audits map[string][]AuditEntry, down []string) Res
 		switch li.outcome {
 		case history.OK:
 			d.Acked++
-			if li.seen != all {
+			if li.seen != all && behindOnly(all&^li.seen, max(li.index, p.Completion.Seq)) {
+				d.Unreplicated.add(func() LostWrite {
+					return LostWrite{WriteRef: ref(id, p), Ack: ackOf(p), MissingOn: nodesOf(all &^ li.seen), PresentOn: nodesOf(li.seen),
+						Faults: faultsAround(windows, p.Invoke.Time, p.Completion.Time, int64(FaultMargin))}
+				})
+			} else if li.seen != all {
 				d.Lost.add(func() LostWrite {
 					return LostWrite{WriteRef: ref(id, p), Ack: ackOf(p), MissingOn: nodesOf(all &^ li.seen), PresentOn: nodesOf(li.seen),
 						Faults: faultsAround(windows, p.Invoke.Time, p.Completion.Time, int64(FaultMargin))}
@@ -336,7 +371,9 @@ func Ledger(ops []history.Op, audits map[string][]AuditEntry, down []string) Res
 			case all:
 				d.Recovered.add(landed)
 			default:
-				d.Divergent.add(landed)
+				if !behindOnly(all&^li.seen, li.index) {
+					d.Divergent.add(landed)
+				}
 			}
 		case history.Fail:
 			if li.seen != 0 {
@@ -378,6 +415,9 @@ func Ledger(ops []history.Op, audits map[string][]AuditEntry, down []string) Res
 	}
 
 	valid := Valid
+	if d.Unreplicated.Count > 0 {
+		valid = Unknown
+	}
 	if d.Lost.Count+d.Dup.Count+d.Unexp.Count+d.FailedApp.Count+d.Divergent.Count > 0 {
 		valid = Invalid
 	}
@@ -398,6 +438,15 @@ func ledgerSummary(d *LedgerDetails) string {
 			s += ", near " + strings.Join(labels, ", ")
 		}
 		parts = append(parts, s)
+	}
+	if d.Unreplicated.Count > 0 {
+		l := d.Unreplicated.Examples[0]
+		ends := make([]string, 0, len(l.MissingOn))
+		for _, n := range l.MissingOn {
+			ends = append(ends, fmt.Sprintf("%s applied only to index %d", n, d.Applied[n]))
+		}
+		parts = append(parts, fmt.Sprintf("%d acknowledged ids not yet on nodes that never caught up (%s); first: %s acked at seq %d — judge the node with the lag and convergence checkers",
+			d.Unreplicated.Count, strings.Join(ends, ", "), l.ID, l.Ack.Seq))
 	}
 	if d.Dup.Count > 0 {
 		e := d.Dup.Examples[0]

@@ -333,3 +333,21 @@ func BenchmarkLedger(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(ops))*float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 }
+
+func TestLedgerAtTellsUnreplicatedFromLost(t *testing.T) {
+	h, audits := ledgerRun(t)
+	audits["n3"] = []AuditEntry{entry("w1", 10)} // w2 (acked at 11) never reached n3
+	// n3 had applied only index 10: it is behind, not lossy.
+	r := LedgerAt(h.ops, audits, map[string]uint64{"n1": 12, "n2": 12, "n3": 10}, nil)
+	mustValid(t, r, Unknown)
+	d := ledgerDetails(t, r)
+	if d.Lost.Count != 0 || d.Unreplicated.Count != 1 || d.Unreplicated.Examples[0].ID != "w2" {
+		t.Fatalf("lost %d unreplicated %+v, want w2 unreplicated", d.Lost.Count, d.Unreplicated)
+	}
+	// n3 had applied past index 11 and still lacks w2: lost.
+	r = LedgerAt(h.ops, audits, map[string]uint64{"n1": 12, "n2": 12, "n3": 12}, nil)
+	mustValid(t, r, Invalid)
+	if d := ledgerDetails(t, r); d.Lost.Count != 1 || d.Unreplicated.Count != 0 {
+		t.Fatalf("lost %d unreplicated %d, want 1 and 0", d.Lost.Count, d.Unreplicated.Count)
+	}
+}

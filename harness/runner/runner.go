@@ -376,6 +376,7 @@ func Analyze(run *report.Run, cfg Config) (checker.Results, error) {
 	var rs []checker.Result
 	rs = append(rs, checker.Stats(ops))
 
+	digests, digestErr := run.ReadDigests()
 	audits, err := run.ReadAudits()
 	if err != nil {
 		rs = append(rs, checker.Result{Name: "ledger", Valid: checker.Unknown, Summary: "audits unreadable: " + err.Error()})
@@ -386,17 +387,24 @@ func Analyze(run *report.Run, cfg Config) (checker.Results, error) {
 				down = append(down, n)
 			}
 		}
-		rs = append(rs, checker.Ledger(ops, audits, down))
+		var applied map[string]uint64
+		if digestErr == nil {
+			applied = map[string]uint64{}
+			for n, d := range digests {
+				applied[n] = d.AppliedIndex
+			}
+		}
+		rs = append(rs, checker.LedgerAt(ops, audits, applied, down))
 	}
 	kind := cfg.Workload.Kind
 	if kind == workload.Counter || kind == workload.Mixed {
 		rs = append(rs, checker.Counter(ops))
 		rs = append(rs, checker.Linearizable(ops, run.LinearizableDir(), cfg.LinearizableTimeout.D()))
 	}
-	if digests, err := run.ReadDigests(); err == nil {
+	if digestErr == nil {
 		rs = append(rs, checker.Convergence(digests))
 	} else {
-		rs = append(rs, checker.Result{Name: "convergence", Valid: checker.Unknown, Summary: "digests unreadable: " + err.Error()})
+		rs = append(rs, checker.Result{Name: "convergence", Valid: checker.Unknown, Summary: "digests unreadable: " + digestErr.Error()})
 	}
 	samples, err := run.ReadLag()
 	if err != nil {
