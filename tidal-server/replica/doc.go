@@ -7,30 +7,29 @@
 // # The Ready contract
 //
 // raft runs with AsyncStorageWrites: a Ready carries no obligation to
-// persist before the next one. Four goroutines share the work, connected
+// persist before the next one. The work is split between goroutines joined
 // by FIFO queues, so the order raft asked for is kept end to end:
 //
-//  1. the Ready loop (run) sends peer messages at once and hands raft's
-//     local messages, in order, to the two below. Nothing in a Ready's
-//     Messages depends on an unfinished local write: raft attaches those
-//     (the follower's MsgAppResp, a vote, the leader's own append
-//     acknowledgement) to the write's MsgStorageAppend as Responses.
-//  2. the append goroutine takes each MsgStorageAppend: a received snapshot
-//     is written to its own CRC-protected file and fsynced, then snapshot
-//     mark, entries and HardState are staged in the WAL as one batch
-//     (fdatasync'd when entries, term or vote changed), and
-//     raft.MemoryStorage is updated. It does not wait for the fsync, so the
-//     next batch is staged while this one syncs and shares the next one.
-//  3. the sync goroutine waits for each staged batch in order, and only
+//  1. the Ready loop (run) sends peer messages at once. Nothing in a
+//     Ready's Messages depends on an unfinished local write: raft attaches
+//     those (a follower's MsgAppResp, a vote, the leader's own append
+//     acknowledgement) to the write's MsgStorageAppend as Responses. For
+//     each MsgStorageAppend it writes a received snapshot to its own
+//     CRC-protected file (fsynced), stages snapshot mark, entries and
+//     HardState in the WAL as one batch (fdatasync'd when entries, term or
+//     vote changed) without waiting for it, and updates raft.MemoryStorage.
+//     The next batch is thus staged while this one syncs, and shares the
+//     next fsync. Each MsgStorageApply goes to the apply goroutine.
+//  2. the sync goroutine waits for each staged batch in order, and only
 //     then steps its Responses into raft or sends them to peers. The
 //     leader's own acknowledgement is among them, so a commit never counts
 //     a copy that is not durable; followers acknowledge only what they
 //     synced. A received snapshot is queued for the apply goroutine before
 //     the responses, so it is installed before any entry after it.
-//  4. the apply goroutine applies each MsgStorageApply's committed entries
+//  3. the apply goroutine applies each MsgStorageApply's committed entries
 //     in log order, wakes their proposers, steps the apply response back,
 //     and encodes snapshots (periodic and on demand), so a snapshot is
-//     exactly the applied prefix. A fifth goroutine makes each encoded
+//     exactly the applied prefix. A snapshot goroutine makes each encoded
 //     snapshot durable (file, fsync, WAL mark, compaction) while apply goes
 //     on. ReadIndex results go to their waiters from the Ready loop; each
 //     waits for apply to reach its index.

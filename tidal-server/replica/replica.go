@@ -177,20 +177,20 @@ type Replica struct {
 	role   atomic.Value // raft.StateType
 
 	// snapMu serializes the two writers of snapshot files and WAL marks:
-	// the apply goroutine (periodic and on-demand snapshots) and the append
-	// goroutine (snapshots received from the leader). Marks never go
+	// the snapshot goroutine (periodic and on-demand snapshots) and the
+	// Ready loop (snapshots received from the leader). Marks never go
 	// backwards, so each checks snapIndex under it.
 	snapMu    sync.Mutex
 	snapIndex atomic.Uint64
-	snapBusy  atomic.Bool // a periodic snapshot is being written
+	snapBusy  atomic.Bool   // a periodic snapshot is being written
+	prevHS    wal.HardState // last HardState staged; Ready loop only
 	snapq     chan snapJob
 	promoting map[uint64]time.Time // guarded by mu
 
-	// The pipeline (see doc.go): Ready loop -> appendq -> append goroutine
-	// -> syncq -> sync goroutine; Ready loop and sync goroutine -> applyq
-	// -> apply goroutine. Each queue is FIFO, which is what keeps the
-	// order raft asked for.
-	appendq     chan *raftpb.Message
+	// The pipeline (see doc.go): Ready loop (stages WAL batches) -> syncq
+	// -> sync goroutine; Ready loop and sync goroutine -> applyq -> apply
+	// goroutine -> snapq -> snapshot goroutine. Each queue is FIFO, which
+	// is what keeps the order raft asked for.
 	syncq       chan syncItem
 	applyq      chan applyItem
 	snapshotReq chan chan snapshotResult
@@ -254,7 +254,6 @@ func Start(cfg Config) (*Replica, error) {
 		confState:   &raftpb.ConfState{},
 		promoting:   map[uint64]time.Time{},
 		snapshotReq: make(chan chan snapshotResult),
-		appendq:     make(chan *raftpb.Message, pipelineDepth),
 		syncq:       make(chan syncItem, pipelineDepth),
 		applyq:      make(chan applyItem, pipelineDepth),
 		snapq:       make(chan snapJob, 2),
@@ -370,10 +369,9 @@ func Start(cfg Config) (*Replica, error) {
 			"entries", len(rec.Entries), "commit", rec.HardState.Commit, "join", cfg.Join && fresh)
 		r.node = raft.RestartNode(rc)
 	}
-	r.wg.Add(5)
+	r.wg.Add(4)
 	go r.run()
 	go r.snapshotLoop()
-	go r.appendLoop()
 	go r.syncLoop()
 	go r.applyLoop()
 	go func() {
@@ -478,8 +476,16 @@ func (r *Replica) route(rd raft.Ready) bool {
 	r.send(peers)
 	for _, m := range local {
 		if m.GetTo() == raft.LocalAppendThread {
+			// Staging only encodes and queues (the WAL's writer does the
+			// I/O), so it stays on this goroutine: one hand-off fewer on
+			// every write's path than a separate append goroutine.
+			it, err := r.stageAppend(m, &r.prevHS)
+			if err != nil {
+				r.halt(err)
+				return false
+			}
 			select {
-			case r.appendq <- m:
+			case r.syncq <- it:
 			case <-r.stopc:
 				return false
 			}
@@ -507,42 +513,18 @@ func (r *Replica) route(rd raft.Ready) bool {
 	return true
 }
 
-// appendLoop stages each MsgStorageAppend in the WAL, in order, without
-// waiting for its fsync, and updates raft's in-memory log. Staging in order
-// is all the WAL needs to write in order; the waiting happens in syncLoop,
-// so the next batch is staged (and shares the next fsync) while this one
-// syncs.
-func (r *Replica) appendLoop() {
-	defer r.wg.Done()
-	var prev wal.HardState
-	for {
-		var m *raftpb.Message
-		select {
-		case m = <-r.appendq:
-		case <-r.stopc:
-			return
-		}
-		it, err := r.stageAppend(m, &prev)
-		if err != nil {
-			r.halt(err)
-			return
-		}
-		select {
-		case r.syncq <- it:
-		case <-r.stopc:
-			return
-		}
-	}
-}
-
+// stageAppend stages one MsgStorageAppend in the WAL without waiting for
+// its fsync, and updates raft's in-memory log. Staging in order is all the
+// WAL needs to write in order; the waiting happens in syncLoop, so the next
+// batch is staged (and shares the next fsync) while this one syncs.
 func (r *Replica) stageAppend(m *raftpb.Message, prev *wal.HardState) (syncItem, error) {
 	it := syncItem{resps: m.GetResponses(), entries: len(m.GetEntries()), staged: time.Now()}
 	var batch wal.Batch
 	snap := m.GetSnapshot()
 	hasSnap := snap != nil && !raft.IsEmptySnap(snap)
 	if hasSnap {
-		// Held until the mark is staged: the apply goroutine must not slip
-		// an older mark in between.
+		// Held until the mark is staged: the snapshot goroutine must not
+		// slip an older mark in between.
 		r.snapMu.Lock()
 		defer r.snapMu.Unlock()
 		if err := r.snaps.save(snap); err != nil {
