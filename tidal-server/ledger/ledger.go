@@ -122,8 +122,8 @@ func (l *Ledger) reset() {
 	l.applied = 0
 	l.entities = map[uint64]*entityState{}
 	l.keys, l.buckets = 0, 0
-	l.cur = newGeneration()
-	l.old = newGeneration()
+	l.cur = newGeneration(l.idsPerGen)
+	l.old = newGeneration(0)
 }
 
 // Schema returns the schema the ledger was built with.
@@ -173,7 +173,7 @@ func (l *Ledger) Apply(index, term uint64, events []Event) (Result, error) {
 	// IDsPerGeneration ids now in the previous generation.
 	if l.cur.len() >= l.idsPerGen {
 		l.old = l.cur
-		l.cur = newGeneration()
+		l.cur = newGeneration(l.idsPerGen)
 	}
 	return res, nil
 }
