@@ -1188,11 +1188,36 @@ func (r *Replica) ReadIndex(ctx context.Context) (uint64, error) {
 	}
 }
 
+// forwardedProposalWait bounds how long a proposal forwarded by a follower
+// may wait for raft to take it.
+const forwardedProposalWait = 100 * time.Millisecond
+
 // Receive hands a marshalled message from a peer to raft.
+//
+// A proposal forwarded by a follower (MsgProp) is stepped with a short
+// deadline and dropped if raft does not take it: raft refuses proposals
+// while it knows no leader by blocking Step, and the transport delivers a
+// peer's messages one after another on one stream. A restarted ex-leader
+// that received proposals queued for it before it died would otherwise
+// block its stream on the first one, never see the new leader's
+// heartbeats queued behind it, never learn the leader — and never take the
+// proposal: a deadlock seen in the chaos suite. A dropped forwarded
+// proposal is safe: its proposer times out with an unknown outcome and the
+// client retries with the same ids.
 func (r *Replica) Receive(ctx context.Context, data []byte) error {
 	m := &raftpb.Message{}
 	if err := proto.Unmarshal(data, m); err != nil {
 		return fmt.Errorf("decode raft message (%d bytes): %w", len(data), err)
+	}
+	if m.GetType() == raftpb.MsgProp {
+		pctx, cancel := context.WithTimeout(ctx, forwardedProposalWait)
+		defer cancel()
+		err := r.node.Step(pctx, m)
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			r.metrics.ProposalsDropped.Inc()
+			return nil
+		}
+		return err
 	}
 	return r.node.Step(ctx, m)
 }
