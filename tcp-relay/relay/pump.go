@@ -38,6 +38,7 @@ type pump struct {
 	srcRaw, dstRaw syscall.RawConn
 	pipe           *kernelPipe // splice(2) buffer, created on first use
 	noSplice       bool        // splice unavailable: the loop copies instead
+	bulk           bool        // no-fault path: splice (bulk) rather than copy (small messages)
 
 	buf          []byte
 	pending      []chunk

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -60,40 +61,52 @@ func (k *kernelPipe) close() {
 	unix.Close(k.w)
 }
 
-// splice moves bytes src -> dst inside the kernel while no fault acts on
-// this direction. It drains src into the pipe through guardedRead (so a
-// fault change stops it before the next byte is taken), then pumps the
-// pipe into dst, as Go's own TCPConn.ReadFrom does; we do it by hand
-// because ReadFrom gives no hook around its syscall. It returns false
-// when the direction is finished.
+// splice forwards src -> dst while no fault acts on this direction. It
+// returns false when the direction is finished, true when the fault set
+// changed (or splice is unusable) and run must look again.
+//
+// Small messages are copied through a user-space buffer with read(2) and
+// write(2); bulk data moves through a kernel pipe with splice(2), never
+// entering user space. For a small message a copy is cheaper than the
+// pipe's page references (measured: about 1 µs of the relay's 22-23 µs
+// added 1-byte round trip), and a connection that only ever carries small
+// messages never takes a pipe. A read that fills the buffer means a bulk
+// transfer: splice from then on, until a splice moves less than a
+// buffer's worth again.
+//
+// Every read goes through guardedRead (so a fault change stops it before
+// the next byte is taken), and bytes read across a change are handed to
+// the fault-aware loop instead of being forwarded. We do not use Go's
+// TCPConn.ReadFrom because it gives no hook around its syscall.
 func (p *pump) splice() bool {
-	if p.pipe == nil {
-		k, err := getPipe()
-		if err != nil {
-			p.c.r.log.Warn("no pipe for splice, copying instead", "err", err)
-			p.noSplice = true
-			return true
-		}
-		p.pipe = k
-	}
 	for {
+		if !p.bulk {
+			if more, ok := p.copyOnce(); !ok {
+				return more
+			}
+			continue
+		}
+		if p.pipe == nil {
+			k, err := getPipe()
+			if err != nil {
+				p.c.r.log.Warn("no pipe for splice, copying instead", "err", err)
+				p.noSplice = true
+				return true
+			}
+			p.pipe = k
+		}
 		n, stale, err := p.guardedRead(func(fd int) (int, error) {
 			n, err := unix.Splice(fd, nil, p.pipe.w, nil, spliceChunk, unix.SPLICE_F_NONBLOCK)
 			return int(n), err
 		})
-		switch {
-		case stale || errors.Is(err, os.ErrDeadlineExceeded):
-			return true // fault set changed: re-sync
-		case errors.Is(err, unix.EINVAL):
+		if errors.Is(err, unix.EINVAL) {
 			p.noSplice = true // not spliceable; nothing was consumed
 			return true
-		case err != nil:
-			p.fail(err)
-			return false
-		case n == 0:
-			_ = p.dst.CloseWrite()
-			return false
-		case !p.current():
+		}
+		if more, ok := p.afterRead(n, stale, err); !ok {
+			return more
+		}
+		if !p.current() {
 			// The splice raced a fault change: these bytes belong to the
 			// new set, so take them out of the pipe for the fault-aware
 			// loop instead of forwarding them.
@@ -104,11 +117,11 @@ func (p *pump) splice() bool {
 			}
 			return true
 		}
-		for n > 0 {
+		for left := n; left > 0; {
 			var moved int
 			var serr error
 			werr := p.dstRaw.Write(func(fd uintptr) bool {
-				m, err := unix.Splice(p.pipe.r, nil, int(fd), nil, n, unix.SPLICE_F_NONBLOCK|unix.SPLICE_F_MOVE)
+				m, err := unix.Splice(p.pipe.r, nil, int(fd), nil, left, unix.SPLICE_F_NONBLOCK|unix.SPLICE_F_MOVE)
 				if err == unix.EAGAIN {
 					return false
 				}
@@ -119,7 +132,7 @@ func (p *pump) splice() bool {
 				werr = serr
 			}
 			if moved > 0 {
-				n -= moved
+				left -= moved
 				p.bytes.Add(uint64(moved))
 			}
 			if werr != nil {
@@ -128,7 +141,49 @@ func (p *pump) splice() bool {
 				return false
 			}
 		}
+		p.bulk = n >= readSize
 	}
+}
+
+// copyOnce forwards one read's worth through p.buf. ok is false when
+// splice must return more.
+func (p *pump) copyOnce() (more, ok bool) {
+	if p.buf == nil {
+		p.buf = make([]byte, readSize)
+	}
+	n, stale, err := p.guardedRead(func(fd int) (int, error) { return syscall.Read(fd, p.buf) })
+	if more, ok := p.afterRead(n, stale, err); !ok {
+		return more, false
+	}
+	if !p.current() {
+		p.hold(append([]byte(nil), p.buf[:n]...)) // see splice's unpipe
+		return true, false
+	}
+	m, err := p.dst.Write(p.buf[:n])
+	p.bytes.Add(uint64(m))
+	if err != nil {
+		p.fail(err)
+		return false, false
+	}
+	p.bulk = n == len(p.buf)
+	return true, true
+}
+
+// afterRead handles what a guardedRead on the no-fault path ended with
+// other than bytes: ok is true when there are n > 0 bytes to forward,
+// otherwise more is what splice must return.
+func (p *pump) afterRead(n int, stale bool, err error) (more, ok bool) {
+	switch {
+	case stale || errors.Is(err, os.ErrDeadlineExceeded):
+		return true, false // fault set changed: re-sync
+	case err != nil:
+		p.fail(err)
+		return false, false
+	case n == 0:
+		_ = p.dst.CloseWrite()
+		return false, false
+	}
+	return true, true
 }
 
 // unpipe moves the n bytes in the pipe to the fault-aware loop's queue.

@@ -52,8 +52,26 @@ func waitIdle(t testing.TB, r *Relay) {
 	}
 }
 
-// TestSplicePathUsesPipes checks the no-fault path really goes through
-// splice(2): a pump blocked in splice holds a pipe, plain copying none.
+// bulkEcho sends n bytes through c and reads their echo back, with a
+// writer alongside so that neither side's buffers have to hold it all.
+func bulkEcho(t testing.TB, c net.Conn, n int) {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	defer c.SetDeadline(time.Time{})
+	msg := make([]byte, n)
+	errc := make(chan error, 1)
+	go func() { _, err := c.Write(msg); errc <- err }()
+	if _, err := io.ReadFull(c, make([]byte, n)); err != nil {
+		t.Fatalf("bulk echo through relay: %v", err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("bulk write through relay: %v", err)
+	}
+}
+
+// TestSplicePathUsesPipes checks that bulk data on the no-fault path goes
+// through splice(2) (a pump that has spliced holds a pipe) while small
+// messages are copied (no pipe).
 func TestSplicePathUsesPipes(t *testing.T) {
 	s := startServer(t, false)
 	r := startRelay(t, s.addr())
@@ -61,9 +79,14 @@ func TestSplicePathUsesPipes(t *testing.T) {
 	_, before := openFDs(t) // go test's own output pipes
 	c := dial(t, r)
 	mustEcho(t, c)
-	if _, n := openFDs(t); n <= before {
-		t.Fatalf("expected the idle relayed connection to hold splice pipes, found %d pipes, as many as before it", n)
+	if _, n := openFDs(t); n != before {
+		t.Fatalf("expected small messages to be copied without pipes, found %d pipes, %d before", n, before)
 	}
+	bulkEcho(t, c, 4<<20)
+	if _, n := openFDs(t); n <= before {
+		t.Fatalf("expected the relayed connection to hold splice pipes after a bulk transfer, found %d pipes, as many as before it", n)
+	}
+	mustEcho(t, c) // and small messages after bulk ones still go through
 }
 
 // TestNoDescriptorLeakPerConnection is the regression test for the
@@ -91,6 +114,7 @@ func TestNoDescriptorLeakPerConnection(t *testing.T) {
 		if _, err := io.ReadFull(c, one); err != nil {
 			t.Fatalf("echo through relay: %v", err)
 		}
+		bulkEcho(t, c, 4*readSize) // so that both pumps splice
 	}
 	cycle() // the server's and relay's lazily made descriptors (epoll, ...)
 	waitIdle(t, r)
