@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -23,6 +24,10 @@ const (
 	// direction pushes back on its sender instead of buffering.
 	maxPending = 256 << 10
 )
+
+// readBufs recycles the pumps' read buffers: a connection that lives for
+// one request would otherwise allocate 2 x readSize for it.
+var readBufs = sync.Pool{New: func() any { return new([readSize]byte) }}
 
 // pump moves one direction of one connection, src -> dst.
 type pump struct {
@@ -104,7 +109,12 @@ func (p *pump) run() {
 	// p.pipe is created lazily by splice: read it when run ends, not now
 	// (a plain `defer p.pipe.close()` would close the nil it holds here
 	// and leak two descriptors per direction of every connection).
-	defer func() { p.pipe.close() }()
+	defer func() {
+		p.pipe.close()
+		if p.buf != nil {
+			readBufs.Put((*[readSize]byte)(p.buf))
+		}
+	}()
 	for !p.c.isDone() {
 		// Deadline first, then the fault set: see the package invariant.
 		_ = p.src.SetReadDeadline(time.Time{})
@@ -196,7 +206,7 @@ func (p *pump) step() bool {
 	// or a kick.
 	_ = p.src.SetReadDeadline(wake)
 	if p.buf == nil {
-		p.buf = make([]byte, readSize)
+		p.buf = readBufs.Get().(*[readSize]byte)[:]
 	}
 	n, stale, err := p.guardedRead(func(fd int) (int, error) { return syscall.Read(fd, p.buf) })
 	if stale {

@@ -149,7 +149,7 @@ func (p *pump) splice() bool {
 // splice must return more.
 func (p *pump) copyOnce() (more, ok bool) {
 	if p.buf == nil {
-		p.buf = make([]byte, readSize)
+		p.buf = readBufs.Get().(*[readSize]byte)[:]
 	}
 	n, stale, err := p.guardedRead(func(fd int) (int, error) { return syscall.Read(fd, p.buf) })
 	if more, ok := p.afterRead(n, stale, err); !ok {
