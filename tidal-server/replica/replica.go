@@ -413,11 +413,14 @@ func toWALEntry(e *raftpb.Entry) wal.Entry {
 	return wal.Entry{Index: e.GetIndex(), Term: e.GetTerm(), Type: uint8(e.GetType()), Data: e.GetData()}
 }
 
-// pipelineDepth bounds each queue between the Ready loop and the append,
-// sync and apply goroutines. A full queue blocks the stage before it, which
-// is the back-pressure we want: raft stops handing out Readys and proposals
-// queue in raft's own bounded uncommitted log.
-const pipelineDepth = 256
+// pipelineDepth bounds the queues from the Ready loop to the sync and
+// apply goroutines. A full queue blocks the Ready loop, and with it
+// heartbeats, so it is sized to be rarely reached: raft already bounds what
+// is in flight to apply (MaxCommittedSizePerReady bytes of entries until
+// their MsgStorageApplyResp is stepped), and what is staged but not yet
+// synced by the uncommitted-log limit on a leader and by the leader's
+// replication window (MaxInflightMsgs) on a follower.
+const pipelineDepth = 4096
 
 // run is the Ready loop. It persists and applies nothing itself: it sends
 // peer messages at once and hands raft's local storage messages, in order,
