@@ -245,7 +245,9 @@ func TestOpenLoopSheds(t *testing.T) {
 	if m := maxInFlight.Load(); m > int64(cfg.Concurrency) {
 		t.Errorf("expected at most %d requests in flight, found %d", cfg.Concurrency, m)
 	}
-	if most := int64(cfg.Rate*cfg.Duration.Seconds()) + 1; p.Shed == 0 || total == 0 || total+p.Shed > most {
+	// Ops are due at 0, 1/Rate, ...; whether the ones due at the very end
+	// of Duration are issued depends on the clock read, hence the slack.
+	if most := int64(cfg.Rate*cfg.Duration.Seconds()) + 2; p.Shed == 0 || total == 0 || total+p.Shed > most {
 		t.Errorf("expected ops and shed ops, at most %d offered in all, found %d invoked and %d shed", most, total, p.Shed)
 	}
 }

@@ -156,7 +156,7 @@ var _ = Describe("a single node", func() {
 			{`{"events":[{"id":"a","entity":1,"signal":"view","extra":1}]}`, "events[0].extra", 400},
 			{`{"events":[]}`, "events", 400},
 			{`{"events":[{"id":"a","entity":1,"signal":"view","ts":12}]}`, "events[0].ts", 400},
-			{`not json`, "", 400},
+			{`not json`, "body", 400},
 		}
 		hc := newHTTP()
 		for _, tc := range cases {
