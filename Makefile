@@ -35,11 +35,11 @@ suites: build
 chaos: build
 	$(GINKGO) -r --procs=1 --timeout=30m --label-filter='chaos' ./suites
 
-runbook: build
-	$(GINKGO) -r --procs=1 --timeout=30m --label-filter='runbook' ./suites
+runbook:
+	@echo "not yet: the runbook suite has not landed (see suites/runbook/README.md)"
 
-e2e: build
-	$(GINKGO) -r --procs=1 --timeout=30m --label-filter='e2e' ./suites
+e2e:
+	@echo "not yet: the e2e suite has not landed (see suites/e2e/README.md)"
 
 bench: build
 	@./ci/bench
