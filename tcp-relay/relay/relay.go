@@ -2,8 +2,9 @@
 // one upstream address, and injects faults into the forwarded streams.
 //
 // Each connection is pumped by two goroutines, one per direction. While no
-// fault covers a direction its pump moves bytes with splice(2) through a
-// kernel pipe, never copying them through user space (splice_linux.go).
+// fault covers a direction its pump copies small messages and moves bulk
+// data with splice(2) through a kernel pipe, never through user space
+// (splice_linux.go).
 // Otherwise the fault-aware loop in pump.go reads chunks, lets each fault's
 // flow hold, delay, slice, meter or cut them, and writes them on.
 //
