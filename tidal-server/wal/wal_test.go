@@ -392,8 +392,10 @@ func TestCloseStopsTheWriterAndRefusesSaves(t *testing.T) {
 	w, _ := mustOpen(t, t.TempDir(), testOptions())
 	mustSave(t, w, Batch{Entries: entries(1, 1, 1)})
 	mustClose(t, w)
-	// Close returns only after the writer goroutine has exited.
-	if after := runtime.NumGoroutine(); after != before {
+	// Close returns only after the writer goroutine has exited. Goroutines
+	// of earlier tests may still be winding down, so fewer is fine; more
+	// is a leak.
+	if after := runtime.NumGoroutine(); after > before {
 		t.Fatalf("goroutines: %d before Open, %d after Close", before, after)
 	}
 	if err := w.Save(context.Background(), Batch{Entries: entries(1, 1, 1)}, true); !errors.Is(err, ErrClosed) {
