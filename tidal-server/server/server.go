@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/tidaldb/tidal/tidal-server/api"
+	"github.com/tidaldb/tidal/tidal-server/bugs"
 	"github.com/tidaldb/tidal/tidal-server/ledger"
 	"github.com/tidaldb/tidal/tidal-server/replica"
 	"github.com/tidaldb/tidal/tidal-server/wal"
@@ -165,6 +166,9 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if err := bugs.Announce(log); err != nil {
+		return nil, err
+	}
 	schema := ledger.DefaultSchema()
 	if cfg.SchemaPath != "" {
 		s, err := ledger.LoadSchema(cfg.SchemaPath)
@@ -200,6 +204,7 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s := &Server{cfg: cfg, log: log, reg: reg, serveErr: make(chan error, 2)}
 	s.sm = NewStateMachine(schema, ledger.Options{IDsPerGeneration: cfg.IDsPerGeneration})
+	s.sm.noteRestart(cfg.DataDir)
 
 	multi := len(peers) > 1 || cfg.Join
 	var transport replica.Transport

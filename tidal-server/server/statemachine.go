@@ -33,6 +33,7 @@ type StateMachine struct {
 	embeds  *writeMemory
 	applied uint64
 	opts    ledger.Options
+	planted plantedState // empty unless built with -tags tidalbugs
 }
 
 // SignalsResult is what applying a signals command returns to its proposer.
@@ -89,7 +90,7 @@ func (s *StateMachine) Apply(index, term uint64, data []byte) any {
 			s.ledger.SetApplied(index)
 			return SignalsResult{Err: err}
 		}
-		res, err := s.ledger.Apply(index, term, events)
+		res, err := s.ledger.Apply(index, term, s.plantedRefold(index, events))
 		if err != nil {
 			// A conflict leaves the ledger as it was, on every node alike;
 			// the position is still consumed.

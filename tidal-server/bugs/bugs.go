@@ -1,0 +1,34 @@
+// Package bugs plants switchable defects in tidal-server so that the chaos
+// harness can be shown to catch them (docs/planted-bugs.md). It exists to
+// prove the checkers can fail, never to change a real node's behaviour.
+//
+// Invariant: in a build without the `tidalbugs` tag, Active is a constant
+// false (off.go), so every hook guarded by it is dead code the compiler
+// removes; the defect names and the TIDAL_BUGS variable do not even appear
+// in the binary, and setting the variable changes nothing.
+//
+// In a `tidalbugs` build (on.go), TIDAL_BUGS=name[,name] is read once when
+// the process starts; Announce logs a WARN naming every active defect and
+// refuses an unknown name, so a typo cannot pass for a caught bug.
+package bugs
+
+// Defect names one planted defect. Names (for TIDAL_BUGS and logs) live
+// in on.go only, so that a normal build carries none of them.
+type Defect uint8
+
+const (
+	// AckBeforeCommit answers a write as soon as raft accepted the
+	// proposal, without waiting for commit and apply (hook: replica.Propose).
+	AckBeforeCommit Defect = iota + 1
+	// ApplyTwiceAfterRestart folds the first entries replayed after a
+	// restart a second time, around the id memory (hook: server's
+	// StateMachine.Apply, bugs_on.go).
+	ApplyTwiceAfterRestart
+	// LocalLinearizableReads serves consistency=linearizable reads from
+	// local state without ReadIndex (hook: server's node.Barrier).
+	LocalLinearizableReads
+	// DropDedupOnRestart stops a restarted node recognising event ids it
+	// remembers, so a retried write folds again there (hook: server's
+	// StateMachine.Apply, bugs_on.go).
+	DropDedupOnRestart
+)
