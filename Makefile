@@ -20,7 +20,8 @@ build:
 		CGO_ENABLED=0 $(GO) build -o $(BIN)/tidal-stress ./harness/cmd/tidal-stress; fi
 
 # make test: lint, unit tests under the race detector, a short run of every
-# fuzz target, then the fast suites (multiproc, lifecycle) on real processes.
+# fuzz target, then the fast suites on real processes: multiproc, lifecycle
+# and the chaos smoke spec.
 test: lint unit fuzz suites
 
 unit:
@@ -30,10 +31,13 @@ fuzz:
 	@./ci/fuzz $(FUZZTIME)
 
 suites: build
-	$(GINKGO) -r --procs=1 --timeout=15m --label-filter='multiproc || lifecycle' ./suites
+	$(GINKGO) -r --procs=1 --timeout=15m --label-filter='multiproc || lifecycle || smoke' ./suites
 
+# make chaos: every chaos scenario and planted-bug spec; JUnit report in
+# store/junit/chaos.xml, run stores under store/chaos-suite/.
 chaos: build
-	$(GINKGO) -r --procs=1 --timeout=30m --label-filter='chaos' ./suites
+	@mkdir -p store/junit
+	$(GINKGO) -r --procs=1 --timeout=40m --label-filter='chaos' --output-dir=$(CURDIR)/store/junit --junit-report=chaos.xml ./suites
 
 runbook:
 	@echo "not yet: the runbook suite has not landed (see suites/runbook/README.md)"

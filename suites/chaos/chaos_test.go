@@ -3,6 +3,7 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -62,50 +63,50 @@ func expectValid(o *runner.Outcome, summary string, mayBeUnknown ...string) {
 	}
 }
 
+// scenario is one chaos run the suite makes: a fault family against a
+// workload on a cluster size.
+type scenario struct {
+	name     string
+	nodes    int
+	seed     int64
+	nemesis  []string
+	workload workload.Kind
+	conc     int
+	duration time.Duration
+}
+
+var scenarios = []scenario{
+	{"partitions", 3, 101, []string{"partition"}, workload.Ledger, 12, 25 * time.Second},
+	{"kills", 3, 202, []string{"kill"}, workload.Ledger, 12, 25 * time.Second},
+	{"pauses", 3, 303, []string{"pause"}, workload.Ledger, 12, 25 * time.Second},
+	{"restarts-and-transfers", 3, 404, []string{"restart", "transfer"}, workload.Ledger, 12, 25 * time.Second},
+	{"slow-links", 3, 505, []string{"slow"}, workload.Ledger, 12, 25 * time.Second},
+	{"membership-churn", 3, 606, []string{"member-churn"}, workload.Ledger, 12, 25 * time.Second},
+	{"counter-under-partitions", 3, 707, []string{"partition"}, workload.Counter, 8, 25 * time.Second},
+	{"mixed-under-pauses-and-kills", 3, 808, []string{"pause", "kill-one"}, workload.Mixed, 8, 25 * time.Second},
+	{"five-nodes-every-fault", 5, 909, []string{"all"}, workload.Ledger, 16, 30 * time.Second},
+}
+
 var _ = Describe("under faults, no acknowledged write is lost or applied twice", func() {
-	It("survives partitions of every shape (ledger writes)", func(ctx SpecContext) {
-		o, s := chaosRun(ctx, runner.Config{Test: "partitions", Nodes: 3, Seed: 101,
-			Nemesis: []string{"partition"}, Interval: runner.Duration(6 * time.Second), FaultDuration: runner.Duration(3 * time.Second),
-			Workload: workload.Config{Kind: workload.Ledger, Concurrency: 12}})
-		expectValid(o, s)
-	}, SpecTimeout(4*time.Minute))
+	for _, sc := range scenarios {
+		It(fmt.Sprintf("%s: %v on %d nodes, %s workload", sc.name, sc.nemesis, sc.nodes, sc.workload), func(ctx SpecContext) {
+			o, s := chaosRun(ctx, runner.Config{Test: sc.name, Nodes: sc.nodes, Seed: sc.seed,
+				Nemesis: sc.nemesis, Interval: runner.Duration(6 * time.Second), FaultDuration: runner.Duration(3 * time.Second),
+				Duration: runner.Duration(sc.duration), Workload: workload.Config{Kind: sc.workload, Concurrency: sc.conc}})
+			expectValid(o, s)
+			if sc.workload == workload.Counter || sc.workload == workload.Mixed {
+				names := map[string]bool{}
+				for _, r := range o.Results.Results {
+					names[r.Name] = true
+				}
+				Expect(names).To(HaveKey("linearizable"))
+				Expect(names).To(HaveKey("counter"))
+			}
+		}, SpecTimeout(5*time.Minute))
+	}
 
-	It("survives kills and restarts of leaders and followers (ledger writes)", func(ctx SpecContext) {
-		o, s := chaosRun(ctx, runner.Config{Test: "kills", Nodes: 3, Seed: 202,
-			Nemesis: []string{"kill", "restart"}, Interval: runner.Duration(6 * time.Second), FaultDuration: runner.Duration(3 * time.Second),
-			Workload: workload.Config{Kind: workload.Ledger, Concurrency: 12}})
-		expectValid(o, s)
-	}, SpecTimeout(4*time.Minute))
-
-	It("keeps counters linearizable through pauses and leader transfers", func(ctx SpecContext) {
-		o, s := chaosRun(ctx, runner.Config{Test: "pauses-linearizable", Nodes: 3, Seed: 303,
-			Nemesis: []string{"pause", "transfer"}, Interval: runner.Duration(6 * time.Second), FaultDuration: runner.Duration(3 * time.Second),
-			Workload: workload.Config{Kind: workload.Counter, Concurrency: 8}})
-		expectValid(o, s)
-		names := map[string]bool{}
-		for _, r := range o.Results.Results {
-			names[r.Name] = true
-		}
-		Expect(names).To(HaveKey("linearizable"))
-		Expect(names).To(HaveKey("counter"))
-	}, SpecTimeout(4*time.Minute))
-
-	It("survives membership churn and slow links (mixed workload)", func(ctx SpecContext) {
-		o, s := chaosRun(ctx, runner.Config{Test: "membership-slow", Nodes: 3, Seed: 404,
-			Nemesis: []string{"member-churn", "slow"}, Interval: runner.Duration(7 * time.Second), FaultDuration: runner.Duration(3 * time.Second),
-			Workload: workload.Config{Kind: workload.Mixed, Concurrency: 8, Dim: 1536}})
-		expectValid(o, s)
-	}, SpecTimeout(4*time.Minute))
-
-	It("survives every fault kind on 5 nodes (ledger writes)", func(ctx SpecContext) {
-		o, s := chaosRun(ctx, runner.Config{Test: "five-nodes-all", Nodes: 5, Seed: 505,
-			Nemesis: []string{"all"}, Interval: runner.Duration(5 * time.Second), FaultDuration: runner.Duration(3 * time.Second),
-			Duration: runner.Duration(30 * time.Second), Workload: workload.Config{Kind: workload.Ledger, Concurrency: 16}})
-		expectValid(o, s)
-	}, SpecTimeout(5*time.Minute))
-
-	It("re-analyzes a stored run to the same verdict", func(ctx SpecContext) {
-		o, s := chaosRun(ctx, runner.Config{Test: "reanalyze", Nodes: 3, Seed: 606, Duration: runner.Duration(10 * time.Second),
+	It("smoke: a short run under a leader partition is valid, and re-analyzing its store agrees", Label("smoke"), func(ctx SpecContext) {
+		o, s := chaosRun(ctx, runner.Config{Test: "smoke", Nodes: 3, Seed: 606, Duration: runner.Duration(10 * time.Second),
 			Nemesis: []string{"isolate-leader"}, Interval: runner.Duration(4 * time.Second), FaultDuration: runner.Duration(2 * time.Second),
 			Workload: workload.Config{Kind: workload.Ledger, Concurrency: 8}})
 		expectValid(o, s)

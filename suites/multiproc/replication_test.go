@@ -218,6 +218,34 @@ var _ = Describe("a 3-node cluster", func() {
 	}, SpecTimeout(3*time.Minute))
 })
 
+var _ = Describe("an overloaded 3-node cluster", func() {
+	It("sheds with 503 and Retry-After, and loses nothing it acknowledged", func(ctx SpecContext) {
+		// Two writes in flight per node at most: 48 writers must overflow it.
+		c := newCluster("overload", 3, 0, "--max-inflight-writes=2")
+		w := fixture.NewWriter("over")
+		var next atomic.Int64
+		clients := map[string]*client.Client{}
+		for _, n := range c.Names() {
+			clients[n] = c.Client(n, client.WithRetries(0))
+		}
+		load, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			w.Run(load, 48, func(int) (string, *client.Client) {
+				name := c.Names()[int(next.Add(1))%3]
+				return name, clients[name]
+			})
+		}()
+		Eventually(func() int { return w.Unavailable() }).WithTimeout(30*time.Second).Should(BeNumerically(">", 0), "expected some writes refused with 503")
+		Eventually(func() int { return len(w.Acked()) }).WithTimeout(30 * time.Second).Should(BeNumerically(">=", 500))
+		stop()
+		<-done
+		GinkgoWriter.Printf("503s: %d\n", w.Unavailable())
+		expectAllAcked(ctx, c, w)
+	}, SpecTimeout(2*time.Minute))
+})
+
 func nodeIndex(c *cluster.Cluster, name string) int {
 	for i, n := range c.Nodes() {
 		if n.Name == name {
