@@ -213,8 +213,16 @@ func Lag(samples []LagSample, faults []FaultWindow, slo SLO) Result {
 	}
 
 	points := map[string][]lagPoint{}
+	// led records when each node was sampled as the leader: a follower
+	// that becomes leader after a heal has, by raft's rules, every
+	// committed entry, so it has caught up (and has no follower samples
+	// left to say so).
+	led := map[string][]int64{}
+	var lastSample int64
 	for _, s := range samples {
+		lastSample = max(lastSample, s.Time)
 		if s.Leader != 0 && s.Leader == s.ID {
+			led[s.Node] = append(led[s.Node], s.Time)
 			continue
 		}
 		if s.Time < series.times[0] {
@@ -269,18 +277,34 @@ func Lag(samples []LagSample, faults []FaultWindow, slo SLO) Result {
 			if i == len(pts) {
 				continue // never sampled after the heal: nothing to judge
 			}
+			ledAt := int64(-1)
+			for _, t := range led[n] {
+				if t >= w.End && t < nextStart {
+					ledAt = t
+					break
+				}
+			}
 			for ; i < len(pts) && pts[i].time < nextStart; i++ {
+				if ledAt >= 0 && pts[i].time > ledAt {
+					break
+				}
 				if caughtUp(pts[i]) {
 					cu.CaughtUpAt = pts[i].time
 					cu.Ms = float64(pts[i].time-w.End) / 1e6
 					break
 				}
 			}
+			if cu.CaughtUpAt < 0 && ledAt >= 0 {
+				cu.CaughtUpAt = ledAt
+				cu.Ms = float64(ledAt-w.End) / 1e6
+			}
 			end := cu.CaughtUpAt
 			switch {
 			case cu.CaughtUpAt >= 0:
 				cu.OK = cu.Ms <= float64(slo.CatchUp)/1e6
-			case i < len(pts): // reached the next fault first
+			case i < len(pts), nextStart <= lastSample && nextStart < w.End+int64(slo.CatchUp):
+				// The next fault began first (the node may have no
+				// follower samples after it, e.g. because it leads now).
 				cu.Interrupted, cu.OK = true, true
 				end = nextStart
 			case pts[len(pts)-1].time-w.End < int64(slo.CatchUp):

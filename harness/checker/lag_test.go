@@ -209,3 +209,38 @@ func TestStats(t *testing.T) {
 		t.Fatalf("summary %q", r.Summary)
 	}
 }
+
+// TestLagFollowerThatBecomesLeaderHasCaughtUp: a restarted node that is
+// made leader before it was ever sampled caught up as a follower has, by
+// raft's rules, every committed entry; its catch-up is not "undecided".
+func TestLagFollowerThatBecomesLeaderHasCaughtUp(t *testing.T) {
+	var samples []LagSample
+	for tm := time.Duration(0); tm <= 6*time.Second; tm += 100 * ms {
+		commit := uint64(tm / ms)
+		leaderID, leaderName := uint64(1), "n1"
+		if tm >= 4*time.Second {
+			leaderID, leaderName = 2, "n2"
+		}
+		samples = append(samples, LagSample{Time: int64(tm), Node: leaderName, ID: leaderID, Leader: leaderID, Commit: commit, Applied: commit})
+		follower, fid := "n2", uint64(2)
+		if leaderName == "n2" {
+			follower, fid = "n1", 1
+		}
+		applied := commit
+		if follower == "n2" && tm >= 2*time.Second {
+			applied = 1000 // n2 restarted at 2s, a second behind, and stays so until it leads
+		}
+		samples = append(samples, LagSample{Time: int64(tm + 3*ms), Node: follower, ID: fid, Leader: leaderID, Commit: commit, Applied: applied})
+	}
+	faults := []FaultWindow{{F: "restart", Kind: "one", Targets: []string{"n2"}, Start: int64(2 * time.Second), Effective: int64(2 * time.Second), End: int64(2 * time.Second), Healed: true}}
+	r := Lag(samples, faults, DefaultSLO())
+	d := lagDetails(t, r)
+	for _, cu := range d.CatchUps {
+		if cu.Node == "n2" && (cu.Undecided || cu.CaughtUpAt != int64(4*time.Second)) {
+			t.Fatalf("n2's catch-up: %+v, want caught up at 4s when it became leader", cu)
+		}
+	}
+	if r.Valid == Unknown {
+		t.Fatalf("lag verdict unknown: %s", r.Summary)
+	}
+}
