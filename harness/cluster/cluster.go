@@ -489,9 +489,20 @@ func (c *Cluster) AddMember(ctx context.Context, name string) (uint64, error) {
 	return id, c.Start(name)
 }
 
+// otherRunning picks the node to send an admin change through: the
+// leader when it is running and not `not` (a learner that has not caught up
+// knows no leader and cannot take the change), else any running node.
 func (c *Cluster) otherRunning(not string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	leader := c.LeaderName(ctx)
+	cancel()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	for _, n := range c.nodes {
+		if n.Name == leader && n.Name != not && n.state == Running {
+			return n.Name, nil
+		}
+	}
 	for _, n := range c.nodes {
 		if n.Name != not && n.state == Running {
 			return n.Name, nil

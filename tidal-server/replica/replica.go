@@ -183,10 +183,13 @@ type Replica struct {
 	// backwards, so each checks snapIndex under it.
 	snapMu    sync.Mutex
 	snapIndex atomic.Uint64
-	snapBusy  atomic.Bool   // a periodic snapshot is being written
-	prevHS    wal.HardState // last HardState staged; Ready loop only
-	snapq     chan snapJob
-	promoting map[uint64]time.Time // guarded by mu
+	snapBusy  atomic.Bool // a periodic snapshot is being written
+	// snapForMember asks for a snapshot as soon as possible: a member was
+	// added, and the newest snapshot's ConfState does not know it.
+	snapForMember atomic.Bool
+	prevHS        wal.HardState // last HardState staged; Ready loop only
+	snapq         chan snapJob
+	promoting     map[uint64]time.Time // guarded by mu
 
 	// The pipeline (see doc.go): Ready loop (stages WAL batches) -> syncq
 	// -> sync goroutine; Ready loop and sync goroutine -> applyq -> apply
@@ -676,7 +679,9 @@ func (r *Replica) applyLoop() {
 			if !r.deliver(it.resps) {
 				return
 			}
-			if r.appliedIndex()-r.snapIndex.Load() >= r.cfg.SnapshotEvery && !r.snapBusy.Load() {
+			due := r.appliedIndex()-r.snapIndex.Load() >= r.cfg.SnapshotEvery || r.snapForMember.Load()
+			if due && !r.snapBusy.Load() {
+				r.snapForMember.Store(false)
 				if !r.startSnapshot(nil) {
 					return
 				}
@@ -812,6 +817,15 @@ func (r *Replica) applyConfChange(e *raftpb.Entry) error {
 			r.setPeer(id, m.PeerAddr)
 			if ch.GetType() == raftpb.ConfChangeType_ConfChangeAddNode {
 				delete(r.promoting, id)
+			}
+			if !known && r.snapIndex.Load() > 0 {
+				// A newcomer catches up from a snapshot if the log it
+				// needs is compacted, and raft makes it refuse a snapshot
+				// whose ConfState does not list it ("should never
+				// happen"): the older snapshot would be sent forever.
+				// Snapshot again once this change is applied. (Without a
+				// snapshot yet, the log from index 1 is all still there.)
+				r.snapForMember.Store(true)
 			}
 		case raftpb.ConfChangeType_ConfChangeRemoveNode:
 			delete(r.members.Members, id)
