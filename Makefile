@@ -31,13 +31,13 @@ fuzz:
 	@./ci/fuzz $(FUZZTIME)
 
 suites: build
-	$(GINKGO) -r --procs=1 --timeout=15m --label-filter='multiproc || lifecycle || smoke' ./suites
+	$(GINKGO) -r --keep-going --procs=1 --timeout=15m --label-filter='multiproc || lifecycle || smoke' ./suites
 
 # make chaos: every chaos scenario and planted-bug spec; JUnit report in
 # store/junit/chaos.xml, run stores under store/chaos-suite/.
 chaos: build
 	@mkdir -p store/junit
-	$(GINKGO) -r --procs=1 --timeout=40m --label-filter='chaos' --output-dir=$(CURDIR)/store/junit --junit-report=chaos.xml ./suites
+	$(GINKGO) -r --keep-going --procs=1 --timeout=40m --label-filter='chaos' --output-dir=$(CURDIR)/store/junit --junit-report=chaos.xml ./suites
 
 runbook:
 	@echo "not yet: the runbook suite has not landed (see suites/runbook/README.md)"
