@@ -51,6 +51,7 @@ bench: build
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags tidalbugs ./tidal-server/...
 
 clean:
 	rm -rf $(BIN) store tidal-data
