@@ -1078,7 +1078,7 @@ func (r *Replica) stoppedErr() error {
 	defer r.mu.Unlock()
 	switch {
 	case r.fenceErr != nil:
-		return fmt.Errorf("%w: %v", ErrFenced, r.fenceErr)
+		return fmt.Errorf("%w: %w", ErrFenced, r.fenceErr)
 	case r.removed:
 		return ErrRemoved
 	}
@@ -1135,7 +1135,7 @@ func (r *Replica) Propose(ctx context.Context, data []byte) (Applied, error) {
 		return Applied{}, ErrUnknownOutcome
 	case <-r.done:
 		forget()
-		return Applied{}, fmt.Errorf("%w: %v", ErrUnknownOutcome, r.stoppedErr())
+		return Applied{}, fmt.Errorf("%w: %w", ErrUnknownOutcome, r.stoppedErr())
 	}
 }
 
@@ -1344,7 +1344,7 @@ func (r *Replica) proposeConfChange(ctx context.Context, typ raftpb.ConfChangeTy
 		return ErrUnknownOutcome
 	case <-r.done:
 		forget()
-		return fmt.Errorf("%w: %v", ErrUnknownOutcome, r.stoppedErr())
+		return fmt.Errorf("%w: %w", ErrUnknownOutcome, r.stoppedErr())
 	}
 }
 
