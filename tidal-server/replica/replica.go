@@ -1177,6 +1177,11 @@ func (r *Replica) ReadIndex(ctx context.Context) (uint64, error) {
 	if err := r.checkRunning(); err != nil {
 		return 0, err
 	}
+	// A caller that already gave up gets its error, not a read that
+	// raced with the cancellation.
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	if r.leader.Load() == raft.None {
 		return 0, ErrNoLeader
 	}
