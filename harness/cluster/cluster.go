@@ -1,7 +1,8 @@
 // Package cluster runs a tidal cluster for tests and chaos runs: N nodes
 // started by a Backend (real OS processes, or Docker containers), every
-// peer link and every client link routed through its own relay of an
-// in-process tcp-relay mesh, and the waits a test needs (a leader, all
+// peer link and every client link routed through its own relay of a
+// tcp-relay mesh (in process, or a standalone tcp-relay process driven
+// through its control API: Config.RelayBinary), and the waits a test needs (a leader, all
 // nodes caught up, all ready).
 //
 // Nodes live in slots named n1..nN. A slot keeps its addresses for the
@@ -16,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -24,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tidaldb/tidal/tcp-relay/control"
 	"github.com/tidaldb/tidal/tcp-relay/mesh"
 	"github.com/tidaldb/tidal/tidal-server/client"
 )
@@ -42,7 +45,10 @@ type Backend interface {
 
 // NodeSpec is what a backend needs to start one node.
 type NodeSpec struct {
-	Name    string
+	Name string
+	// Binary is the program to run; empty means the backend's
+	// tidal-server. The cluster sets it to start the standalone relay.
+	Binary  string
 	Dir     string   // the node's directory on the host: data/, node.log
 	Args    []string // tidal-server arguments (after the binary)
 	LogPath string
@@ -74,6 +80,11 @@ type Config struct {
 	// StatsInterval samples each process's RSS, CPU and fds into
 	// nodes/<name>/stats.jsonl; 0 = 1s, negative = off.
 	StatsInterval time.Duration
+	// RelayBinary, when set, is a tcp-relay binary: the mesh then runs in
+	// that process (started by the backend, log in <Dir>/tcp-relay/) and
+	// is driven over its control API, so faults cross a real process
+	// boundary as they would against a remote relay. Empty: in-process.
+	RelayBinary string
 }
 
 // State is what the harness last did to a node.
@@ -104,9 +115,10 @@ type Node struct {
 
 // Cluster is a running cluster. Its methods are safe for concurrent use.
 type Cluster struct {
-	cfg  Config
-	log  *slog.Logger
-	mesh *mesh.Mesh
+	cfg   Config
+	log   *slog.Logger
+	mesh  Network
+	relay Handle // the standalone tcp-relay, when Config.RelayBinary is set
 
 	mu     sync.Mutex
 	nodes  []*Node
@@ -179,18 +191,33 @@ func New(cfg Config) (*Cluster, error) {
 		c.nodes = append(c.nodes, &Node{Name: name, ID: uint64(i), PeerAddr: peer, ClientAddr: cl, Dir: dir, state: st})
 		meshNodes[name] = mesh.Node{Peer: peer, Client: cl}
 	}
+	var controlAddr string
+	if cfg.RelayBinary != "" {
+		a, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		controlAddr = a
+	}
 	for _, l := range held {
 		l.Close()
 	}
 	held = nil
 	if cfg.Nodes+cfg.Spares >= 2 {
-		m, err := mesh.New(mesh.Config{Nodes: meshNodes, Logger: cfg.Logger})
-		if err != nil {
-			return nil, err
+		if cfg.RelayBinary != "" {
+			if err := c.startRelay(controlAddr, meshNodes); err != nil {
+				c.Close()
+				return nil, err
+			}
+		} else {
+			m, err := mesh.New(mesh.Config{Nodes: meshNodes, Logger: cfg.Logger})
+			if err != nil {
+				return nil, err
+			}
+			c.mesh = m
 		}
-		c.mesh = m
 		for _, n := range c.nodes {
-			n.ClientRelay, _ = m.ClientAddr(n.Name)
+			n.ClientRelay, _ = c.mesh.ClientAddr(n.Name)
 		}
 	} else {
 		c.nodes[0].ClientRelay = c.nodes[0].ClientAddr
@@ -208,8 +235,51 @@ func New(cfg Config) (*Cluster, error) {
 	return c, nil
 }
 
+// startRelay runs the standalone tcp-relay with its control API on
+// controlAddr, waits for it to answer, and creates the mesh in it.
+func (c *Cluster) startRelay(controlAddr string, nodes map[string]mesh.Node) error {
+	dir := filepath.Join(c.cfg.Dir, "tcp-relay")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	h, err := c.cfg.Backend.Launch(NodeSpec{Name: "tcp-relay", Binary: c.cfg.RelayBinary, Dir: dir,
+		Args: []string{"--control", controlAddr}, LogPath: filepath.Join(dir, "tcp-relay.log")})
+	if err != nil {
+		return fmt.Errorf("cluster: start tcp-relay %s: %w", c.cfg.RelayBinary, err)
+	}
+	c.relay = h
+	api := control.NewClient(controlAddr, &http.Client{Timeout: remoteCallTimeout})
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	for {
+		hctx, hcancel := context.WithTimeout(ctx, time.Second)
+		err = api.Healthz(hctx)
+		hcancel()
+		if err == nil {
+			break
+		}
+		select {
+		case <-h.Exited():
+			return fmt.Errorf("cluster: tcp-relay (pid %d) exited before its control API at %s answered (log %s)", h.PID(), controlAddr, filepath.Join(dir, "tcp-relay.log"))
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: tcp-relay control API at %s: expected /healthz to answer within 15s, last error: %w", controlAddr, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	info, err := api.CreateMesh(ctx, control.MeshConfig{Nodes: nodes})
+	if err != nil {
+		return fmt.Errorf("cluster: tcp-relay at %s: create mesh of %d nodes: %w", controlAddr, len(nodes), err)
+	}
+	if len(info.Nodes) != len(nodes) {
+		return fmt.Errorf("cluster: tcp-relay at %s: expected a mesh of %d nodes, found %d", controlAddr, len(nodes), len(info.Nodes))
+	}
+	c.mesh = NewRemoteNetwork(api, info, c.log)
+	c.log.Info("standalone tcp-relay up", "pid", h.PID(), "control", controlAddr)
+	return nil
+}
+
 // Mesh is the relay mesh (nil for a single node).
-func (c *Cluster) Mesh() *mesh.Mesh { return c.mesh }
+func (c *Cluster) Mesh() Network { return c.mesh }
 
 // Nodes returns the slots in name order.
 func (c *Cluster) Nodes() []Node {
@@ -734,6 +804,12 @@ func (c *Cluster) Close() error {
 	var err error
 	if c.mesh != nil {
 		err = c.mesh.Close()
+	}
+	if c.relay != nil {
+		// By pid, after the mesh is closed: nothing else stops it.
+		if kerr := c.relay.Kill(); err == nil {
+			err = kerr
+		}
 	}
 	if berr := c.cfg.Backend.Close(); err == nil {
 		err = berr

@@ -44,7 +44,7 @@ type Cluster interface {
 	Names() []string
 	State(name string) cluster.State
 	// Mesh is the relay mesh every peer link crosses (nil: no network faults).
-	Mesh() *mesh.Mesh
+	Mesh() cluster.Network
 	Kill(name string) error
 	Pause(name string) error
 	Resume(name string) error
@@ -346,7 +346,7 @@ func (l links) fault(v *history.FaultValue) (relay.Fault, error) {
 }
 
 // pairs lists the directed peer links the fault covers.
-func (l links) pairs(m *mesh.Mesh, targets []string) [][2]string {
+func (l links) pairs(m cluster.Network, targets []string) [][2]string {
 	nodes := m.Nodes()
 	var out [][2]string
 	for _, a := range nodes {

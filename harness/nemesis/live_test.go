@@ -19,6 +19,7 @@ import (
 	"github.com/tidaldb/tidal/harness/cluster"
 	"github.com/tidaldb/tidal/harness/history"
 	"github.com/tidaldb/tidal/harness/process"
+	"github.com/tidaldb/tidal/tcp-relay/mesh"
 	"github.com/tidaldb/tidal/tidal-server/client"
 )
 
@@ -314,7 +315,7 @@ func TestLiveSlowLinks(t *testing.T) {
 	if len(windows) != 1 || windows[0].F != history.FSlow || !windows[0].Healed {
 		t.Fatalf("expected one healed slow window, found %v", windows)
 	}
-	for _, rl := range l.c.Mesh().Relays() {
+	for _, rl := range l.c.Mesh().(*mesh.Mesh).Relays() {
 		if fs := rl.Faults(); len(fs) > 0 {
 			t.Fatalf("after heal: relay %s still has faults %v", rl.Name(), fs)
 		}

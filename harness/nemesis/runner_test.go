@@ -52,8 +52,8 @@ func newFake(t *testing.T, n int) *fakeCluster {
 	return f
 }
 
-func (f *fakeCluster) Names() []string  { return f.m.Nodes() }
-func (f *fakeCluster) Mesh() *mesh.Mesh { return f.m }
+func (f *fakeCluster) Names() []string       { return f.m.Nodes() }
+func (f *fakeCluster) Mesh() cluster.Network { return f.m }
 
 func (f *fakeCluster) State(n string) cluster.State {
 	f.mu.Lock()

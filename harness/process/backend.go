@@ -36,7 +36,11 @@ func (b *Backend) Host() string { return "127.0.0.1" }
 
 // Launch implements cluster.Backend.
 func (b *Backend) Launch(spec cluster.NodeSpec) (cluster.Handle, error) {
-	p, err := Start(Spec{Name: spec.Name, Binary: b.Binary, Args: spec.Args, Dir: spec.Dir, LogPath: spec.LogPath}, b.Registry)
+	bin := b.Binary
+	if spec.Binary != "" {
+		bin = spec.Binary
+	}
+	p, err := Start(Spec{Name: spec.Name, Binary: bin, Args: spec.Args, Dir: spec.Dir, LogPath: spec.LogPath}, b.Registry)
 	if err != nil {
 		return nil, err
 	}

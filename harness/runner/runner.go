@@ -32,13 +32,16 @@ import (
 // Config is one chaos run. It is written to the store as config.json, and
 // `tidal-chaos repro` reads it back, so every field is plain data.
 type Config struct {
-	Test      string          `json:"test"`
-	Nodes     int             `json:"nodes"`
-	Duration  Duration        `json:"duration"`
-	Seed      int64           `json:"seed"`
-	Store     string          `json:"store"`
-	ServerBin string          `json:"server_bin"`
-	Workload  workload.Config `json:"workload"`
+	Test      string   `json:"test"`
+	Nodes     int      `json:"nodes"`
+	Duration  Duration `json:"duration"`
+	Seed      int64    `json:"seed"`
+	Store     string   `json:"store"`
+	ServerBin string   `json:"server_bin"`
+	// RelayBinary, when set, runs the relay mesh in a standalone tcp-relay
+	// process driven over its control API; empty keeps it in process.
+	RelayBinary string          `json:"relay_bin,omitempty"`
+	Workload    workload.Config `json:"workload"`
 	// Nemesis lists fault kinds and groups (see nemesis.Help); empty runs
 	// the workload without faults.
 	Nemesis       []string `json:"nemesis"`
@@ -189,7 +192,13 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := cluster.New(cluster.Config{Nodes: cfg.Nodes, Backend: backend, Dir: run.NodesDir(), Flags: cfg.ServerFlags, Logger: log})
+	relayBin := cfg.RelayBinary
+	if relayBin != "" {
+		if relayBin, err = filepath.Abs(relayBin); err != nil {
+			return nil, err
+		}
+	}
+	c, err := cluster.New(cluster.Config{Nodes: cfg.Nodes, Backend: backend, Dir: run.NodesDir(), Flags: cfg.ServerFlags, Logger: log, RelayBinary: relayBin})
 	if err != nil {
 		return nil, err
 	}

@@ -105,6 +105,18 @@ var _ = Describe("under faults, no acknowledged write is lost or applied twice",
 		}, SpecTimeout(5*time.Minute))
 	}
 
+	It("standalone relay: the mesh in a separate tcp-relay process, driven over its control API, carries partitions and kills", func(ctx SpecContext) {
+		o, s := chaosRun(ctx, runner.Config{Test: "standalone-relay", Nodes: 3, Seed: 1010, Duration: runner.Duration(12 * time.Second),
+			RelayBinary: bins.TCPRelay,
+			Nemesis:     []string{"isolate-leader", "kill-one"}, Interval: runner.Duration(4 * time.Second), FaultDuration: runner.Duration(2 * time.Second),
+			Workload: workload.Config{Kind: workload.Ledger, Concurrency: 8}})
+		expectValid(o, s)
+		// The mesh lived in the relay process, not in this one.
+		relayLog, err := os.ReadFile(filepath.Join(o.Run.NodesDir(), "tcp-relay", "tcp-relay.log"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(relayLog)).To(ContainSubstring("mesh created"))
+	}, SpecTimeout(3*time.Minute))
+
 	It("smoke: a short run under a leader partition is valid, and re-analyzing its store agrees", Label("smoke"), func(ctx SpecContext) {
 		o, s := chaosRun(ctx, runner.Config{Test: "smoke", Nodes: 3, Seed: 606, Duration: runner.Duration(10 * time.Second),
 			Nemesis: []string{"isolate-leader"}, Interval: runner.Duration(4 * time.Second), FaultDuration: runner.Duration(2 * time.Second),

@@ -116,6 +116,7 @@ func newRunCommand() *cobra.Command {
 	f.Int64Var(&cfg.Seed, "seed", 0, "seed for the schedule and the workload (0: from the clock; printed and stored)")
 	f.StringVar(&cfg.Store, "store", "store", "run store root")
 	f.StringVar(&cfg.ServerBin, "server-bin", "bin/tidal-server", "tidal-server binary")
+	f.StringVar(&cfg.RelayBinary, "relay-bin", "", "tcp-relay binary: run the relay mesh as that standalone process, driven over its control API (empty: in-process relays)")
 	f.StringSliceVar(&cfg.ServerFlags, "server-flag", nil, "extra tidal-server flag, repeatable (e.g. --server-flag=--snapshot-every=2000)")
 	f.DurationVar(&lagP99, "slo-lag-p99", 2*time.Second, "lag SLO: follower p99 lag outside fault windows")
 	f.DurationVar(&lagCatchUp, "slo-catch-up", 10*time.Second, "lag SLO: catch-up time after each heal")

@@ -1,0 +1,170 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tidaldb/tidal/tcp-relay/control"
+	"github.com/tidaldb/tidal/tcp-relay/mesh"
+	"github.com/tidaldb/tidal/tcp-relay/relay"
+)
+
+// Network is the relay mesh every peer and client link crosses, as the
+// cluster and the nemesis use it. *mesh.Mesh (in-process relays) and
+// RemoteNetwork (a standalone tcp-relay behind its control API) both
+// provide it; a change returns once it acts on existing connections.
+type Network interface {
+	Nodes() []string
+	// PeerAddr is where from dials to reach to's peer listener.
+	PeerAddr(from, to string) (string, error)
+	// ClientAddr is where clients dial node.
+	ClientAddr(node string) (string, error)
+	Partition(groups ...[]string) (mesh.Change, error)
+	Isolate(node string) (mesh.Change, error)
+	OneWay(from, to string) (mesh.Change, error)
+	Bridge(order ...string) (mesh.Change, error)
+	MajoritiesRing(order ...string) (mesh.Change, error)
+	Heal() (mesh.Change, error)
+	AddLinkFault(from, to string, f relay.Fault) (mesh.Change, error)
+	RemoveLinkFault(from, to, name string) (mesh.Change, error)
+	// Reset removes every fault and heals; it cannot fail in process, so a
+	// remote failure is logged rather than returned.
+	Reset() mesh.Change
+	Close() error
+}
+
+var (
+	_ Network = (*mesh.Mesh)(nil)
+	_ Network = (*RemoteNetwork)(nil)
+)
+
+// remoteCallTimeout bounds one control API call. The relay is on
+// loopback; a call that takes this long means the relay process is wedged.
+const remoteCallTimeout = 10 * time.Second
+
+// RemoteNetwork drives a mesh that already exists in a tcp-relay process,
+// through its control API. It starts nothing: the caller runs the process
+// and creates the mesh (POST /mesh), then hands over the reply. Addresses
+// are fixed at creation, so they are answered from that reply.
+type RemoteNetwork struct {
+	api  *control.Client
+	info control.MeshInfo
+	log  *slog.Logger
+}
+
+// NewRemoteNetwork wraps the mesh described by info, served at api.
+func NewRemoteNetwork(api *control.Client, info control.MeshInfo, log *slog.Logger) *RemoteNetwork {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &RemoteNetwork{api: api, info: info, log: log}
+}
+
+// Nodes returns the mesh's node names, sorted.
+func (r *RemoteNetwork) Nodes() []string {
+	var out []string
+	for n := range r.info.Nodes {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (r *RemoteNetwork) PeerAddr(from, to string) (string, error) {
+	if a, ok := r.info.Nodes[from].Peers[to]; ok {
+		return a, nil
+	}
+	return "", fmt.Errorf("remote mesh: no peer relay %s->%s (nodes %v): %w", from, to, r.Nodes(), mesh.ErrUnknownNode)
+}
+
+func (r *RemoteNetwork) ClientAddr(node string) (string, error) {
+	if n, ok := r.info.Nodes[node]; ok {
+		return n.ClientAddr, nil
+	}
+	return "", fmt.Errorf("remote mesh: no client relay for %s (nodes %v): %w", node, r.Nodes(), mesh.ErrUnknownNode)
+}
+
+func (r *RemoteNetwork) partition(req control.PartitionRequest) (mesh.Change, error) {
+	return call(func(ctx context.Context) (mesh.Change, error) { return r.api.Partition(ctx, req) })
+}
+
+func (r *RemoteNetwork) Partition(groups ...[]string) (mesh.Change, error) {
+	return r.partition(control.PartitionRequest{Kind: "groups", Groups: groups})
+}
+
+func (r *RemoteNetwork) Isolate(node string) (mesh.Change, error) {
+	return r.partition(control.PartitionRequest{Kind: "isolate", Node: node})
+}
+
+func (r *RemoteNetwork) OneWay(from, to string) (mesh.Change, error) {
+	return r.partition(control.PartitionRequest{Kind: "oneway", From: from, To: to})
+}
+
+func (r *RemoteNetwork) Bridge(order ...string) (mesh.Change, error) {
+	return r.partition(control.PartitionRequest{Kind: "bridge", Order: order})
+}
+
+func (r *RemoteNetwork) MajoritiesRing(order ...string) (mesh.Change, error) {
+	return r.partition(control.PartitionRequest{Kind: "majorities-ring", Order: order})
+}
+
+func (r *RemoteNetwork) Heal() (mesh.Change, error) {
+	return call(r.api.Heal)
+}
+
+func (r *RemoteNetwork) AddLinkFault(from, to string, f relay.Fault) (mesh.Change, error) {
+	return call(func(ctx context.Context) (mesh.Change, error) {
+		return r.api.AddMeshFault(ctx, control.MeshFaultRequest{From: from, To: to, Fault: f.Spec()})
+	})
+}
+
+func (r *RemoteNetwork) RemoveLinkFault(from, to, name string) (mesh.Change, error) {
+	return call(func(ctx context.Context) (mesh.Change, error) { return r.api.RemoveMeshFault(ctx, from, to, name) })
+}
+
+func (r *RemoteNetwork) Reset() mesh.Change {
+	ch, err := call(func(ctx context.Context) (mesh.Change, error) {
+		fc, err := r.api.Reset(ctx)
+		return mesh.Change{Op: "reset", At: fc.At}, err
+	})
+	if err != nil {
+		r.log.Error("remote mesh: reset failed; faults may remain", "err", err)
+		ch.At = time.Now()
+	}
+	return ch
+}
+
+// Close deletes the mesh and its relays in the tcp-relay process.
+func (r *RemoteNetwork) Close() error {
+	_, err := call(func(ctx context.Context) (struct{}, error) { return struct{}{}, r.api.DeleteMesh(ctx) })
+	return err
+}
+
+func call[T any](f func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), remoteCallTimeout)
+	defer cancel()
+	v, err := f(ctx)
+	return v, sentinel(err)
+}
+
+// sentinel restores the mesh and relay errors the API flattened into
+// status codes, so callers' errors.Is checks (a rejected shape is "not
+// applied"; a missing fault is already healed) read the same in and out of
+// process. The API message carries the original error's text.
+func sentinel(err error) error {
+	var e *control.Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	for _, s := range []error{mesh.ErrUnknownNode, mesh.ErrBadShape, relay.ErrNoFault, relay.ErrFaultExists} {
+		if strings.Contains(e.Message, s.Error()) {
+			return fmt.Errorf("%w: %w", s, err)
+		}
+	}
+	return err
+}
