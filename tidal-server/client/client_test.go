@@ -737,7 +737,11 @@ func TestKeepAliveReuse(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if n := conns.Load(); n > workers+1 {
+	// 400 requests: reuse means a handful of connections per worker at
+	// most, not one per request. net/http may dial a spare connection
+	// while another is on its way back to the pool, more so on a loaded
+	// machine, so the bound leaves room for that race.
+	if n := conns.Load(); n > 2*workers {
 		t.Fatalf("%d concurrent workers opened %d connections; idle ones are not being reused", workers, n)
 	}
 
