@@ -127,16 +127,6 @@ type Cluster struct {
 	wg     sync.WaitGroup
 }
 
-// FreePort returns a loopback port nothing listens on right now.
-func FreePort(host string) (string, error) {
-	l, err := net.Listen("tcp", host+":0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
 // New allocates addresses, builds the relay mesh and starts every node.
 func New(cfg Config) (*Cluster, error) {
 	if cfg.Nodes < 1 {

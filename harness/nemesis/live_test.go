@@ -84,7 +84,7 @@ func startLive(t *testing.T) *liveRun {
 		if !clash || attempt == 3 {
 			t.Fatalf("cluster did not form: %v (logs in %s)", err, dir)
 		}
-		// cluster.FreePort hands out a port that is free when asked; on a
+		// cluster.New picks ports that are free when asked; on a
 		// busy machine another listener can take it before the node binds.
 		t.Logf("cluster attempt %d: a node's port was taken (%v); starting a new cluster", attempt, err)
 	}

@@ -38,17 +38,6 @@ func newMembership() *membership {
 	return &membership{Members: map[uint64]Member{}, Removed: map[uint64]bool{}}
 }
 
-func (m *membership) clone() *membership {
-	c := newMembership()
-	for id, mem := range m.Members {
-		c.Members[id] = mem
-	}
-	for id := range m.Removed {
-		c.Removed[id] = true
-	}
-	return c
-}
-
 func (m *membership) sorted() []Member {
 	out := make([]Member, 0, len(m.Members))
 	for _, mem := range m.Members {
