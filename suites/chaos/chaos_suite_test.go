@@ -4,7 +4,6 @@ package chaos
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -20,13 +19,11 @@ func TestChaos(t *testing.T) {
 }
 
 var _ = SynchronizedBeforeSuite(func() []byte {
-	dir, err := os.MkdirTemp("", "tidal-chaos-bin-")
-	Expect(err).NotTo(HaveOccurred())
-	_, err = fixture.Build(dir)
+	dir, err := fixture.BuildTemp("chaos")
 	Expect(err).NotTo(HaveOccurred())
 	return []byte(dir)
 }, func(dir []byte) {
-	bins = &fixture.Binaries{Dir: string(dir), TidalServer: filepath.Join(string(dir), "tidal-server"), TCPRelay: filepath.Join(string(dir), "tcp-relay")}
+	bins = fixture.At(string(dir))
 })
 
 var _ = SynchronizedAfterSuite(func() {}, func() {
