@@ -4,20 +4,23 @@ GO        ?= go
 BIN       := $(CURDIR)/bin
 GINKGO    := $(GO) tool ginkgo
 # Packages with unit tests (the suites under suites/ run real binaries).
-UNIT_PKGS := ./tidal-server/... ./tcp-relay/... ./harness/...
+UNIT_PKGS := ./buildinfo/... ./tidal-server/... ./tcp-relay/... ./harness/...
 FUZZTIME  ?= 10s
+# --version of every binary: `git describe`, or "dev" outside a checkout.
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X github.com/tidaldb/tidal/buildinfo.Version=$(VERSION)
 
 .PHONY: all build test unit fuzz suites chaos runbook e2e bench lint clean
 
 all: build
 
 build:
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/tidal-server ./tidal-server
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/tcp-relay ./tcp-relay
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/tidal-server ./tidal-server
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/tcp-relay ./tcp-relay
 	@if [ -d harness/cmd/tidal-chaos ] && ls harness/cmd/tidal-chaos/*.go >/dev/null 2>&1; then \
-		CGO_ENABLED=0 $(GO) build -o $(BIN)/tidal-chaos ./harness/cmd/tidal-chaos; fi
+		CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/tidal-chaos ./harness/cmd/tidal-chaos; fi
 	@if [ -d harness/cmd/tidal-stress ] && ls harness/cmd/tidal-stress/*.go >/dev/null 2>&1; then \
-		CGO_ENABLED=0 $(GO) build -o $(BIN)/tidal-stress ./harness/cmd/tidal-stress; fi
+		CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/tidal-stress ./harness/cmd/tidal-stress; fi
 
 # make test: lint, unit tests under the race detector, a short run of every
 # fuzz target, then the fast suites on real processes: multiproc, lifecycle
