@@ -58,6 +58,7 @@ in ./tidal-data (the same as "tidal-server run").`,
 	root.Flags().AddFlagSet(run.Flags())
 	root.AddCommand(run, newStatusCommand(), newMembersCommand(), newTransferLeaderCommand(),
 		newBackupCommand(), newRestoreCommand(), newWALCommand())
+	root.AddCommand(newCertsCommand(), newTokensCommand())
 	return root
 }
 
