@@ -44,9 +44,13 @@ var counterModel = porcupine.Model{
 
 // KeyLinearizability is the outcome for one key.
 type KeyLinearizability struct {
-	Key    uint64 `json:"key"`
-	Ops    int    `json:"ops"`
-	Result string `json:"result"` // "ok", "illegal", "unknown" (timed out or not reached)
+	Key uint64 `json:"key"`
+	Ops int    `json:"ops"`
+	// Pending counts the adds that ended info or never completed: each
+	// stays concurrent with everything after it, and the search grows
+	// exponentially in their number.
+	Pending int    `json:"pending"`
+	Result  string `json:"result"` // "ok", "illegal", "unknown" (timed out or not reached)
 	// Visualization is the porcupine HTML written for an illegal key.
 	Visualization string `json:"visualization,omitempty"`
 	Error         string `json:"error,omitempty"`
@@ -68,8 +72,13 @@ type LinearizableDetails struct {
 // far as any read can tell). Reads that did not return ok constrain
 // nothing and are left out.
 //
-// timeout bounds the whole search (0: none); keys not settled in time are
-// unknown, and so is the result unless some key is illegal. For each
+// timeout bounds the whole search (0: none). Keys are searched smallest
+// first, each within a fair share of what is left of the budget (what is
+// left divided by the keys not yet searched), so one key whose search
+// explodes cannot starve the others of their verdicts. Keys not settled
+// in time are unknown, and so is the result unless some key is illegal.
+// The counter workload keeps keys small enough to settle in milliseconds
+// (workload.Config.OpsPerKey, InfosPerKey). For each
 // illegal key porcupine's HTML visualization is written to
 // outDir/linearizable-<key>.html (outDir is created if needed; empty
 // outDir writes nothing).
@@ -85,6 +94,7 @@ func Linearizable(ops []history.Op, outDir string, timeout time.Duration) Result
 	}
 
 	perKey := map[uint64][]porcupine.Operation{}
+	pending := map[uint64]int{}
 	clients := map[uint64]map[history.Process]int{} // dense porcupine client ids per key
 	for _, p := range pairs {
 		if !p.Invoke.Process.IsClient() || p.Type() == history.Fail {
@@ -103,6 +113,7 @@ func Linearizable(ops []history.Op, outDir string, timeout time.Duration) Result
 			key, in = v.Key, counterInput{delta: v.Delta}
 			if p.Type() != history.OK {
 				ret = math.MaxInt64
+				pending[key]++
 			}
 		case history.FRead:
 			if p.Type() != history.OK {
@@ -138,18 +149,29 @@ func Linearizable(ops []history.Op, outDir string, timeout time.Duration) Result
 	for k := range perKey {
 		keys = append(keys, k)
 	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	// Smallest first: the keys that settle at once do, and whatever they
+	// leave of the budget goes to the rest.
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := keys[i], keys[j]
+		if pending[a] != pending[b] {
+			return pending[a] < pending[b]
+		}
+		if len(perKey[a]) != len(perKey[b]) {
+			return len(perKey[a]) < len(perKey[b])
+		}
+		return a < b
+	})
 
 	var d LinearizableDetails
 	var deadline time.Time
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
 	}
-	for _, k := range keys {
-		kr := KeyLinearizability{Key: k, Ops: len(perKey[k]), Result: "unknown"}
+	for i, k := range keys {
+		kr := KeyLinearizability{Key: k, Ops: len(perKey[k]), Pending: pending[k], Result: "unknown"}
 		budget := time.Duration(0)
 		if !deadline.IsZero() {
-			if budget = time.Until(deadline); budget <= 0 {
+			if budget = time.Until(deadline) / time.Duration(len(keys)-i); budget <= 0 {
 				kr.Error = "not checked: the time budget ran out on earlier keys"
 				d.Unknown++
 				d.Keys = append(d.Keys, kr)
@@ -172,11 +194,12 @@ func Linearizable(ops []history.Op, outDir string, timeout time.Duration) Result
 				}
 			}
 		default:
-			kr.Error = fmt.Sprintf("search did not finish within %v", timeout)
+			kr.Error = fmt.Sprintf("search did not finish within its share %v of the %v budget (%d ops, %d pending adds)", budget.Round(time.Millisecond), timeout, kr.Ops, kr.Pending)
 			d.Unknown++
 		}
 		d.Keys = append(d.Keys, kr)
 	}
+	sort.Slice(d.Keys, func(i, j int) bool { return d.Keys[i].Key < d.Keys[j].Key })
 
 	switch {
 	case d.Illegal > 0:

@@ -20,34 +20,71 @@ type WriteValue struct {
 
 // AddValue is the value of an FAdd op: add Delta to the counter of entity
 // Key, realised as events with the listed ids.
+//
+// The timestamp fields let the aggregates checker know when each event
+// was stamped: TS is the event's ts as the client sent it; when the
+// client sent none (TS 0) the node stamped it, no earlier than SentMS (the
+// client's clock just before the request) and, on ok, no later than
+// AckedMS (the client's clock once the ack arrived). All unix ms; absent
+// in histories written before they existed.
 type AddValue struct {
-	Key   uint64   `json:"key"`
-	Delta int64    `json:"delta"`
-	IDs   []string `json:"ids,omitempty"`
+	Key     uint64   `json:"key"`
+	Delta   int64    `json:"delta"`
+	IDs     []string `json:"ids,omitempty"`
+	TS      int64    `json:"ts,omitempty"`
+	SentMS  int64    `json:"sent_ms,omitempty"`
+	AckedMS int64    `json:"acked_ms,omitempty"`
 }
 
 // ReadValue is the value of an FRead op. Value is null on the invoke and
-// on fail/info completions, and the observed counter on ok.
+// on fail/info completions, and the observed counter on ok. Stats, on ok,
+// is everything the read saw of the counter's signal.
 type ReadValue struct {
-	Key   uint64 `json:"key"`
-	Value *int64 `json:"value"`
+	Key   uint64       `json:"key"`
+	Value *int64       `json:"value"`
+	Stats *SignalStats `json:"stats,omitempty"`
+}
+
+// SignalStats are the aggregates of one signal on one entity as a node
+// answered them (GET /v1/entities/{id}), with what is needed to judge
+// them against the events written.
+type SignalStats struct {
+	At        int64             `json:"at"` // unix ms the node evaluated score and windows at
+	Count     uint64            `json:"count"`
+	WeightSum float64           `json:"weight_sum"`
+	Score     float64           `json:"score"`
+	Windows   map[string]uint64 `json:"windows,omitempty"`
+	// ReturnedMS is the client's clock (unix ms) when the answer arrived:
+	// no event the answer folded can have been stamped later.
+	ReturnedMS int64 `json:"returned_ms"`
 }
 
 // PutEmbeddingValue is the value of an FPutEmbedding op. Hash identifies
 // the vector (the workload's choice of digest), so reads can be compared
 // without storing vectors in the history.
+//
+// Duplicate, on ok, says whether the node answered the put as a retry of
+// one already applied (X-Tidal-Duplicates): the ack's seq is then the
+// index of the retry's entry, not of the one that set the vector. Absent
+// (not false) in histories written before it existed.
 type PutEmbeddingValue struct {
-	Entity uint64 `json:"entity"`
-	ID     string `json:"id"`
-	Dim    int    `json:"dim"`
-	Hash   string `json:"hash"`
+	Entity    uint64 `json:"entity"`
+	ID        string `json:"id"`
+	Dim       int    `json:"dim"`
+	Hash      string `json:"hash"`
+	Duplicate *bool  `json:"duplicate,omitempty"`
 }
 
 // GetEmbeddingValue is the value of an FGetEmbedding op; Hash is empty on
-// the invoke and when the entity has no embedding.
+// the invoke and when the entity has no embedding. Local marks a read of
+// the answering node's own applied state (consistency=local): the final
+// per-node reads after heal. AppliedIndex, on ok, is the node's applied
+// index the answer reflects.
 type GetEmbeddingValue struct {
-	Entity uint64 `json:"entity"`
-	Hash   string `json:"hash,omitempty"`
+	Entity       uint64 `json:"entity"`
+	Hash         string `json:"hash,omitempty"`
+	Local        bool   `json:"local,omitempty"`
+	AppliedIndex uint64 `json:"applied_index,omitempty"`
 }
 
 // Faults. The nemesis records each fault as three ops of process Nemesis:

@@ -409,6 +409,10 @@ func Analyze(run *report.Run, cfg Config) (checker.Results, error) {
 	if kind == workload.Counter || kind == workload.Mixed {
 		rs = append(rs, checker.Counter(ops))
 		rs = append(rs, checker.Linearizable(ops, run.LinearizableDir(), cfg.LinearizableTimeout.D()))
+		rs = append(rs, checker.Aggregates(ops, checker.SignalModel{Signal: workload.CounterSignal, HalfLife: cfg.Workload.CounterHalfLife, Windows: cfg.Workload.CounterWindows}))
+	}
+	if kind == workload.Embeddings || kind == workload.Mixed {
+		rs = append(rs, checker.Embeddings(ops, nodeNames(cfg.Nodes)))
 	}
 	if digestErr == nil {
 		rs = append(rs, checker.Convergence(digests))

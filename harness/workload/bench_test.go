@@ -24,9 +24,10 @@ func BenchmarkGenerate(b *testing.B) {
 			}
 			rng := rand.New(rand.NewPCG(1, 2))
 			id := ids{proc: 1}
+			g := newGenerator(&cfg)
 			b.ReportAllocs()
 			for b.Loop() {
-				generate(k, &cfg, rng, &id)
+				g.generate(k, rng, &id, 0)
 			}
 		})
 	}

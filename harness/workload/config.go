@@ -23,7 +23,13 @@
 // Workloads use disjoint entity ranges, so mixing them never lets one
 // disturb what another checks: ledger writes go to entities 1..Entities on
 // signals view, share and skip; counter keys are entities CounterBase+k
-// and count on signal like; embeddings live on entities EmbeddingBase+k.
+// and count on signal like; embeddings live on entities EmbeddingBase+k
+// (overwritten) and EmbeddingBase+WriteOnceBase+k (each put once).
+//
+// Counter keys are handed out in slots (see keySlots): a key takes a
+// bounded number of ops, and of info adds, before its slot moves on to a
+// fresh key, so every key's linearizability search stays small however
+// long and faulty the run.
 package workload
 
 import (
@@ -102,6 +108,9 @@ func joinNames[T ~string](names []T) string {
 const (
 	CounterBase   uint64 = 1 << 32
 	EmbeddingBase uint64 = 2 << 32
+	// WriteOnceBase offsets the write-once embedding entities from the
+	// overwritten ones (Vectors is at most 2^31).
+	WriteOnceBase uint64 = 1 << 31
 	// CounterSignal is the signal whose weight_sum is a counter key's
 	// value: an add of delta d is one event of weight d.
 	CounterSignal = "like"
@@ -142,9 +151,25 @@ type Config struct {
 	// MaxBatch bounds a ledger write: 1..MaxBatch events. Default 8.
 	MaxBatch int
 
-	// Keys is the number of counter keys. Few keys mean more contention,
-	// which is what finds linearizability violations. Default 5.
+	// Keys is the number of counter keys in use at once. Worker i works on
+	// key slot i mod Keys, so at most ⌈Concurrency/Keys⌉ workers share a
+	// key: few keys mean contention, which is what finds linearizability
+	// violations. Default 4.
 	Keys int
+	// OpsPerKey and InfosPerKey retire a counter key: once a slot's key
+	// has been given OpsPerKey ops, or InfosPerKey of its adds ended info,
+	// the slot moves on to a fresh key. An info add stays concurrent with
+	// everything after it, and porcupine's search grows exponentially in
+	// the number of them on one key; these bounds keep every key
+	// decidable in milliseconds under any fault mix. Defaults 100 and 4.
+	OpsPerKey   int
+	InfosPerKey int
+	// CounterHalfLife and CounterWindows are the servers' schema for
+	// CounterSignal as the aggregates checker expects it (window name ->
+	// duration, 0 for "all"); like Dim, they must equal the servers'
+	// schema. Defaults: the server's default schema, 72h and 1h, 24h, all.
+	CounterHalfLife time.Duration
+	CounterWindows  map[string]time.Duration
 	// MaxDelta bounds counter adds: 1..MaxDelta. Default 5.
 	MaxDelta int
 	// ReadRatio is the share of counter ops that are reads, in (0, 1).
@@ -154,8 +179,14 @@ type Config struct {
 	// Dim is the embedding width; it must equal the servers' schema.
 	// Default 1536, the server's default.
 	Dim int
-	// Vectors is the number of entities embeddings are put on. Default 16.
+	// Vectors is the number of entities embeddings are overwritten on.
+	// Default 16.
 	Vectors int
+	// WriteOnceRatio is the share of embedding puts that go to a fresh
+	// entity, put once and never again: a vector lost there cannot be
+	// refilled by a later put, so the embeddings checker sees the loss
+	// however the run goes on. In (0, 1). Default 0.5.
+	WriteOnceRatio float64
 	// GetRatio is the share of embedding ops that are gets, in (0, 1).
 	// Default 0.5.
 	GetRatio float64
@@ -182,7 +213,9 @@ func (c Config) WithDefaults() (Config, error) {
 	def(&c.Attempts, 2)
 	def(&c.Entities, 1000)
 	def(&c.MaxBatch, 8)
-	def(&c.Keys, 5)
+	def(&c.Keys, 4)
+	def(&c.OpsPerKey, 100)
+	def(&c.InfosPerKey, 4)
 	def(&c.MaxDelta, 5)
 	def(&c.Dim, 1536)
 	def(&c.Vectors, 16)
@@ -195,11 +228,21 @@ func (c Config) WithDefaults() (Config, error) {
 	if c.GetRatio == 0 {
 		c.GetRatio = 0.5
 	}
+	if c.WriteOnceRatio == 0 {
+		c.WriteOnceRatio = 0.5
+	}
+	if c.CounterHalfLife == 0 {
+		c.CounterHalfLife = 72 * time.Hour
+	}
+	if c.CounterWindows == nil {
+		c.CounterWindows = map[string]time.Duration{"1h": time.Hour, "24h": 24 * time.Hour, "all": 0}
+	}
 	for _, f := range []struct {
 		name string
 		v    int
 	}{{"concurrency", c.Concurrency}, {"attempts", c.Attempts}, {"entities", c.Entities}, {"max batch", c.MaxBatch},
-		{"keys", c.Keys}, {"max delta", c.MaxDelta}, {"dim", c.Dim}, {"vectors", c.Vectors}} {
+		{"keys", c.Keys}, {"ops per key", c.OpsPerKey}, {"infos per key", c.InfosPerKey},
+		{"max delta", c.MaxDelta}, {"dim", c.Dim}, {"vectors", c.Vectors}} {
 		if f.v < 1 {
 			return c, fmt.Errorf("workload: %s: expected at least 1, found %d", f.name, f.v)
 		}
@@ -215,8 +258,17 @@ func (c Config) WithDefaults() (Config, error) {
 		return c, fmt.Errorf("workload: read ratio: expected a share in (0, 1), found %g", c.ReadRatio)
 	case c.GetRatio <= 0 || c.GetRatio >= 1:
 		return c, fmt.Errorf("workload: get ratio: expected a share in (0, 1), found %g", c.GetRatio)
+	case c.WriteOnceRatio <= 0 || c.WriteOnceRatio >= 1:
+		return c, fmt.Errorf("workload: write-once ratio: expected a share in (0, 1), found %g", c.WriteOnceRatio)
+	case c.CounterHalfLife < time.Millisecond:
+		return c, fmt.Errorf("workload: counter half-life: expected at least 1ms, found %s", c.CounterHalfLife)
 	case c.Keys > 1<<31 || c.Vectors > 1<<31:
 		return c, fmt.Errorf("workload: keys %d, vectors %d: expected at most 2^31 each (the entity ranges are 2^32 wide)", c.Keys, c.Vectors)
+	}
+	for name, d := range c.CounterWindows {
+		if d < 0 || d%time.Minute != 0 {
+			return c, fmt.Errorf("workload: counter window %q: expected a whole number of minutes (0 for all), found %s", name, d)
+		}
 	}
 	return c, nil
 }

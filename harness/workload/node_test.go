@@ -225,6 +225,11 @@ func checkOKWrites(t *testing.T, ops []history.Op, node string) {
 	}
 }
 
+// counterModel is the aggregates checker's model as the runner builds it.
+func counterModel(cfg Config) checker.SignalModel {
+	return checker.SignalModel{Signal: CounterSignal, HalfLife: cfg.CounterHalfLife, Windows: cfg.CounterWindows}
+}
+
 func mustValid(t *testing.T, r checker.Result) {
 	t.Helper()
 	if r.Valid != checker.Valid {
@@ -253,6 +258,8 @@ func TestCounterAgainstNode(t *testing.T) {
 	checkOKWrites(t, ops, "n1")
 	mustValid(t, checker.Counter(ops))
 	mustValid(t, checker.Linearizable(ops, t.TempDir(), time.Minute))
+	// The real node's aggregates agree with the harness's own model.
+	mustValid(t, checker.Aggregates(ops, counterModel(w.Config())))
 	// Adds carry event ids: the ledger checker accounts for them too.
 	mustValid(t, checker.Ledger(ops, map[string][]checker.AuditEntry{"n1": audit(t, addr)}, nil))
 
@@ -274,11 +281,12 @@ func TestCounterAgainstNode(t *testing.T) {
 			unknown[v.Key] += v.Delta
 		}
 	}
-	tailReads := pairs[len(pairs)-cfg.Keys:]
+	keys := w.CounterKeys()
+	tailReads := pairs[len(pairs)-len(keys):]
 	for _, p := range tailReads {
 		v, err := history.Decode[history.ReadValue](p.Completion)
 		if err != nil || p.Invoke.F != history.FRead || v.Value == nil {
-			t.Fatalf("expected the history to end with %d ok final reads, found %s (%v)", cfg.Keys, p.Completion, err)
+			t.Fatalf("expected the history to end with %d ok final reads, found %s (%v)", len(keys), p.Completion, err)
 		}
 		if lo, hi := acked[v.Key], acked[v.Key]+unknown[v.Key]; *v.Value < lo || *v.Value > hi {
 			t.Errorf("final read of key %d: expected the acked sum %d plus at most %d of adds that ended info, found %d", v.Key, lo, hi-lo, *v.Value)
@@ -325,6 +333,7 @@ func TestEmbeddingsAgainstNode(t *testing.T) {
 	if gets == 0 {
 		t.Errorf("expected gets that found an embedding, found none")
 	}
+	mustValid(t, checker.Embeddings(ops, []string{"n1"}))
 	t.Logf("%s", w.Progress())
 }
 
@@ -336,8 +345,10 @@ func TestMixedOpenLoopAgainstNode(t *testing.T) {
 	mustValid(t, checker.Ledger(ops, map[string][]checker.AuditEntry{"n1": audit(t, addr)}, nil))
 	mustValid(t, checker.Counter(ops))
 	mustValid(t, checker.Linearizable(ops, t.TempDir(), time.Minute))
+	mustValid(t, checker.Aggregates(ops, counterModel(w.Config())))
+	mustValid(t, checker.Embeddings(ops, []string{"n1"}))
 	p := w.Progress()
-	finalReads := w.Config().Keys + w.Config().Vectors
+	finalReads := len(w.CounterKeys()) + len(w.gen.embeddingEntities())
 	offered := p.Total().Invoked + p.Shed - int64(finalReads)
 	if most := int64(cfg.Rate*cfg.Duration.Seconds()) + 1; offered > most || offered < 1 {
 		t.Errorf("open loop at %g/s for %s: expected 1..%d ops offered (run + shed), found %d", cfg.Rate, cfg.Duration, most, offered)

@@ -21,6 +21,7 @@ type Workload struct {
 	targets Targets
 	rec     *history.Recorder
 	pick    *picker
+	gen     *generator
 
 	nextProc atomic.Int64 // the next process id to hand out
 	workers  atomic.Int64 // workers started by earlier Runs (seeds stay distinct)
@@ -36,7 +37,9 @@ func New(cfg Config, targets Targets, rec *history.Recorder) (*Workload, error) 
 	if targets == nil || rec == nil {
 		return nil, errors.New("workload: expected targets and a recorder, found nil")
 	}
-	return &Workload{cfg: cfg, targets: targets, rec: rec, pick: newPicker(targets, cfg)}, nil
+	w := &Workload{cfg: cfg, targets: targets, rec: rec, pick: newPicker(targets, cfg)}
+	w.gen = newGenerator(&w.cfg)
+	return w, nil
 }
 
 // Run runs cfg's workload against targets, recording into rec, until
@@ -52,6 +55,10 @@ func Run(ctx context.Context, cfg Config, targets Targets, rec *history.Recorder
 // Config is the workload's configuration with defaults applied (what a run
 // store should record).
 func (w *Workload) Config() Config { return w.cfg }
+
+// CounterKeys lists every counter key handed out so far (the keys
+// FinalReads reads).
+func (w *Workload) CounterKeys() []uint64 { return w.gen.keys.used() }
 
 // Progress returns the counters so far.
 func (w *Workload) Progress() Progress { return w.progress.snapshot(w.nextProc.Load()) }
@@ -95,7 +102,7 @@ func (w *Workload) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	for i := range w.cfg.Concurrency {
-		wk := &worker{w: w, rng: rand.New(rand.NewPCG(w.cfg.Seed, uint64(first)+uint64(i)))}
+		wk := &worker{w: w, index: int(first) + i, rng: rand.New(rand.NewPCG(w.cfg.Seed, uint64(first)+uint64(i)))}
 		wk.retire()
 		wg.Add(1)
 		go func() {
@@ -156,10 +163,11 @@ func (w *Workload) schedule(issue context.Context, jobs chan<- struct{}) {
 
 // worker is one client: a sequence of processes, each retired by an info.
 type worker struct {
-	w    *Workload
-	rng  *rand.Rand
-	proc history.Process
-	ids  ids
+	w     *Workload
+	index int // across every Run of the Workload; picks the counter key slot
+	rng   *rand.Rand
+	proc  history.Process
+	ids   ids
 }
 
 // retire moves the worker to a fresh process id.
@@ -170,7 +178,7 @@ func (wk *worker) retire() {
 
 // step generates and performs one op.
 func (wk *worker) step(ctx context.Context) {
-	c := generate(wk.w.cfg.Kind, &wk.w.cfg, wk.rng, &wk.ids)
+	c := wk.w.gen.generate(wk.w.cfg.Kind, wk.rng, &wk.ids, wk.index)
 	node := wk.w.pick.pick(wk.rng)
 	if node == "" {
 		// Every member is gone (membership churn in progress): nothing
@@ -181,7 +189,11 @@ func (wk *worker) step(ctx context.Context) {
 		}
 		return
 	}
-	if wk.w.perform(ctx, wk.proc, node, c) == history.Info {
+	t := wk.w.perform(ctx, wk.proc, node, c)
+	if c.counterKey != 0 {
+		wk.w.gen.keys.done(wk.index, c.counterKey, c.f, t)
+	}
+	if t == history.Info {
 		wk.retire()
 	}
 }

@@ -68,6 +68,12 @@ func apiError(w http.ResponseWriter, status int, code string) {
 // history, checked by history.Pairs.
 func record(t *testing.T, cfg Config, targets Targets, final bool) (*Workload, []history.Op, error) {
 	t.Helper()
+	return recordWith(t, cfg, targets, nil, final)
+}
+
+// recordWith is record with before(w) called ahead of the run.
+func recordWith(t *testing.T, cfg Config, targets Targets, before func(*Workload), final bool) (*Workload, []history.Op, error) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "history.jsonl")
 	rec, err := history.Create(path)
 	if err != nil {
@@ -76,6 +82,9 @@ func record(t *testing.T, cfg Config, targets Targets, final bool) (*Workload, [
 	w, err := New(cfg, targets, rec)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if before != nil {
+		before(w)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -321,65 +330,109 @@ func TestLeaderOnly(t *testing.T) {
 	}
 }
 
-// TestFinalReads answers the first read of every key 504 and the next one
-// with the counter; every key ends with an ok read, the info retires the
-// reading process, and keys that never read ok are named in the error.
+// TestFinalReads answers the first read of every path on every node 504
+// and the next one with a value. Every counter key handed out ends with an
+// ok linearizable read; every embedding entity ends with an ok local read
+// from each node (issue 9 item 15: the final reads per node come from each
+// node); infos retire the reading process; keys and entities that never
+// read ok are named in the error.
 func TestFinalReads(t *testing.T) {
 	var mu sync.Mutex
 	reads := map[string]int{}
-	fake := newFake(t, func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		reads[r.URL.Path]++
-		n := reads[r.URL.Path]
-		mu.Unlock()
-		if r.Method != http.MethodGet || r.URL.Query().Get("consistency") != "linearizable" {
-			apiError(w, http.StatusBadRequest, client.CodeInvalidArgument)
-			return
+	vec := []float32{1, 2, 3}
+	handler := func(node string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodGet {
+				_, _ = io.Copy(io.Discard, r.Body)
+				ack(w, 1)
+				return
+			}
+			mu.Lock()
+			reads[node+r.URL.Path]++
+			n := reads[node+r.URL.Path]
+			mu.Unlock()
+			if n == 1 {
+				apiError(w, http.StatusGatewayTimeout, client.CodeTimeout)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			switch r.URL.Query().Get("consistency") {
+			case "linearizable":
+				json.NewEncoder(w).Encode(map[string]any{"at": 1, "signals": map[string]any{CounterSignal: map[string]any{"weight_sum": 42, "count": 9}}})
+			case "local":
+				json.NewEncoder(w).Encode(map[string]any{"applied_index": 7, "embedding": vec})
+			default:
+				apiError(w, http.StatusBadRequest, client.CodeInvalidArgument)
+			}
 		}
-		if n == 1 {
-			apiError(w, http.StatusGatewayTimeout, client.CodeTimeout)
-			return
+	}
+	fake := newFake(t, handler("n1"), handler("n2"))
+	cfg := Config{Kind: Mixed, Keys: 3, Vectors: 2, Attempts: 1, Duration: time.Nanosecond}
+	handOut := func(w *Workload) {
+		for i := range w.cfg.Keys {
+			w.gen.keys.take(i)
 		}
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(map[string]any{"signals": map[string]any{CounterSignal: map[string]any{"weight_sum": 42}}})
-	})
-	cfg := Config{Kind: Counter, Keys: 3, Attempts: 1, Duration: time.Nanosecond}
-	_, ops, err := record(t, cfg, fake, true)
+		w.gen.writeOnce.Store(2)
+	}
+	w, ops, err := recordWith(t, cfg, fake, handOut, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	okKeys := map[uint64]int64{}
+	okEntities := map[string]bool{} // node/entity
 	infos := 0
 	for _, op := range ops {
-		if op.F != history.FRead {
-			continue
-		}
-		switch op.Type {
-		case history.OK:
-			v, err := history.Decode[history.ReadValue](op)
-			if err != nil || v.Value == nil {
-				t.Fatalf("%s: expected a read value, found %s (%v)", op, op.Value, err)
-			}
-			okKeys[v.Key] = *v.Value
-		case history.Info:
+		if op.Type == history.Info {
 			infos++
 		}
-	}
-	for k := range uint64(cfg.Keys) {
-		if v, ok := okKeys[CounterBase+k]; !ok || v != 42 {
-			t.Errorf("key %d: expected an ok final read of 42, found %v (present %v)", CounterBase+k, v, ok)
+		if op.Type != history.OK {
+			continue
+		}
+		switch op.F {
+		case history.FRead:
+			v, err := history.Decode[history.ReadValue](op)
+			if err != nil || v.Value == nil || v.Stats == nil || v.Stats.Count != 9 || v.Stats.ReturnedMS == 0 {
+				t.Fatalf("%s: expected a read value with stats, found %s (%v)", op, op.Value, err)
+			}
+			okKeys[v.Key] = *v.Value
+		case history.FGetEmbedding:
+			v, err := history.Decode[history.GetEmbeddingValue](op)
+			if err != nil || !v.Local || v.AppliedIndex != 7 || v.Hash != VectorHash(vec) {
+				t.Fatalf("%s: expected a local read at applied index 7 of the vector's hash, found %s (%v)", op, op.Value, err)
+			}
+			okEntities[fmt.Sprintf("%s/%d", op.Node, v.Entity)] = true
 		}
 	}
-	if infos < cfg.Keys {
-		t.Errorf("expected the first read of each of %d keys to end info, found %d infos", cfg.Keys, infos)
+	keys := w.CounterKeys()
+	if len(keys) < cfg.Keys {
+		t.Fatalf("expected at least the %d keys handed out, found %v", cfg.Keys, keys)
+	}
+	for _, k := range keys {
+		if v, ok := okKeys[k]; !ok || v != 42 {
+			t.Errorf("key %d: expected an ok final read of 42, found %v (present %v)", k, v, ok)
+		}
+	}
+	entities := w.gen.embeddingEntities()
+	if len(entities) != cfg.Vectors+2 {
+		t.Fatalf("expected %d overwritten and 2 write-once entities, found %v", cfg.Vectors, entities)
+	}
+	for _, node := range fake.names {
+		for _, e := range entities {
+			if !okEntities[fmt.Sprintf("%s/%d", node, e)] {
+				t.Errorf("entity %d: expected an ok local final read from %s, found none", e, node)
+			}
+		}
+	}
+	if want := len(keys) + len(entities)*len(fake.names); infos < want {
+		t.Errorf("expected the first read of each of %d paths and nodes to end info, found %d infos", want, infos)
 	}
 
 	down := newFake(t, func(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusServiceUnavailable, client.CodeUnavailable)
 	})
-	_, _, err = record(t, Config{Kind: Mixed, Keys: 2, Vectors: 1, Attempts: 1, Duration: time.Nanosecond}, down, true)
-	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("counter key %d", CounterBase+1)) || !strings.Contains(err.Error(), fmt.Sprintf("embedding entity %d", EmbeddingBase)) {
-		t.Errorf("expected an error naming the keys without an ok read, found %v", err)
+	_, _, err = recordWith(t, Config{Kind: Mixed, Keys: 2, Vectors: 1, Attempts: 1, Duration: time.Nanosecond}, down, handOut, true)
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("counter key %d", CounterBase+1)) || !strings.Contains(err.Error(), fmt.Sprintf("embedding entity %d on n1", EmbeddingBase)) {
+		t.Errorf("expected an error naming the keys and entities without an ok read, found %v", err)
 	}
 }
 
