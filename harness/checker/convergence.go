@@ -2,6 +2,7 @@ package checker
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -16,6 +17,10 @@ type DigestSample struct {
 // ConvergenceDetails is the Details of a Convergence result.
 type ConvergenceDetails struct {
 	Nodes map[string]DigestSample `json:"nodes"`
+	// Removed were removed from the membership for good and not compared;
+	// Missing should have been and were not (no digest could be read).
+	Removed []string      `json:"removed,omitempty"`
+	Missing []MissingNode `json:"missing,omitempty"`
 	// Groups are the nodes that agree, by applied index and then digest:
 	// "1532" -> "a1b2..." -> [n1 n2].
 	Groups map[uint64]map[string][]string `json:"groups"`
@@ -29,16 +34,37 @@ type ConvergenceDetails struct {
 // indexes in the summary. The caller waits (all applied == commit, no
 // writes in flight) before sampling.
 func Convergence(digests map[string]DigestSample) Result {
+	return ConvergenceCovering(digests, Coverage{})
+}
+
+// ConvergenceCovering is Convergence over the nodes cov names: digests of
+// nodes removed for good are not compared, and a node of cov.Nodes with no
+// digest makes the result Unknown (Invalid when it crashed) — one digest
+// agreeing with itself proves nothing about the nodes that gave none.
+// Divergence among the digests read is Invalid regardless.
+func ConvergenceCovering(digests map[string]DigestSample, cov Coverage) Result {
 	const name = "convergence"
-	d := ConvergenceDetails{Nodes: digests, Groups: map[uint64]map[string][]string{}}
-	if len(digests) == 0 {
-		return Result{Name: name, Valid: Unknown, Summary: "no digests sampled", Details: d}
-	}
-	nodes := make([]string, 0, len(digests))
+	sampled := make([]string, 0, len(digests))
 	for n := range digests {
-		nodes = append(nodes, n)
+		sampled = append(sampled, n)
 	}
-	sort.Strings(nodes)
+	nodes, missing := cov.split(sampled)
+	d := ConvergenceDetails{Nodes: map[string]DigestSample{}, Groups: map[uint64]map[string][]string{},
+		Removed: slices.Sorted(slices.Values(cov.Removed)), Missing: missing}
+	for _, n := range nodes {
+		d.Nodes[n] = digests[n]
+	}
+	missingValid, missingSummary := missingVerdict("digest", missing)
+	if len(nodes) == 0 {
+		v, s := Unknown, "no digests sampled"
+		if missingValid == Invalid {
+			v = Invalid
+		}
+		if missingSummary != "" {
+			s += ": " + missingSummary
+		}
+		return Result{Name: name, Valid: v, Summary: s, Details: d}
+	}
 	for _, n := range nodes {
 		s := digests[n]
 		if d.Groups[s.AppliedIndex] == nil {
@@ -60,6 +86,10 @@ func Convergence(digests map[string]DigestSample) Result {
 	}
 	if len(diverged) > 0 {
 		return Result{Name: name, Valid: Invalid, Details: d, Summary: "replicas diverged " + strings.Join(diverged, "; ")}
+	}
+	if missingValid != Valid {
+		return Result{Name: name, Valid: missingValid, Details: d, Summary: fmt.Sprintf(
+			"%s; the %d digests read (%s) cannot vouch for the rest", missingSummary, len(nodes), strings.Join(nodes, ","))}
 	}
 	if len(indexes) > 1 {
 		var at []string

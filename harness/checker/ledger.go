@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/bits"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -130,11 +130,17 @@ type AckMismatch struct {
 
 // LedgerDetails is the Details of a Ledger result.
 type LedgerDetails struct {
-	Nodes     []string                `json:"nodes"`               // audited
-	Unaudited []string                `json:"unaudited,omitempty"` // down, not expected to hold writes
-	Outcomes  map[history.Type]int    `json:"outcomes"`            // write ops by outcome
-	IDs       int                     `json:"ids"`                 // distinct event ids sent
-	Acked     int                     `json:"acked"`               // ids with an ok write
+	Nodes []string `json:"nodes"` // audited
+	// Removed were removed from the membership for good: not expected to
+	// hold writes, and their audits, if any, are ignored.
+	Removed []string `json:"removed,omitempty"`
+	// Missing are nodes that should have been audited and were not (the
+	// audit could not be read, or the node crashed): the ledger cannot
+	// vouch for them.
+	Missing   []MissingNode           `json:"missing,omitempty"`
+	Outcomes  map[history.Type]int    `json:"outcomes"` // write ops by outcome
+	IDs       int                     `json:"ids"`      // distinct event ids sent
+	Acked     int                     `json:"acked"`    // ids with an ok write
 	Lost      Anomalies[LostWrite]    `json:"lost"`
 	Dup       Anomalies[DuplicatedID] `json:"duplicated"`
 	Unexp     Anomalies[UnexpectedID] `json:"unexpected"`
@@ -200,14 +206,15 @@ func writeIDs(op history.Op) ([]string, bool, error) {
 // every audited node after the cluster healed and quiesced, and accounts
 // for everything else that landed.
 //
-// audits maps node name to that node's /v1/audit/events. Nodes in down
-// (removed, or dead for good) are not expected to hold writes; their
-// audits, if any, are ignored. Invalid on any lost, duplicated,
-// unexpected, failed-but-applied or divergent (present on some nodes
-// only) id. It assumes event ids are unique per write, as the workloads
-// generate them; a retry reuses the ids of the write it retries.
-func Ledger(ops []history.Op, audits map[string][]AuditEntry, down []string) Result {
-	return LedgerAt(ops, audits, nil, down)
+// audits maps node name to that node's /v1/audit/events; the nodes it
+// holds are the nodes checked. Nodes in removed were removed from the
+// membership for good and are not expected to hold writes; their audits,
+// if any, are ignored. Invalid on any lost, duplicated, unexpected,
+// failed-but-applied or divergent (present on some nodes only) id. It
+// assumes event ids are unique per write, as the workloads generate them;
+// a retry reuses the ids of the write it retries.
+func Ledger(ops []history.Op, audits map[string][]AuditEntry, removed []string) Result {
+	return LedgerCovering(ops, audits, nil, Coverage{Removed: removed})
 }
 
 // LedgerAt is Ledger knowing each audited node's applied index when it
@@ -215,7 +222,16 @@ func Ledger(ops []history.Op, audits map[string][]AuditEntry, down []string) Res
 // nodes that had not applied as far as the write is reported as
 // unreplicated (verdict unknown) instead of lost, so that a node that
 // never caught up reads as what it is.
-func LedgerAt(ops []history.Op, audits map[string][]AuditEntry, applied map[string]uint64, down []string) Result {
+func LedgerAt(ops []history.Op, audits map[string][]AuditEntry, applied map[string]uint64, removed []string) Result {
+	return LedgerCovering(ops, audits, applied, Coverage{Removed: removed})
+}
+
+// LedgerCovering is LedgerAt over the nodes cov names: a node of
+// cov.Nodes with no audit that was not removed for good makes the result
+// Unknown (the audit could not be read: the writes on it are unchecked),
+// or Invalid when the node crashed — never Valid by leaving it out. The
+// audited nodes are still checked, and anything wrong on them is Invalid.
+func LedgerCovering(ops []history.Op, audits map[string][]AuditEntry, applied map[string]uint64, cov Coverage) Result {
 	const name = "ledger"
 	pairs, err := history.Pairs(ops)
 	if err != nil {
@@ -227,20 +243,23 @@ func LedgerAt(ops []history.Op, audits map[string][]AuditEntry, applied map[stri
 	}
 	d := LedgerDetails{Outcomes: map[history.Type]int{}, Faults: windows}
 
-	isDown := map[string]bool{}
-	for _, n := range down {
-		isDown[n] = true
-	}
+	sampled := make([]string, 0, len(audits))
 	for n := range audits {
-		if !isDown[n] {
-			d.Nodes = append(d.Nodes, n)
-		}
+		sampled = append(sampled, n)
 	}
-	sort.Strings(d.Nodes)
-	d.Unaudited = append([]string(nil), down...)
-	sort.Strings(d.Unaudited)
+	d.Nodes, d.Missing = cov.split(sampled)
+	d.Removed = slices.Sorted(slices.Values(cov.Removed))
+	missingValid, missingSummary := missingVerdict("audit", d.Missing)
 	if len(d.Nodes) == 0 {
-		return Result{Name: name, Valid: Unknown, Summary: "no node was audited", Details: d}
+		s := "no node was audited"
+		if missingSummary != "" {
+			s += ": " + missingSummary
+		}
+		v := Unknown
+		if missingValid == Invalid {
+			v = Invalid
+		}
+		return Result{Name: name, Valid: v, Summary: s, Details: d}
 	}
 	if len(d.Nodes) > 64 {
 		return unknown(name, "audited %d nodes; the checker handles at most 64", len(d.Nodes))
@@ -418,10 +437,17 @@ func LedgerAt(ops []history.Op, audits map[string][]AuditEntry, applied map[stri
 	if d.Unreplicated.Count > 0 {
 		valid = Unknown
 	}
+	if missingValid != Valid {
+		valid = missingValid
+	}
 	if d.Lost.Count+d.Dup.Count+d.Unexp.Count+d.FailedApp.Count+d.Divergent.Count > 0 {
 		valid = Invalid
 	}
-	return Result{Name: name, Valid: valid, Summary: ledgerSummary(&d), Details: d}
+	summary := ledgerSummary(&d)
+	if missingSummary != "" {
+		summary = missingSummary + "; on the audited nodes: " + summary
+	}
+	return Result{Name: name, Valid: valid, Summary: summary, Details: d}
 }
 
 func ledgerSummary(d *LedgerDetails) string {
@@ -467,8 +493,8 @@ func ledgerSummary(d *LedgerDetails) string {
 	if len(parts) == 0 {
 		s := fmt.Sprintf("all %d acknowledged ids present once on %s; %d info writes recovered, %d not applied",
 			d.Acked, strings.Join(d.Nodes, ","), d.Recovered.Count, d.NotLanded)
-		if len(d.Unaudited) > 0 {
-			s += "; not audited: " + strings.Join(d.Unaudited, ",")
+		if len(d.Removed) > 0 {
+			s += "; removed for good, not audited: " + strings.Join(d.Removed, ",")
 		}
 		return s
 	}

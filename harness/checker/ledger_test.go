@@ -144,8 +144,8 @@ func TestLedgerDownNode(t *testing.T) {
 	mustValid(t, Ledger(h.ops, audits, nil), Invalid)
 	r := Ledger(h.ops, audits, []string{"n3"})
 	mustValid(t, r, Valid)
-	if d := ledgerDetails(t, r); !reflect.DeepEqual(d.Nodes, []string{"n1", "n2"}) || !reflect.DeepEqual(d.Unaudited, []string{"n3"}) {
-		t.Fatalf("nodes %v unaudited %v", d.Nodes, d.Unaudited)
+	if d := ledgerDetails(t, r); !reflect.DeepEqual(d.Nodes, []string{"n1", "n2"}) || !reflect.DeepEqual(d.Removed, []string{"n3"}) {
+		t.Fatalf("nodes %v unaudited %v", d.Nodes, d.Removed)
 	}
 	mustValid(t, Ledger(h.ops, nil, nil), Unknown)
 }

@@ -42,7 +42,8 @@ type StatsDetails struct {
 }
 
 // Stats counts client operation outcomes per f and per node, and nemesis
-// ops per f. Like Jepsen's stats checker it refuses to vouch for a run in
+// ops per f (whether the faults a run asked for took effect is judged by
+// Faults, not here). Like Jepsen's stats checker it refuses to vouch for a run in
 // which some operation never succeeded — the other checkers then had
 // nothing of it to check — but as Unknown, not Invalid: nothing was
 // shown to be wrong.

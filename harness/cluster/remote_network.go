@@ -32,9 +32,10 @@ type Network interface {
 	Heal() (mesh.Change, error)
 	AddLinkFault(from, to string, f relay.Fault) (mesh.Change, error)
 	RemoveLinkFault(from, to, name string) (mesh.Change, error)
-	// Reset removes every fault and heals; it cannot fail in process, so a
-	// remote failure is logged rather than returned.
-	Reset() mesh.Change
+	// Reset removes every fault and heals. A remote reset can fail (the
+	// relay's control API unreachable, or answering 500); then faults may
+	// remain, and the error says so.
+	Reset() (mesh.Change, error)
 	Close() error
 }
 
@@ -127,16 +128,15 @@ func (r *RemoteNetwork) RemoveLinkFault(from, to, name string) (mesh.Change, err
 	return call(func(ctx context.Context) (mesh.Change, error) { return r.api.RemoveMeshFault(ctx, from, to, name) })
 }
 
-func (r *RemoteNetwork) Reset() mesh.Change {
+func (r *RemoteNetwork) Reset() (mesh.Change, error) {
 	ch, err := call(func(ctx context.Context) (mesh.Change, error) {
 		fc, err := r.api.Reset(ctx)
 		return mesh.Change{Op: "reset", At: fc.At}, err
 	})
 	if err != nil {
-		r.log.Error("remote mesh: reset failed; faults may remain", "err", err)
-		ch.At = time.Now()
+		return mesh.Change{}, fmt.Errorf("remote mesh: reset: %w; faults may remain", err)
 	}
-	return ch
+	return ch, nil
 }
 
 // Close deletes the mesh and its relays in the tcp-relay process.

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tidaldb/tidal/harness/checker"
 	"github.com/tidaldb/tidal/harness/cluster"
 	"github.com/tidaldb/tidal/harness/history"
 )
@@ -120,6 +121,32 @@ var kinds = []Kind{
 
 	{Name: "transfer-leader", F: history.FTransferLeader, Sub: "leader", Class: Leadership, MinNodes: 2, Instant: true, Leader: true, pick: shuffled, fault: transfer{},
 		Doc: "hand leadership to another running node via the admin API (instant)"},
+}
+
+// Recorded is how the history records a fault of kind k: the checker
+// finds the faults a run asked for by it (see checker.Faults). Links
+// kinds record the relay fault's type, which their default spec fixes.
+func (k Kind) Recorded() checker.FaultKind {
+	fk := checker.FaultKind{Name: k.Name, F: k.F, Kind: k.Sub, Instant: k.Instant}
+	if fk.Kind == "" {
+		fk.Kind = k.Name
+		if spec := (ScheduleConfig{}).withDefaults().linkSpec(k.Name); spec != nil {
+			fk.Kind = spec.Type
+		}
+	}
+	return fk
+}
+
+// Requested lists how the history records each kind the schedule asks
+// for, in Kinds order: what checker.Faults needs to judge the run.
+func (s Schedule) Requested() []checker.FaultKind {
+	var out []checker.FaultKind
+	for _, name := range s.Kinds() {
+		if k, ok := LookupKind(name); ok {
+			out = append(out, k.Recorded())
+		}
+	}
+	return out
 }
 
 // groups are shorthand names in --nemesis lists; a group expands to its

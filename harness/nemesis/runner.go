@@ -36,18 +36,50 @@ type Runner struct {
 	// HealAll adds back any of them that churn left removed.
 	members []string
 
-	op     sync.Mutex // serializes fault operations
-	mu     sync.Mutex // guards active
-	active map[Class]*activeFault
+	op       sync.Mutex // serializes fault operations
+	mu       sync.Mutex // guards active and outcomes
+	active   map[Class]*activeFault
+	outcomes map[string]*KindOutcome
+}
+
+// KindOutcome counts what became of the faults of one kind this runner
+// injected: how many took effect, failed (certainly did not happen), or
+// ended unconfirmed (may have), how many heals took effect or failed, and
+// the last error. The verdict on it is the faults checker's, from the
+// history; this is for the progress output and Run's error.
+type KindOutcome struct {
+	Kind        string
+	Invoked     int
+	TookEffect  int
+	Failed      int
+	Unconfirmed int
+	Healed      int
+	HealFailed  int
+	LastError   error
+}
+
+func (o KindOutcome) String() string {
+	s := fmt.Sprintf("%s: %d invoked, %d took effect, %d healed", o.Kind, o.Invoked, o.TookEffect, o.Healed)
+	if o.Failed+o.Unconfirmed > 0 {
+		s += fmt.Sprintf(", %d failed, %d unconfirmed", o.Failed, o.Unconfirmed)
+	}
+	if o.HealFailed > 0 {
+		s += fmt.Sprintf(", %d heals failed", o.HealFailed)
+	}
+	if o.LastError != nil {
+		s += fmt.Sprintf(" (last error: %v)", o.LastError)
+	}
+	return s
 }
 
 // activeFault is an injected fault not yet healed. Faults whose inject
 // ended info are active too: they may be in effect.
 type activeFault struct {
-	kind  Kind
-	value history.FaultValue
-	step  int // index in the running schedule; -1 when injected directly
-	since time.Time
+	kind      Kind
+	value     history.FaultValue
+	step      int // index in the running schedule; -1 when injected directly
+	since     time.Time
+	confirmed bool // its inject completed ok
 }
 
 func (a *activeFault) label() string {
@@ -65,7 +97,7 @@ func NewRunner(c Cluster, rec *history.Recorder, log *slog.Logger) *Runner {
 	}
 	r := &Runner{c: c, rec: rec, log: log.With("component", "nemesis"),
 		ResolveTimeout: 5 * time.Second, ActionTimeout: 30 * time.Second, RecoveryTimeout: 60 * time.Second,
-		active: map[Class]*activeFault{}}
+		active: map[Class]*activeFault{}, outcomes: map[string]*KindOutcome{}}
 	for _, n := range c.Names() {
 		if c.State(n) != cluster.Removed {
 			r.members = append(r.members, n)
@@ -85,6 +117,30 @@ func (r *Runner) Active() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Outcomes returns what became of the faults of each kind injected so
+// far, by kind name.
+func (r *Runner) Outcomes() map[string]KindOutcome {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]KindOutcome, len(r.outcomes))
+	for k, o := range r.outcomes {
+		out[k] = *o
+	}
+	return out
+}
+
+// count updates the outcome of kind under r.mu.
+func (r *Runner) count(kind string, update func(*KindOutcome)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o := r.outcomes[kind]
+	if o == nil {
+		o = &KindOutcome{Kind: kind}
+		r.outcomes[kind] = o
+	}
+	update(o)
 }
 
 func (r *Runner) activeIn(c Class) *activeFault {
@@ -154,6 +210,7 @@ func (r *Runner) inject(ctx context.Context, s Step, step int) error {
 	if rerr != nil {
 		r.rec.Complete(inv, history.Fail, nil, rerr, 0, 0)
 		r.log.Warn("fault not injected", "kind", k.Name, "err", rerr)
+		r.count(k.Name, func(o *KindOutcome) { o.Invoked++; o.Failed++; o.LastError = rerr })
 		return fmt.Errorf("nemesis: %s: %w", k.Name, rerr)
 	}
 	r.log.Info("injecting fault", "kind", k.Name, "targets", v.Targets, "step", step)
@@ -168,19 +225,35 @@ func (r *Runner) inject(ctx context.Context, s Step, step int) error {
 		}
 		r.rec.Complete(inv, typ, v, err, 0, 0)
 		r.log.Warn("fault injection failed", "kind", k.Name, "targets", v.Targets, "outcome", typ, "err", err)
+		r.count(k.Name, func(o *KindOutcome) {
+			o.Invoked++
+			if typ == history.Fail {
+				o.Failed++
+			} else {
+				o.Unconfirmed++
+			}
+			o.LastError = err
+		})
 		if typ == history.Info && !k.Instant {
 			r.setActive(k.Class, &activeFault{kind: k, value: v, step: step, since: time.Now()})
 		}
 		return fmt.Errorf("nemesis: %s on %v: %w", k.Name, v.Targets, err)
 	}
 	r.rec.Complete(inv, history.OK, v, nil, 0, 0)
+	r.count(k.Name, func(o *KindOutcome) {
+		o.Invoked++
+		o.TookEffect++
+		if k.Instant {
+			o.Healed++ // over as soon as it took effect
+		}
+	})
 	attrs := []any{"kind", k.Name, "targets", v.Targets, "took", at.Sub(timeOf(r.rec, inv)).Round(time.Microsecond)}
 	if v.Grudge != nil {
 		attrs = append(attrs, "hears-nothing-from", v.Grudge)
 	}
 	r.log.Info("fault in effect", attrs...)
 	if !k.Instant {
-		r.setActive(k.Class, &activeFault{kind: k, value: v, step: step, since: at})
+		r.setActive(k.Class, &activeFault{kind: k, value: v, step: step, since: at, confirmed: true})
 	}
 	return nil
 }
@@ -188,6 +261,25 @@ func (r *Runner) inject(ctx context.Context, s Step, step int) error {
 // timeOf is the wall-clock instant of a recorded op.
 func timeOf(rec *history.Recorder, op history.Op) time.Time {
 	return rec.Start().Add(time.Duration(op.Time))
+}
+
+// activeFaults returns the faults in effect now.
+func (r *Runner) activeFaults() []*activeFault {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*activeFault, 0, len(r.active))
+	for _, a := range r.active {
+		out = append(out, a)
+	}
+	return out
+}
+
+// countHealed counts a's heal, if a had taken effect (a fault whose
+// inject ended unconfirmed is active, but was never counted in effect).
+func (r *Runner) countHealed(a *activeFault) {
+	if a.confirmed {
+		r.count(a.kind.Name, func(o *KindOutcome) { o.Healed++ })
+	}
 }
 
 // heal undoes a and records heal-<f>. A heal that fails leaves a active:
@@ -201,10 +293,12 @@ func (r *Runner) heal(ctx context.Context, a *activeFault) error {
 	if err != nil {
 		r.rec.Complete(inv, history.Info, v, err, 0, 0)
 		r.log.Warn("heal failed", "fault", a.label(), "err", err)
+		r.count(a.kind.Name, func(o *KindOutcome) { o.HealFailed++; o.LastError = err })
 		return fmt.Errorf("nemesis: heal %s: %w", a.label(), err)
 	}
 	r.rec.Complete(inv, history.OK, v, nil, 0, 0)
 	r.setActive(a.kind.Class, nil)
+	r.countHealed(a)
 	r.log.Info("fault healed", "fault", a.label(), "lasted", time.Since(a.since).Round(time.Millisecond))
 	return nil
 }
@@ -219,6 +313,11 @@ func (r *Runner) heal(ctx context.Context, a *activeFault) error {
 // runs (on a context detached from ctx, bounded by RecoveryTimeout): a
 // cancelled run must not leave the cluster partitioned. Run then returns
 // ctx's error joined with HealAll's.
+//
+// A fault that never took effect is not a fault: Run's error also names
+// every kind of the schedule none of whose faults took effect and was
+// healed (ErrNotExercised), so a caller cannot mistake a run that
+// injected nothing for one that survived its faults.
 func (r *Runner) Run(ctx context.Context, s Schedule) error {
 	if err := s.Validate(); err != nil {
 		return fmt.Errorf("nemesis: run: %w", err)
@@ -277,8 +376,27 @@ func (r *Runner) Run(ctx context.Context, s Schedule) error {
 	}
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.RecoveryTimeout)
 	defer cancel()
-	return errors.Join(ctx.Err(), r.HealAll(hctx))
+	healErr := r.HealAll(hctx)
+	var unexercised []string
+	outcomes := r.Outcomes()
+	for _, kind := range s.Kinds() {
+		if o := outcomes[kind]; o.Healed == 0 {
+			if o.Invoked == 0 {
+				o.Kind = kind
+			}
+			unexercised = append(unexercised, o.String())
+		}
+	}
+	var notExercised error
+	if len(unexercised) > 0 {
+		notExercised = fmt.Errorf("%w: %s", ErrNotExercised, strings.Join(unexercised, "; "))
+	}
+	return errors.Join(ctx.Err(), healErr, notExercised)
 }
+
+// ErrNotExercised says that some fault kind of a schedule never once took
+// effect and was healed.
+var ErrNotExercised = errors.New("nemesis: fault kinds never exercised")
 
 // HealAll undoes everything: removes every partition and link fault from
 // the mesh, resumes paused nodes, starts killed and stopped ones, and adds
@@ -301,7 +419,9 @@ func (r *Runner) HealAll(ctx context.Context) error {
 
 	var errs []error
 	if m := r.c.Mesh(); m != nil {
-		m.Reset()
+		if _, err := m.Reset(); err != nil {
+			errs = append(errs, fmt.Errorf("relay mesh: %w", err))
+		}
 	}
 	for _, n := range r.c.Names() {
 		var err error
@@ -319,11 +439,19 @@ func (r *Runner) HealAll(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
+		// Not ok: the history keeps every fault window open until a heal
+		// is confirmed, and the active faults stay for the next HealAll.
 		r.rec.Complete(inv, history.Info, nil, err, 0, 0)
 		r.log.Warn("heal-all incomplete", "err", err)
+		for _, a := range r.activeFaults() {
+			r.count(a.kind.Name, func(o *KindOutcome) { o.HealFailed++; o.LastError = err })
+		}
 		return fmt.Errorf("nemesis: heal all: %w", err)
 	}
 	r.rec.Complete(inv, history.OK, nil, nil, 0, 0)
+	for _, a := range r.activeFaults() {
+		r.countHealed(a)
+	}
 	r.mu.Lock()
 	clear(r.active)
 	r.mu.Unlock()

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -15,6 +18,7 @@ import (
 	"github.com/tidaldb/tidal/harness/checker"
 	"github.com/tidaldb/tidal/harness/cluster"
 	"github.com/tidaldb/tidal/harness/history"
+	"github.com/tidaldb/tidal/tcp-relay/control"
 	"github.com/tidaldb/tidal/tcp-relay/mesh"
 )
 
@@ -24,6 +28,8 @@ import (
 // does, so a nemesis that signals a node in the wrong state fails here.
 type fakeCluster struct {
 	m *mesh.Mesh
+	// network, when set, is the mesh the nemesis sees instead of m.
+	network cluster.Network
 
 	mu      sync.Mutex
 	states  map[string]cluster.State
@@ -52,8 +58,13 @@ func newFake(t *testing.T, n int) *fakeCluster {
 	return f
 }
 
-func (f *fakeCluster) Names() []string       { return f.m.Nodes() }
-func (f *fakeCluster) Mesh() cluster.Network { return f.m }
+func (f *fakeCluster) Names() []string { return f.m.Nodes() }
+func (f *fakeCluster) Mesh() cluster.Network {
+	if f.network != nil {
+		return f.network
+	}
+	return f.m
+}
 
 func (f *fakeCluster) State(n string) cluster.State {
 	f.mu.Lock()
@@ -448,5 +459,128 @@ func TestBadPartitionShapeFailsWithoutTouchingRelays(t *testing.T) {
 	ops := readHistory(t, rec, path)
 	if got := summary(ops); !slices.Equal(got, []string{"invoke partition bridge n1,n2", "fail partition bridge n1,n2"}) {
 		t.Fatalf("expected invoke then fail, found %v", got)
+	}
+}
+
+// brokenRelay is a standalone relay's control API that answers every
+// request 500, as a wedged or misconfigured tcp-relay does; the nemesis
+// reaches it through a real cluster.RemoteNetwork.
+func brokenRelay(t *testing.T, nodes []string) cluster.Network {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		fmt.Fprintf(w, `{"error":{"code":"internal","message":"%s %s: relay wedged"}}`, r.Method, r.URL.Path)
+	}))
+	t.Cleanup(srv.Close)
+	info := control.MeshInfo{Nodes: map[string]control.MeshNode{}}
+	for _, n := range nodes {
+		info.Nodes[n] = control.MeshNode{}
+	}
+	return cluster.NewRemoteNetwork(control.NewClient(srv.URL, srv.Client()), info, nil)
+}
+
+// Regression (issue 16 item 1): a heal-all whose relay reset failed (the
+// standalone relay answered 500) was recorded ok, closing every fault
+// window although the faults may still have been in force. It must be
+// recorded as not ok, return the error, and leave the windows open.
+func TestHealAllWithAFailedRelayResetIsNotOK(t *testing.T) {
+	ctx := context.Background()
+	f := newFake(t, 3)
+	rec, path := newRecorder(t)
+	r := NewRunner(f, rec, nil)
+	r.RecoveryTimeout = 5 * time.Second
+	must(t, r.Inject(ctx, Step{Kind: "isolate-one", Targets: []string{"n2"}}))
+	f.network = brokenRelay(t, f.Names()) // the relay wedges while the partition is in force
+	err := r.HealAll(ctx)
+	if err == nil || !strings.Contains(err.Error(), "relay wedged") {
+		t.Fatalf("HealAll over a relay whose reset fails: expected its error, found %v", err)
+	}
+	ops := readHistory(t, rec, path)
+	got := summary(ops)
+	if last := got[len(got)-1]; !strings.HasPrefix(last, "info heal-all") {
+		t.Fatalf("heal-all completion: expected info (not ok), found %q in %v", last, got)
+	}
+	if !strings.Contains(ops[len(ops)-1].Error, "relay wedged") {
+		t.Fatalf("expected the heal-all's error in the history, found %q", ops[len(ops)-1].Error)
+	}
+	ws, err := checker.FaultWindows(ops)
+	must(t, err)
+	if len(ws) != 1 || ws[0].Healed {
+		t.Fatalf("expected the partition's window to stay open, found %v", ws)
+	}
+	if res := checker.Faults(ops, []checker.FaultKind{mustKind(t, "isolate-one").Recorded()}); res.Valid != checker.Unknown {
+		t.Fatalf("faults checker: expected unknown for a fault never confirmed healed, found %s: %s", res.Valid, res.Summary)
+	}
+	if len(r.Active()) != 1 {
+		t.Fatalf("expected the partition still active for the next HealAll, found %v", r.Active())
+	}
+}
+
+func mustKind(t *testing.T, name string) Kind {
+	t.Helper()
+	k, ok := LookupKind(name)
+	if !ok {
+		t.Fatalf("no kind %q", name)
+	}
+	return k
+}
+
+// Regression (issue 16 item 1): nemesis.Run dropped inject's result, so a
+// schedule none of whose faults took effect ran "fine". Its error must
+// name each kind that never took effect and was healed, Outcomes must
+// count the failures, and the faults checker must say unknown, naming the
+// kind.
+func TestRunNamesKindsThatNeverTookEffect(t *testing.T) {
+	f := newFake(t, 3)
+	f.network = brokenRelay(t, f.Names())
+	rec, path := newRecorder(t)
+	r := NewRunner(f, rec, nil)
+	r.RecoveryTimeout = 5 * time.Second
+	ms := time.Millisecond
+	s := Schedule{Seed: 1, Config: ScheduleConfig{Duration: 60 * ms, Nodes: []string{"n1", "n2", "n3"}}, Steps: []Step{
+		{At: 5 * ms, Kind: "isolate-one", Targets: []string{"n2"}, Duration: 10 * ms},
+		{At: 20 * ms, Kind: "kill-one", Targets: []string{"n3"}, Duration: 10 * ms},
+		{At: 40 * ms, Kind: "isolate-one", Targets: []string{"n1"}, Duration: 10 * ms},
+	}}
+	err := r.Run(context.Background(), s)
+	if !errors.Is(err, ErrNotExercised) || !strings.Contains(err.Error(), "isolate-one: 2 invoked, 0 took effect") {
+		t.Fatalf("expected Run to name isolate-one as never exercised, found %v", err)
+	}
+	if strings.Contains(err.Error(), "kill-one:") {
+		t.Fatalf("kill-one took effect and was healed, yet Run names it: %v", err)
+	}
+	o := r.Outcomes()
+	if o["isolate-one"].TookEffect != 0 || o["isolate-one"].Invoked != 2 || o["kill-one"].Healed != 1 {
+		t.Fatalf("outcomes %+v", o)
+	}
+	ops := readHistory(t, rec, path)
+	res := checker.Faults(ops, s.Requested())
+	if res.Valid != checker.Unknown || !strings.Contains(res.Summary, "isolate-one never took effect") {
+		t.Fatalf("faults checker: expected unknown naming isolate-one, found %s: %s", res.Valid, res.Summary)
+	}
+}
+
+func TestRecordedMatchesWhatTheRunnerRecords(t *testing.T) {
+	ctx := context.Background()
+	for _, k := range Kinds() {
+		if k.MinNodes > 3 {
+			continue
+		}
+		t.Run(k.Name, func(t *testing.T) {
+			f := newFake(t, 3)
+			rec, path := newRecorder(t)
+			r := NewRunner(f, rec, nil)
+			st := Step{Kind: k.Name, Link: genConfig().withDefaults().linkSpec(k.Name)}
+			if k.pick != nil {
+				st.Targets = k.pick(rand.New(rand.NewPCG(1, 2)), f.Names())
+			}
+			must(t, r.Inject(ctx, st))
+			must(t, r.HealAll(ctx))
+			res := checker.Faults(readHistory(t, rec, path), []checker.FaultKind{k.Recorded()})
+			if res.Valid != checker.Valid {
+				t.Fatalf("%s: expected the checker to find it took effect and was healed, found %s: %s", k.Name, res.Valid, res.Summary)
+			}
+		})
 	}
 }

@@ -52,7 +52,7 @@ func (r *Run) WriteReport(rr RunResults) error {
 	if rep.NodeFiles, err = r.NodeFiles(); err != nil {
 		rep.Problems = append(rep.Problems, err.Error())
 	}
-	for _, name := range []string{HistoryFile, ResultsFile, ConfigFile, SeedFile, ScheduleFile, LagFile, DigestsFile} {
+	for _, name := range []string{HistoryFile, ResultsFile, ConfigFile, SeedFile, ScheduleFile, LagFile, DigestsFile, NodesFile} {
 		if _, err := os.Stat(r.Path(name)); err == nil {
 			rep.Files = append(rep.Files, name)
 		}
@@ -87,6 +87,8 @@ type checkerView struct {
 	Conv    *checker.ConvergenceDetails
 	Lag     *checker.LagDetails
 	Stats   *checker.StatsDetails
+	Nodes   *checker.NodesDetails
+	Faults  *checker.FaultsDetails
 	Raw     string
 }
 
@@ -192,6 +194,14 @@ func buildPage(rep Report) page {
 		case "stats":
 			if d, ok := detailsAs[checker.StatsDetails](r); ok {
 				cv.Stats, raw = &d, d
+			}
+		case "nodes":
+			if d, ok := detailsAs[checker.NodesDetails](r); ok {
+				cv.Nodes, raw = &d, d
+			}
+		case "faults":
+			if d, ok := detailsAs[checker.FaultsDetails](r); ok {
+				cv.Faults, raw = &d, d
 			}
 		}
 		if raw != nil {
@@ -383,6 +393,8 @@ details summary { cursor: pointer; color: #495057; }
 {{with .Conv}}{{template "convergence" .}}{{end}}
 {{with .Lag}}{{template "lag" .}}{{end}}
 {{with .Stats}}{{template "stats" .}}{{end}}
+{{with .Nodes}}{{template "nodes" .}}{{end}}
+{{with .Faults}}{{template "faults" .}}{{end}}
 {{if .Raw}}<details><summary>all details (JSON)</summary><pre>{{.Raw}}</pre></details>{{end}}
 </div>
 {{end}}
@@ -401,7 +413,8 @@ details summary { cursor: pointer; color: #495057; }
 </body>
 </html>
 {{define "ledger"}}<table>
-<tr><th>audited nodes</th><td>{{join .Nodes}}{{if .Unaudited}} (not audited: {{join .Unaudited}}){{end}}</td></tr>
+<tr><th>audited nodes</th><td>{{join .Nodes}}{{if .Removed}} (removed for good, not audited: {{join .Removed}}){{end}}</td></tr>
+{{range .Missing}}<tr><th>not audited</th><td class="bad">{{.Node}}{{if .Crashed}} crashed{{end}}: {{.Reason}}</td></tr>{{end}}
 <tr><th>write ops</th><td>{{outcomes .Outcomes}}</td></tr>
 <tr><th>event ids</th><td>{{.IDs}} sent, {{.Acked}} acknowledged</td></tr>
 <tr><th>lost</th><td{{if .Lost.Count}} class="bad"{{end}}>{{.Lost.Count}}</td></tr>
@@ -437,7 +450,9 @@ details summary { cursor: pointer; color: #495057; }
 {{range .Keys}}{{if ne .Result "ok"}}<tr><td>{{.Key}}</td><td>{{.Ops}}</td><td{{if eq .Result "illegal"}} class="bad"{{end}}>{{.Result}}{{if .Error}} ({{.Error}}){{end}}</td><td>{{if .Visualization}}<a href="{{.Visualization}}">{{.Visualization}}</a>{{end}}</td></tr>{{end}}{{end}}</table>{{end}}
 {{end}}
 {{define "convergence"}}<table><tr><th>node</th><th>applied index</th><th>digest</th></tr>
-{{$nodes := .Nodes}}{{range digestRows .Nodes}}{{$d := index $nodes .}}<tr><td>{{.}}</td><td>{{$d.AppliedIndex}}</td><td class="mono">{{$d.Digest}}</td></tr>{{end}}</table>
+{{$nodes := .Nodes}}{{range digestRows .Nodes}}{{$d := index $nodes .}}<tr><td>{{.}}</td><td>{{$d.AppliedIndex}}</td><td class="mono">{{$d.Digest}}</td></tr>{{end}}
+{{range .Missing}}<tr><td>{{.Node}}</td><td colspan="2" class="bad">no digest{{if .Crashed}} (crashed){{end}}: {{.Reason}}</td></tr>{{end}}
+{{range .Removed}}<tr><td>{{.}}</td><td colspan="2">removed for good, not compared</td></tr>{{end}}</table>
 {{end}}
 {{define "lag"}}<p>SLO: each follower's p99 lag outside fault windows ≤ {{.SLO.P99}}; catch-up after a heal ≤ {{.SLO.CatchUp}}.</p>
 {{range .Violations}}<div class="problem">{{.}}</div>{{end}}
@@ -450,6 +465,23 @@ details summary { cursor: pointer; color: #495057; }
 {{if .Windows}}<h3>Lag during each fault</h3><table><tr><th>fault</th><th>follower</th><th class="num">p99</th><th class="num">max</th><th class="num">max entries</th></tr>
 {{range .Windows}}{{$w := .Window}}{{$f := .Followers}}{{range windowFollowers .Followers}}{{$s := index $f .}}<tr><td>{{$w.Label}} {{t $w.Start}}..{{t $w.End}}</td><td>{{.}}</td><td class="num">{{ms $s.P99Ms}}</td><td class="num">{{ms $s.MaxMs}}</td><td class="num">{{$s.MaxEntries}}</td></tr>
 {{end}}{{end}}</table>{{end}}
+{{end}}
+{{define "nodes"}}{{if .Crashes}}<h3 id="crashed-nodes">Crashed nodes</h3>
+{{range .Crashes}}<div class="problem"><b>{{.Node}}</b> {{.Reason}}{{if ge .Time 0}} at {{t .Time}}{{end}}{{if .PID}} (pid {{.PID}}){{end}}{{with .Status}}; exit: <span class="mono">{{.Text}}</span>{{if ge .Code 0}}, code {{.Code}}{{end}}{{if .Signal}}, signal {{.Signal}}{{end}}{{end}}{{if .Panic}}; <span class="bad">panicked</span>{{end}}
+{{range .Logs}}<details open><summary>last lines of <a href="{{.Path}}">{{.Path}}</a></summary><pre>{{range .Lines}}{{.}}
+{{end}}</pre></details>{{end}}</div>
+{{end}}{{end}}
+<p>{{.Exits}} process exits, {{.Expected}} asked for by the harness or by a member removal.</p>
+{{if .Final}}<table><tr><th>node after the final heal</th><th>harness state</th><th>process</th><th>serving</th></tr>
+{{range .Final}}<tr><td>{{.Node}}</td><td>{{.State}}</td><td>{{if .Alive}}alive{{else}}exited{{end}}</td><td>{{if .Serving}}yes{{else if eq .State "removed"}}removed for good{{else}}<span class="bad">no</span>{{if .Error}}: {{.Error}}{{end}}{{end}}</td></tr>
+{{end}}</table>{{end}}
+{{end}}
+{{define "faults"}}<table><tr><th>requested kind</th><th class="num">invoked</th><th class="num">took effect</th><th class="num">healed</th><th class="num">failed</th><th class="num">unconfirmed</th><th>first error</th></tr>
+{{range .Kinds}}<tr><td>{{.Name}}</td><td class="num">{{.Invoked}}</td><td class="num{{if not .TookEffect}} bad{{end}}">{{.TookEffect}}</td><td class="num{{if not .Healed}} bad{{end}}">{{.Healed}}</td><td class="num">{{.Failed}}</td><td class="num">{{.Unconfirmed}}</td><td>{{if .Errors}}{{index .Errors 0}}{{end}}</td></tr>
+{{end}}</table>
+{{if .FailedHeals}}<h3>Heals that did not take effect</h3><table><tr><th>heal</th><th>invoked</th><th>outcome</th><th>error</th></tr>
+{{range .FailedHeals}}<tr><td>{{.F}}</td><td>{{t .Time}}</td><td class="bad">{{.Outcome}}</td><td>{{.Error}}</td></tr>{{end}}</table>{{end}}
+{{if .Unhealed}}<h3>Faults possibly still in effect at the end</h3><ul>{{range .Unhealed}}<li>{{.}}</li>{{end}}</ul>{{end}}
 {{end}}
 {{define "stats"}}<table><tr><th>operation</th><th class="num">ok</th><th class="num">fail</th><th class="num">info</th><th class="num">never completed</th></tr>
 {{$byF := .ByF}}{{range sortedF .ByF}}{{$o := index $byF .}}<tr><td>{{.}}</td><td class="num">{{$o.OK}}</td><td class="num">{{$o.Fail}}</td><td class="num">{{$o.Info}}</td><td class="num">{{$o.Pending}}</td></tr>{{end}}

@@ -15,6 +15,8 @@
 //	    schedule.json        the fault schedule
 //	    lag.jsonl            /cluster/status samples, one a line
 //	    digests.json         /v1/audit/digest of every node after heal
+//	    nodes.json           every node process exit (status, log tail), each
+//	                         node after the final heal, unreadable audits
 //	    audits/<node>.ndjson /v1/audit/events of every node after heal
 //	    nodes/<node>/        node logs and process stats (the cluster writes)
 //	    linearizable/        porcupine visualizations of illegal keys
@@ -61,6 +63,7 @@ const (
 	ScheduleFile  = "schedule.json"
 	LagFile       = "lag.jsonl"
 	DigestsFile   = "digests.json"
+	NodesFile     = "nodes.json"
 	auditsDir     = "audits"
 	nodesDir      = "nodes"
 	linearizeDir  = "linearizable"
@@ -315,6 +318,21 @@ func (r *Run) ReadDigests() (map[string]checker.DigestSample, error) {
 	var d map[string]checker.DigestSample
 	err := r.readJSON(DigestsFile, &d)
 	return d, err
+}
+
+// WriteNodeEvidence stores what the runner saw of the node processes
+// (nodes.json): their exits, their state after the final heal, and why
+// an audit or digest could not be read.
+func (r *Run) WriteNodeEvidence(ev checker.NodeEvidence) error {
+	return r.writeJSON(NodesFile, ev)
+}
+
+// ReadNodeEvidence reads nodes.json. A run stored before exit tracking
+// has none, and the error says so: the nodes checker is then unknown.
+func (r *Run) ReadNodeEvidence() (checker.NodeEvidence, error) {
+	var ev checker.NodeEvidence
+	err := r.readJSON(NodesFile, &ev)
+	return ev, err
 }
 
 // WriteAudit stores a node's /v1/audit/events body as read from body

@@ -59,6 +59,14 @@ func Summary(w io.Writer, res checker.Results, run *Run) error {
 			if d, ok := detailsAs[checker.LagDetails](r); ok {
 				sw.lag(d)
 			}
+		case "nodes":
+			if d, ok := detailsAs[checker.NodesDetails](r); ok {
+				sw.nodes(d)
+			}
+		case "faults":
+			if d, ok := detailsAs[checker.FaultsDetails](r); ok {
+				sw.faultKinds(d)
+			}
 		}
 	}
 	if r, ok := resultNamed(res.Results, "stats"); ok {
@@ -144,6 +152,48 @@ func (s *summaryWriter) ledger(d checker.LedgerDetails) {
 		for _, e := range first(d.Unexp.Examples) {
 			s.line("  %s  index %d on %s", e.ID, e.Index, strings.Join(e.Nodes, ","))
 		}
+	}
+}
+
+// summaryLogLines is how many log lines of a crashed node the summary
+// quotes; results.json and report.html hold more.
+const summaryLogLines = 8
+
+func (s *summaryWriter) nodes(d checker.NodesDetails) {
+	for _, c := range first(d.Crashes) {
+		line := "crashed: " + c.Node + " " + c.Reason
+		if c.Time >= 0 {
+			line += " at " + history.FormatTime(c.Time)
+		}
+		if c.PID != 0 {
+			line += fmt.Sprintf(" (pid %d)", c.PID)
+		}
+		s.line("%s", line)
+		for _, l := range c.Logs {
+			lines := l.Lines[max(0, len(l.Lines)-summaryLogLines):]
+			s.line("  last %d lines of %s:", len(lines), l.Path)
+			for _, ln := range lines {
+				s.line("    %s", ln)
+			}
+		}
+	}
+	if len(d.Crashes) > summaryExamples {
+		s.line("  (%d crashes in all; see results.json)", len(d.Crashes))
+	}
+}
+
+func (s *summaryWriter) faultKinds(d checker.FaultsDetails) {
+	parts := make([]string, 0, len(d.Kinds))
+	for _, o := range d.Kinds {
+		p := fmt.Sprintf("%s %d invoked/%d took effect/%d healed", o.Name, o.Invoked, o.TookEffect, o.Healed)
+		if !o.Cycled() && len(o.Errors) > 0 {
+			p += " (first error: " + o.Errors[0] + ")"
+		}
+		parts = append(parts, p)
+	}
+	s.line("fault kinds: %s", strings.Join(parts, "; "))
+	for _, h := range first(d.FailedHeals) {
+		s.line("  heal not confirmed: %s at %s ended %s: %s", h.F, history.FormatTime(h.Time), h.Outcome, h.Error)
 	}
 }
 

@@ -146,6 +146,15 @@ type Options struct {
 	Progress io.Writer // progress lines and the summary; nil = discard
 	Logger   *slog.Logger
 	Schedule *nemesis.Schedule
+
+	// Backend, when set, wraps the backend that starts the node
+	// processes. It is for tests of the harness itself: a wrapper sees
+	// every handle, so a test can kill a node behind the harness's back.
+	Backend func(cluster.Backend) cluster.Backend
+	// Nemesis, when set, wraps what the nemesis acts on. It is for tests
+	// of the harness itself, e.g. a relay mesh whose control endpoint is
+	// unreachable, so that no fault can take effect.
+	Nemesis func(nemesis.Cluster) nemesis.Cluster
 }
 
 // Run runs one chaos test. The error is for runs that could not be carried
@@ -188,17 +197,24 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 	if killed, _ := reg.Reap(); len(killed) > 0 {
 		fmt.Fprintf(out, "  reaped leftovers of an earlier run: %s\n", strings.Join(killed, ", "))
 	}
-	backend, err := process.NewBackend(bin, reg)
+	procs, err := process.NewBackend(bin, reg)
 	if err != nil {
 		return nil, err
 	}
+	var backend cluster.Backend = procs
+	if opts.Backend != nil {
+		backend = opts.Backend(backend)
+	}
+	// Every process exit is recorded from here on, with whether the
+	// harness asked for it: the nodes checker's evidence.
+	watch := newExitWatch(backend)
 	relayBin := cfg.RelayBinary
 	if relayBin != "" {
 		if relayBin, err = filepath.Abs(relayBin); err != nil {
 			return nil, err
 		}
 	}
-	c, err := cluster.New(cluster.Config{Nodes: cfg.Nodes, Backend: backend, Dir: run.NodesDir(), Flags: cfg.ServerFlags, Logger: log, RelayBinary: relayBin})
+	c, err := cluster.New(cluster.Config{Nodes: cfg.Nodes, Backend: watch, Dir: run.NodesDir(), Flags: cfg.ServerFlags, Logger: log, RelayBinary: relayBin})
 	if err != nil {
 		return nil, err
 	}
@@ -263,7 +279,11 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 		stopSampler()
 		return nil, err
 	}
-	nem := nemesis.NewRunner(nemesis.Live(c), rec, log)
+	var target nemesis.Cluster = nemesis.Live(c)
+	if opts.Nemesis != nil {
+		target = opts.Nemesis(target)
+	}
+	nem := nemesis.NewRunner(target, rec, log)
 
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
@@ -307,15 +327,30 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 	time.Sleep(2 * cfg.SampleInterval.D())
 	stopSampler()
 
-	collect(ctx, c, run, out)
+	// Every node that was not removed for good must be running and
+	// serving now; then read what each holds. Both go to nodes.json.
+	ev := checker.NodeEvidence{Nodes: c.Names()}
+	ev.Final = probeNodes(context.WithoutCancel(ctx), c, watch, run.Dir())
+	collect(context.WithoutCancel(ctx), c, watch.alive, run, out, &ev)
+	ev.Exits = watch.recorded(rec.Start(), run.Dir())
+	if err := run.WriteNodeEvidence(ev); err != nil {
+		fmt.Fprintf(out, "  warning: nodes.json: %v\n", err)
+	}
 	if err := rec.Close(); err != nil {
 		return nil, fmt.Errorf("history: %w", err)
 	}
 	if workErr != nil && !errors.Is(workErr, context.Canceled) {
 		fmt.Fprintf(out, "  workload ended with: %v\n", workErr)
 	}
-	if nemErr != nil && !errors.Is(nemErr, context.Canceled) {
-		fmt.Fprintf(out, "  nemesis ended with: %v\n", nemErr)
+	if nemErr != nil && (!errors.Is(nemErr, context.Canceled) || errors.Is(nemErr, nemesis.ErrNotExercised)) {
+		fmt.Fprintf(out, "  nemesis ended with: %s\n", strings.ReplaceAll(nemErr.Error(), "\n", "\n    "))
+	}
+	if outcomes := nem.Outcomes(); len(outcomes) > 0 {
+		for _, kind := range schedule.Kinds() {
+			o := outcomes[kind]
+			o.Kind = kind
+			fmt.Fprintf(out, "  nemesis %s\n", o)
+		}
 	}
 
 	res, err := Analyze(run, cfg)
@@ -325,22 +360,98 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 	return &Outcome{Run: run, Results: res}, nil
 }
 
-// collect saves each running node's audit, digest and metrics into the
-// store. A node that cannot answer is noted; the ledger checker then
-// reports it as unaudited rather than guessing.
-func collect(ctx context.Context, c *cluster.Cluster, run *report.Run, out io.Writer) {
-	digests := map[string]checker.DigestSample{}
-	hc := &http.Client{Timeout: 60 * time.Second}
-	for _, n := range c.Nodes() {
-		if c.State(n.Name) != cluster.Running {
+// serveWait bounds how long, after the final heal and quiesce, a node may
+// take to answer /cluster/status before it counts as not serving.
+const serveWait = 30 * time.Second
+
+// probeNodes records every node as it is after the final heal: what the
+// harness last did to it, whether its process is alive, and whether it
+// answers /cluster/status (retried for up to serveWait: a node restarted
+// by the heal may still be replaying its log).
+func probeNodes(ctx context.Context, c *cluster.Cluster, watch *exitWatch, dir string) []checker.NodeFinal {
+	var out []checker.NodeFinal
+	for _, n := range c.Names() {
+		st := c.State(n)
+		f := checker.NodeFinal{Node: n, State: string(st), Alive: watch.alive(n)}
+		if st == cluster.Removed {
+			f.State = checker.NodeRemoved
+			out = append(out, f)
 			continue
 		}
-		if err := fetchTo(ctx, hc, "http://"+n.ClientAddr+"/v1/audit/events", func(r io.Reader) error { return run.WriteAudit(n.Name, r) }); err != nil {
+		if st == cluster.Running && f.Alive {
+			deadline := time.Now().Add(serveWait)
+			for {
+				_, err := c.Status(ctx, n)
+				if err == nil {
+					f.Serving, f.Error = true, ""
+					break
+				}
+				f.Error = fmt.Sprintf("GET /cluster/status: %v", err)
+				if time.Now().After(deadline) || !watch.alive(n) {
+					break
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(250 * time.Millisecond):
+				}
+				if ctx.Err() != nil {
+					break
+				}
+			}
+			f.Alive = watch.alive(n)
+		} else if !f.Alive {
+			f.Error = "its process is not running"
+		} else {
+			f.Error = "the final heal left it " + string(st)
+		}
+		if !f.Serving {
+			f.Logs = relativeLogs(watch.tails(n), dir)
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// auditAttempts is how many times collect asks a node for its audit or
+// digest before it records the node's as unreadable.
+const auditAttempts = 3
+
+// collect saves each node's audit, digest and metrics into the store.
+// Nodes removed for good are skipped; for every other node whose audit or
+// digest cannot be read (not running, timeout, 5xx, a stream cut short)
+// the reason goes into ev, and the checkers then say unknown (or false,
+// for a crashed node) rather than judge the others alone.
+func collect(ctx context.Context, c *cluster.Cluster, alive func(string) bool, run *report.Run, out io.Writer, ev *checker.NodeEvidence) {
+	digests := map[string]checker.DigestSample{}
+	ev.AuditErrors, ev.DigestErrors = map[string]string{}, map[string]string{}
+	hc := &http.Client{Timeout: 60 * time.Second}
+	for _, n := range c.Nodes() {
+		st := c.State(n.Name)
+		if st == cluster.Removed {
+			continue
+		}
+		if st != cluster.Running || !alive(n.Name) {
+			why := fmt.Sprintf("not running after the final heal (harness state %s, process alive %t)", st, alive(n.Name))
+			ev.AuditErrors[n.Name], ev.DigestErrors[n.Name] = why, why
+			fmt.Fprintf(out, "  warning: no audit or digest of %s: %s\n", n.Name, why)
+			continue
+		}
+		err := retry(ctx, func() error {
+			return fetchTo(ctx, hc, "http://"+n.ClientAddr+"/v1/audit/events", func(r io.Reader) error { return run.WriteAudit(n.Name, r) })
+		})
+		if err != nil {
+			ev.AuditErrors[n.Name] = err.Error()
 			fmt.Fprintf(out, "  warning: audit of %s: %v\n", n.Name, err)
 		}
-		if d, err := c.AdminClient(n.Name).Digest(ctx); err == nil {
-			digests[n.Name] = checker.DigestSample{AppliedIndex: d.AppliedIndex, Digest: d.Digest}
-		} else {
+		err = retry(ctx, func() error {
+			d, err := c.AdminClient(n.Name).Digest(ctx)
+			if err == nil {
+				digests[n.Name] = checker.DigestSample{AppliedIndex: d.AppliedIndex, Digest: d.Digest}
+			}
+			return err
+		})
+		if err != nil {
+			ev.DigestErrors[n.Name] = fmt.Sprintf("GET /v1/audit/digest: %v", err)
 			fmt.Fprintf(out, "  warning: digest of %s: %v\n", n.Name, err)
 		}
 		fetchTo(ctx, hc, "http://"+n.ClientAddr+"/metrics", func(r io.Reader) error {
@@ -358,6 +469,23 @@ func collect(ctx context.Context, c *cluster.Cluster, run *report.Run, out io.Wr
 	}
 }
 
+// retry runs fn up to auditAttempts times, a second apart, and returns
+// its last error.
+func retry(ctx context.Context, fn func() error) error {
+	var err error
+	for i := 0; i < auditAttempts; i++ {
+		if err = fn(); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Second):
+		}
+	}
+	return err
+}
+
 func fetchTo(ctx context.Context, hc *http.Client, url string, fn func(io.Reader) error) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -371,7 +499,10 @@ func fetchTo(ctx context.Context, hc *http.Client, url string, fn func(io.Reader
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
-	return fn(resp.Body)
+	if err := fn(resp.Body); err != nil {
+		return fmt.Errorf("GET %s: reading the body: %w", url, err)
+	}
+	return nil
 }
 
 // Analyze runs every checker over what a run stored and writes
@@ -385,17 +516,37 @@ func Analyze(run *report.Run, cfg Config) (checker.Results, error) {
 	var rs []checker.Result
 	rs = append(rs, checker.Stats(ops))
 
+	// Which nodes crashed, and which were removed for good: only the
+	// latter may be left out of the ledger and the digests.
+	ev, evErr := run.ReadNodeEvidence()
+	all := ev.Nodes
+	if len(all) == 0 {
+		all = nodeNames(cfg.Nodes)
+	}
+	var crashed []string
+	if evErr != nil {
+		rs = append(rs, checker.Result{Name: "nodes", Valid: checker.Unknown,
+			Summary: "no record of the node processes (nodes.json unreadable), so a crash could not have been seen: " + evErr.Error()})
+	} else {
+		nodes := checker.Nodes(ops, ev)
+		if d, ok := nodes.Details.(checker.NodesDetails); ok {
+			crashed = d.Crashed
+		}
+		rs = append(rs, nodes)
+	}
+	auditCov := checker.Coverage{Nodes: all, Removed: ev.RemovedNodes(), Crashed: crashed, Why: ev.AuditErrors}
+	digestCov := auditCov
+	digestCov.Why = ev.DigestErrors
+
+	if faults, ok := faultsResult(run, cfg, ops); ok {
+		rs = append(rs, faults)
+	}
+
 	digests, digestErr := run.ReadDigests()
 	audits, err := run.ReadAudits()
 	if err != nil {
 		rs = append(rs, checker.Result{Name: "ledger", Valid: checker.Unknown, Summary: "audits unreadable: " + err.Error()})
 	} else {
-		var down []string
-		for _, n := range nodeNames(cfg.Nodes) {
-			if _, ok := audits[n]; !ok {
-				down = append(down, n)
-			}
-		}
 		var applied map[string]uint64
 		if digestErr == nil {
 			applied = map[string]uint64{}
@@ -403,7 +554,7 @@ func Analyze(run *report.Run, cfg Config) (checker.Results, error) {
 				applied[n] = d.AppliedIndex
 			}
 		}
-		rs = append(rs, checker.LedgerAt(ops, audits, applied, down))
+		rs = append(rs, checker.LedgerCovering(ops, audits, applied, auditCov))
 	}
 	kind := cfg.Workload.Kind
 	if kind == workload.Counter || kind == workload.Mixed {
@@ -415,7 +566,7 @@ func Analyze(run *report.Run, cfg Config) (checker.Results, error) {
 		rs = append(rs, checker.Embeddings(ops, nodeNames(cfg.Nodes)))
 	}
 	if digestErr == nil {
-		rs = append(rs, checker.Convergence(digests))
+		rs = append(rs, checker.ConvergenceCovering(digests, digestCov))
 	} else {
 		rs = append(rs, checker.Result{Name: "convergence", Valid: checker.Unknown, Summary: "digests unreadable: " + digestErr.Error()})
 	}
@@ -439,6 +590,27 @@ func Analyze(run *report.Run, cfg Config) (checker.Results, error) {
 		return res, fmt.Errorf("report.html: %w", err)
 	}
 	return res, nil
+}
+
+// faultsResult judges whether the faults the run asked for happened
+// (checker.Faults), for a run that asked for any: its schedule.json, or
+// the nemesis of its configuration when the schedule is unreadable.
+func faultsResult(run *report.Run, cfg Config, ops []history.Op) (checker.Result, bool) {
+	var schedule nemesis.Schedule
+	err := run.ReadSchedule(&schedule)
+	switch {
+	case err != nil && len(cfg.Nemesis) > 0:
+		return checker.Result{Name: "faults", Valid: checker.Unknown, Summary: "the run asked for faults " + strings.Join(cfg.Nemesis, ",") +
+			" but its schedule is unreadable: " + err.Error()}, true
+	case err != nil:
+		return checker.Result{}, false
+	case len(schedule.Steps) == 0 && len(cfg.Nemesis) > 0:
+		return checker.Result{Name: "faults", Valid: checker.Unknown, Summary: "the run asked for faults " + strings.Join(cfg.Nemesis, ",") +
+			" but its schedule holds none (the run may be shorter than one fault interval)"}, true
+	case len(schedule.Steps) == 0:
+		return checker.Result{}, false
+	}
+	return checker.Faults(ops, schedule.Requested()), true
 }
 
 func nodeNames(n int) []string {

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/tidaldb/tidal/harness/checker"
+	"github.com/tidaldb/tidal/harness/nemesis"
 	"github.com/tidaldb/tidal/harness/report"
 	"github.com/tidaldb/tidal/harness/runner"
 	"github.com/tidaldb/tidal/harness/workload"
@@ -28,7 +30,7 @@ func storeRoot() string {
 // chaosRun runs one test and expects no checker to find an anomaly. A
 // verdict of "unknown" fails too unless allowUnknown names the checkers
 // that may be unknown (e.g. lag when a fault keeps a node down to the end).
-func chaosRun(ctx context.Context, cfg runner.Config) (*runner.Outcome, string) {
+func chaosRun(ctx context.Context, cfg runner.Config, opts ...func(*runner.Options)) (*runner.Outcome, string) {
 	cfg.ServerBin = bins.TidalServer
 	cfg.Store = storeRoot()
 	if cfg.Duration == 0 {
@@ -36,7 +38,11 @@ func chaosRun(ctx context.Context, cfg runner.Config) (*runner.Outcome, string) 
 	}
 	cfg.ServerFlags = append(cfg.ServerFlags, fixture.FastFlags...)
 	var out bytes.Buffer
-	o, err := runner.Run(ctx, cfg, runner.Options{Progress: GinkgoWriter})
+	options := runner.Options{Progress: GinkgoWriter}
+	for _, o := range opts {
+		o(&options)
+	}
+	o, err := runner.Run(ctx, cfg, options)
 	Expect(err).NotTo(HaveOccurred())
 	report.Summary(&out, o.Results, o.Run)
 	GinkgoWriter.Println(out.String())
@@ -51,15 +57,56 @@ func chaosRun(ctx context.Context, cfg runner.Config) (*runner.Outcome, string) 
 }
 
 func expectValid(o *runner.Outcome, summary string, mayBeUnknown ...string) {
+	problems := verdictProblems(o, mayBeUnknown...)
+	Expect(problems).To(BeEmpty(), "%s", summary)
+}
+
+// verdictProblems lists the checkers that keep a run from passing: any
+// that is not true, unless it is unknown and named in mayBeUnknown.
+func verdictProblems(o *runner.Outcome, mayBeUnknown ...string) []string {
+	var problems []string
 	for _, r := range o.Results.Results {
-		if r.Valid == checker.Valid {
+		if r.Valid == checker.Valid || r.Valid == checker.Unknown && slices.Contains(mayBeUnknown, r.Name) {
 			continue
 		}
-		allowed := false
-		for _, name := range mayBeUnknown {
-			allowed = allowed || (r.Valid == checker.Unknown && r.Name == name)
+		problems = append(problems, fmt.Sprintf("checker %s: %s: %s", r.Name, r.Valid, r.Summary))
+	}
+	if len(o.Results.Results) == 0 {
+		problems = append(problems, "no checker ran")
+	}
+	return problems
+}
+
+// resultNamed returns the run's result of checker name.
+func resultNamed(o *runner.Outcome, name string) checker.Result {
+	for _, r := range o.Results.Results {
+		if r.Name == name {
+			return r
 		}
-		Expect(allowed).To(BeTrue(), "checker %s: %s\n%s", r.Name, r.Summary, summary)
+	}
+	Fail(fmt.Sprintf("no %s checker among the results of %s", name, o.Run.Dir()))
+	return checker.Result{}
+}
+
+// expectFaultsHappened checks, per fault kind the run's schedule asked
+// for, that at least one fault of it took effect and was healed: a run
+// whose faults never happened proves nothing about surviving them.
+func expectFaultsHappened(o *runner.Outcome) {
+	var schedule nemesis.Schedule
+	Expect(o.Run.ReadSchedule(&schedule)).To(Succeed())
+	Expect(schedule.Steps).NotTo(BeEmpty(), "the run scheduled no fault")
+	r := resultNamed(o, "faults")
+	d, ok := r.Details.(checker.FaultsDetails)
+	Expect(ok).To(BeTrue(), "faults details are %T", r.Details)
+	happened := map[string]checker.FaultKindOutcome{}
+	for _, k := range d.Kinds {
+		happened[k.Name] = k
+	}
+	for _, kind := range schedule.Kinds() {
+		Expect(happened).To(HaveKey(kind))
+		k := happened[kind]
+		Expect(k.TookEffect).To(BeNumerically(">=", 1), "%s never took effect: %+v", kind, k)
+		Expect(k.Healed).To(BeNumerically(">=", 1), "%s never healed: %+v", kind, k)
 	}
 }
 
@@ -94,6 +141,7 @@ var _ = Describe("under faults, no acknowledged write is lost or applied twice",
 				Nemesis: sc.nemesis, Interval: runner.Duration(6 * time.Second), FaultDuration: runner.Duration(3 * time.Second),
 				Duration: runner.Duration(sc.duration), Workload: workload.Config{Kind: sc.workload, Concurrency: sc.conc}})
 			expectValid(o, s)
+			expectFaultsHappened(o)
 			if sc.workload == workload.Counter || sc.workload == workload.Mixed {
 				names := map[string]bool{}
 				for _, r := range o.Results.Results {
@@ -111,6 +159,7 @@ var _ = Describe("under faults, no acknowledged write is lost or applied twice",
 			Nemesis:     []string{"isolate-leader", "kill-one"}, Interval: runner.Duration(4 * time.Second), FaultDuration: runner.Duration(2 * time.Second),
 			Workload: workload.Config{Kind: workload.Ledger, Concurrency: 8}})
 		expectValid(o, s)
+		expectFaultsHappened(o)
 		// The mesh lived in the relay process, not in this one.
 		relayLog, err := os.ReadFile(filepath.Join(o.Run.NodesDir(), "tcp-relay", "tcp-relay.log"))
 		Expect(err).NotTo(HaveOccurred())
@@ -122,6 +171,7 @@ var _ = Describe("under faults, no acknowledged write is lost or applied twice",
 			Nemesis: []string{"isolate-leader"}, Interval: runner.Duration(4 * time.Second), FaultDuration: runner.Duration(2 * time.Second),
 			Workload: workload.Config{Kind: workload.Ledger, Concurrency: 8}})
 		expectValid(o, s)
+		expectFaultsHappened(o)
 		run, err := report.OpenRun(o.Run.Dir())
 		Expect(err).NotTo(HaveOccurred())
 		var cfg runner.Config

@@ -469,8 +469,10 @@ func (m *Mesh) linkOp(op, from, to string, do func(*relay.Relay) error) (Change,
 }
 
 // Reset heals the partition and removes every fault from every relay of
-// the mesh, client relays included.
-func (m *Mesh) Reset() Change {
+// the mesh, client relays included. In process it cannot fail; the error
+// is there so that a mesh behind a control API (cluster.RemoteNetwork),
+// whose reset can fail, offers the same method.
+func (m *Mesh) Reset() (Change, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, r := range m.Relays() {
@@ -480,7 +482,7 @@ func (m *Mesh) Reset() Change {
 	m.installed = map[link]relay.Direction{}
 	c := Change{At: time.Now(), Op: "reset", Grudge: Grudge{}}
 	m.history = append(m.history, c)
-	return c
+	return c, nil
 }
 
 // Close closes every relay.

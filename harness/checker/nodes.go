@@ -1,0 +1,269 @@
+package checker
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/tidaldb/tidal/harness/history"
+)
+
+// ExitStatus is how a node's process ended (the runner copies it from
+// the process backend).
+type ExitStatus struct {
+	// Code is the exit code; -1 when a signal ended the process.
+	Code int `json:"code"`
+	// Signal names the signal that ended it ("killed"), if one did.
+	Signal string `json:"signal,omitempty"`
+	// Text is the status as os/exec words it: "exit status 2".
+	Text string `json:"text"`
+}
+
+// LogTail is the end of one log file of a node.
+type LogTail struct {
+	Path  string   `json:"path"`
+	Lines []string `json:"lines"`
+}
+
+// ProcessExit is one exit of a node's process during a run.
+type ProcessExit struct {
+	Node string `json:"node"`
+	PID  int    `json:"pid"`
+	// Time is history time (ns since the history began; negative for an
+	// exit before it, while the cluster was coming up).
+	Time int64 `json:"time"`
+	// Requested is true when the harness (the nemesis, or the cluster on
+	// its behalf) asked for this exit — a kill or a stop — while the
+	// process was still running.
+	Requested bool       `json:"requested"`
+	Status    ExitStatus `json:"status"`
+	Logs      []LogTail  `json:"logs,omitempty"`
+}
+
+// NodeFinal is one node as the runner found it after the final heal.
+type NodeFinal struct {
+	Node string `json:"node"`
+	// State is what the harness last did to it: running, killed, paused,
+	// stopped, or removed (from the membership, for good).
+	State string `json:"state"`
+	// Alive: its process had not exited. Serving: it answered
+	// /cluster/status. Error says why it did not.
+	Alive   bool      `json:"alive"`
+	Serving bool      `json:"serving"`
+	Error   string    `json:"error,omitempty"`
+	Logs    []LogTail `json:"logs,omitempty"`
+}
+
+// Removed is the state of a node removed from the membership for good.
+const NodeRemoved = "removed"
+
+// NodeEvidence is what the runner records about the nodes' processes and
+// what it could read from them after the run (the store's nodes.json).
+type NodeEvidence struct {
+	// Nodes are every node slot of the run.
+	Nodes []string      `json:"nodes"`
+	Exits []ProcessExit `json:"exits"`
+	// Final is every node after the final heal; none when the run never
+	// got that far.
+	Final []NodeFinal `json:"final"`
+	// AuditErrors and DigestErrors say why a node's /v1/audit/events or
+	// /v1/audit/digest could not be read after the run.
+	AuditErrors  map[string]string `json:"audit_errors,omitempty"`
+	DigestErrors map[string]string `json:"digest_errors,omitempty"`
+}
+
+// RemovedNodes are the nodes that were out of the membership, for good,
+// after the final heal: the only ones a checker may leave out.
+func (e NodeEvidence) RemovedNodes() []string {
+	var out []string
+	for _, f := range e.Final {
+		if f.State == NodeRemoved {
+			out = append(out, f.Node)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Crash is a node failure the nodes checker found.
+type Crash struct {
+	Node string `json:"node"`
+	// Reason says what was wrong, e.g. "exited on its own (exit status 2)
+	// with no kill by the harness outstanding".
+	Reason string `json:"reason"`
+	// Time is when the process exited (history time); -1 for a node found
+	// down after the final heal.
+	Time   int64       `json:"time"`
+	PID    int         `json:"pid,omitempty"`
+	Status *ExitStatus `json:"status,omitempty"`
+	Panic  bool        `json:"panic,omitempty"`
+	Logs   []LogTail   `json:"logs,omitempty"`
+}
+
+// NodesDetails is the Details of a Nodes result.
+type NodesDetails struct {
+	Nodes   []string `json:"nodes"`
+	Removed []string `json:"removed,omitempty"`
+	// Crashed are the nodes with at least one crash, sorted.
+	Crashed []string `json:"crashed,omitempty"`
+	Crashes []Crash  `json:"crashes,omitempty"`
+	// Exits counts every process exit; Expected those the harness asked
+	// for or that came with the node's removal from the membership.
+	Exits    int         `json:"exits"`
+	Expected int         `json:"expected_exits"`
+	Final    []NodeFinal `json:"final,omitempty"`
+}
+
+// Nodes checks that no node crashed: every exit of a node's process was
+// asked for by the harness (a nemesis kill or restart, a stop) or came
+// with the removal of its member by the nemesis, and every node not
+// removed for good was running and serving after the final heal.
+//
+// An exit is a crash when the process ended on its own with no kill by
+// the harness outstanding — whatever its code: the server's documented
+// exit codes (removed, fenced) say why it stopped, not that stopping was
+// expected — or when its log holds a Go panic, or when a requested stop
+// ended with a non-zero exit code instead of the signal or a clean exit.
+// Any crash is Invalid. Without a record of the nodes after the final
+// heal the result is Unknown: a crash could not have been seen.
+func Nodes(ops []history.Op, ev NodeEvidence) Result {
+	const name = "nodes"
+	d := NodesDetails{Nodes: slices.Sorted(slices.Values(ev.Nodes)), Removed: ev.RemovedNodes(), Exits: len(ev.Exits), Final: ev.Final}
+	windows, err := FaultWindows(ops)
+	if err != nil {
+		return Result{Name: name, Valid: Unknown, Summary: "cannot derive fault windows to place node exits: " + err.Error(), Details: d}
+	}
+	for _, e := range ev.Exits {
+		panicked := hasPanic(e.Logs)
+		removal := duringRemoval(windows, e.Node, e.Time)
+		requestedEnd := e.Requested && (e.Status.Signal != "" || e.Status.Code == 0)
+		if !panicked && (removal || requestedEnd) {
+			d.Expected++
+			continue
+		}
+		status := e.Status
+		c := Crash{Node: e.Node, Time: e.Time, PID: e.PID, Status: &status, Panic: panicked, Logs: e.Logs}
+		switch {
+		case panicked:
+			c.Reason = fmt.Sprintf("panicked (%s)", e.Status.Text)
+		case e.Requested:
+			c.Reason = fmt.Sprintf("exited with %s while the harness was stopping it (expected a signal or exit status 0)", e.Status.Text)
+		default:
+			c.Reason = fmt.Sprintf("exited on its own (%s) with no kill by the harness outstanding", e.Status.Text)
+		}
+		d.Crashes = append(d.Crashes, c)
+	}
+	final := map[string]NodeFinal{}
+	for _, f := range ev.Final {
+		final[f.Node] = f
+	}
+	exited := map[string]bool{} // nodes whose crash exit already quotes their logs
+	for _, c := range d.Crashes {
+		exited[c.Node] = true
+	}
+	var unchecked []string
+	for _, n := range d.Nodes {
+		f, ok := final[n]
+		logs := f.Logs
+		if exited[n] {
+			logs = nil
+		}
+		switch {
+		case !ok:
+			unchecked = append(unchecked, n)
+		case f.State == NodeRemoved:
+		case !f.Alive || f.State != "running":
+			d.Crashes = append(d.Crashes, Crash{Node: n, Time: -1, Logs: logs,
+				Reason: fmt.Sprintf("not running after the final heal (harness state %s, process alive %t)", f.State, f.Alive)})
+		case !f.Serving:
+			d.Crashes = append(d.Crashes, Crash{Node: n, Time: -1, Logs: logs,
+				Reason: "running but not serving after the final heal: " + f.Error})
+		}
+	}
+	sort.SliceStable(d.Crashes, func(i, j int) bool { return d.Crashes[i].Node < d.Crashes[j].Node })
+	for _, c := range d.Crashes {
+		if !slices.Contains(d.Crashed, c.Node) {
+			d.Crashed = append(d.Crashed, c.Node)
+		}
+	}
+	if len(d.Crashes) > 0 {
+		parts := make([]string, 0, len(d.Crashes))
+		for _, c := range d.Crashes {
+			p := c.Node + " " + c.Reason
+			if c.Time >= 0 {
+				p += " at " + history.FormatTime(c.Time)
+			}
+			if last := lastLogLine(c.Logs); last != "" {
+				p += "; last log line: " + last
+			}
+			parts = append(parts, p)
+		}
+		return Result{Name: name, Valid: Invalid, Details: d, Summary: fmt.Sprintf("%d of %d nodes crashed: %s",
+			len(d.Crashed), len(d.Nodes), strings.Join(parts, "; "))}
+	}
+	if len(d.Nodes) == 0 || len(ev.Final) == 0 {
+		return Result{Name: name, Valid: Unknown, Details: d, Summary: "the nodes were not checked after the final heal; a crash could not have been seen"}
+	}
+	if len(unchecked) > 0 {
+		return Result{Name: name, Valid: Unknown, Details: d, Summary: fmt.Sprintf("%s not checked after the final heal", strings.Join(unchecked, ","))}
+	}
+	s := fmt.Sprintf("no node crashed: %d process exits, all asked for by the harness or by a member removal; every node running and serving after the final heal", d.Exits)
+	if len(d.Removed) > 0 {
+		s += "; removed for good: " + strings.Join(d.Removed, ",")
+	}
+	return Result{Name: name, Valid: Valid, Details: d, Summary: s}
+}
+
+// duringRemoval reports whether history time t falls while the nemesis
+// was removing node's member, or after it removed it for good: a node
+// that leaves the membership may exit on its own.
+func duringRemoval(windows []FaultWindow, node string, t int64) bool {
+	for _, w := range windows {
+		if w.F != history.FRemoveMember || !slices.Contains(w.Targets, node) {
+			continue
+		}
+		end := w.End
+		if !w.Healed {
+			end = math.MaxInt64
+		}
+		if t >= w.Start && t <= end {
+			return true
+		}
+	}
+	return false
+}
+
+// hasPanic reports whether a log tail holds a Go runtime panic or fatal
+// error, which is how a Go program that crashes ends its stderr.
+func hasPanic(logs []LogTail) bool {
+	for _, l := range logs {
+		for _, line := range l.Lines {
+			if strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// lastLogLine is the last line worth quoting in a one-line summary: the
+// panic if there is one, else the last line of the first log.
+func lastLogLine(logs []LogTail) string {
+	for _, l := range logs {
+		for _, line := range l.Lines {
+			if strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ") {
+				return line
+			}
+		}
+	}
+	for _, l := range logs {
+		for i := len(l.Lines) - 1; i >= 0; i-- {
+			if s := strings.TrimSpace(l.Lines[i]); s != "" && !strings.HasPrefix(s, "=== ") {
+				return s
+			}
+		}
+	}
+	return ""
+}
