@@ -11,6 +11,7 @@
 //	    results.json         the verdict and every checker's result
 //	    report.html          plots and verdicts, self-contained
 //	    config.json          the run's CLI configuration, for repro
+//	    owner.json           pid of the process that made the run (see Prune)
 //	    seed                 the seed of the fault schedule, in decimal
 //	    schedule.json        the fault schedule
 //	    lag.jsonl            /cluster/status samples, one a line
@@ -110,6 +111,11 @@ func NewRun(root, test string, now time.Time) (*Run, error) {
 	r := &Run{dir: filepath.Join(testDir, name), test: test, started: now.Truncate(time.Millisecond)}
 	if err := os.Mkdir(r.NodesDir(), 0o755); err != nil {
 		return nil, fmt.Errorf("report: %w", err)
+	}
+	// Written before latest moves here: Prune keeps a run whose owner
+	// is still running.
+	if err := r.writeJSON(OwnerFile, currentOwner()); err != nil {
+		return nil, err
 	}
 	if err := pointLatest(testDir, name); err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/tidaldb/tidal/harness/checker"
+	"github.com/tidaldb/tidal/harness/history"
 	"github.com/tidaldb/tidal/harness/report"
 	"github.com/tidaldb/tidal/harness/runner"
 	"github.com/tidaldb/tidal/harness/workload"
@@ -64,6 +65,20 @@ func plantedRun(ctx context.Context, server, defects string, cfg runner.Config) 
 	return o, out.String(), warned
 }
 
+// ackedWrites counts the writes the run's history records as
+// acknowledged.
+func ackedWrites(o *runner.Outcome) int {
+	ops, err := o.Run.ReadHistory()
+	Expect(err).NotTo(HaveOccurred())
+	n := 0
+	for _, op := range ops {
+		if op.Type == history.OK && op.F == history.FWrite {
+			n++
+		}
+	}
+	return n
+}
+
 // expectCaught asserts the composed verdict is invalid and that the
 // checker named by by is among those that said false.
 func expectCaught(o *runner.Outcome, summary, by string) {
@@ -79,7 +94,10 @@ func expectCaught(o *runner.Outcome, summary, by string) {
 }
 
 var _ = Describe("planted defects are caught by the chaos checkers", Ordered, func() {
-	It("ack-before-commit: an isolated leader's acks that never commit are lost writes (ledger)", func(ctx SpecContext) {
+	// Label smoke: `make test` runs this one (issue 16 item 6), so CI
+	// always sees a checker say false on a real run. It is the quickest
+	// of the planted defects to catch.
+	It("ack-before-commit: an isolated leader's acks that never commit are lost writes (ledger)", Label("smoke"), func(ctx SpecContext) {
 		o, s, warned := plantedRun(ctx, buggyServer, "ack-before-commit", runner.Config{
 			Test: "bug-ack-before-commit", Nodes: 3, Seed: 9101, Duration: runner.Duration(16 * time.Second),
 			Nemesis: []string{"isolate-leader"}, Interval: runner.Duration(4 * time.Second), FaultDuration: runner.Duration(2 * time.Second),
@@ -150,6 +168,9 @@ var _ = Describe("planted defects are caught by the chaos checkers", Ordered, fu
 			Workload: workload.Config{Kind: workload.Ledger, Concurrency: 8, Rate: 200},
 		})
 		Expect(warned).To(BeFalse(), "a normal build should not log %q", warning)
+		// Regression (issue 16 item 5): a valid verdict over no
+		// acknowledged writes would say nothing about the build.
+		Expect(ackedWrites(o)).To(BeNumerically(">", 0), "expected acknowledged writes in the history\n%s", s)
 		Expect(o.Results.Valid).To(Equal(checker.Valid), "a normal build with TIDAL_BUGS set should stay correct\n%s", s)
 	}, SpecTimeout(3*time.Minute))
 })

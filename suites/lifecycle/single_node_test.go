@@ -125,20 +125,41 @@ var _ = Describe("a single node", func() {
 		Expect(rep.OK()).To(BeTrue(), rep.String())
 	}, SpecTimeout(2*time.Minute))
 
-	It("leaves a WAL that `wal verify` accepts after kill -9", func(ctx SpecContext) {
+	It("leaves a WAL that `wal verify` accepts after kill -9, holding every acknowledged write", func(ctx SpecContext) {
 		c, dir := newNode("walverify")
 		w := fixture.NewWriter("wv")
 		cl := c.Client("n1", client.WithRetries(1))
-		load, stop := context.WithTimeout(context.Background(), 2*time.Second)
-		defer stop()
-		w.Run(load, 8, func(int) (string, *client.Client) { return "n1", cl })
+		load, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			w.Run(load, 8, func(int) (string, *client.Client) { return "n1", cl })
+		}()
+		// Regression (issue 16 item 5): this spec used to write for 2s
+		// and never look at what was acked, so an empty WAL passed. Kill
+		// once writes are acknowledged, with more in flight.
+		Eventually(func() int { return len(w.Acked()) }).WithTimeout(60*time.Second).WithPolling(50*time.Millisecond).Should(BeNumerically(">=", 200), "expected writes acknowledged before the kill")
 		Expect(c.Kill("n1")).To(Succeed())
+		stop()
+		<-done
+		GinkgoWriter.Printf("before the kill: %s\n", w.Summary())
 		out, err := exec.Command(bins.TidalServer, "wal", "verify", "--data-dir", filepath.Join(dir, "nodes", "n1", "data")).CombinedOutput()
 		GinkgoWriter.Printf("%s\n", out)
 		// A torn tail after SIGKILL is normal (exit 0 with a note); damage
 		// anywhere else exits 3.
 		Expect(err).NotTo(HaveOccurred(), string(out))
-	}, SpecTimeout(time.Minute))
+
+		// The WAL verify accepted is the one the node restarts from: every
+		// acknowledged write is in it.
+		Expect(c.Start("n1")).To(Succeed())
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		Expect(c.WaitReady(rctx)).To(Succeed())
+		rep, err := w.Check(rctx, "n1", c.AdminClient("n1"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(rep.OK()).To(BeTrue(), rep.String())
+		Expect(rep.Present).To(BeNumerically(">=", len(w.Acked())), rep.String())
+	}, SpecTimeout(2*time.Minute))
 
 	It("refuses bad input with 4xx naming the field and changes nothing", func(ctx SpecContext) {
 		c, _ := newNode("badinput")

@@ -71,6 +71,10 @@ func startLoad(c *cluster.Cluster, w *fixture.Writer, workers int) (stop func())
 // expectAllAcked checks every running node holds every acked write exactly
 // once, then that all nodes agree on the digest at the same index.
 func expectAllAcked(ctx context.Context, c *cluster.Cluster, w *fixture.Writer) {
+	// Regression (issue 16 item 5): "every acked write survived" holds
+	// for no writes and for no nodes; neither may pass for a check.
+	Expect(w.Acked()).NotTo(BeEmpty(), "expected acknowledged writes to check, found none: %s", w.Summary())
+	Expect(c.RunningNames()).NotTo(BeEmpty(), "expected running nodes to audit, found none")
 	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	Expect(c.WaitConverged(wctx)).To(Succeed())

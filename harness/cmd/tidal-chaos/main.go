@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/tidaldb/tidal/buildinfo"
 	"github.com/tidaldb/tidal/harness/checker"
 	"github.com/tidaldb/tidal/harness/nemesis"
 	"github.com/tidaldb/tidal/harness/report"
@@ -54,14 +56,34 @@ that replicas converged, and that replication lag stayed inside its SLO.
 
 Every run leaves a store (store/<test>/<timestamp>/, store/latest points at
 the newest) with history.jsonl, results.json, report.html, the schedule and
-seed, and each node's logs and metrics.
+seed, and each node's logs and metrics. A run ends by pruning the store to
+the newest --keep-runs runs of each test; ` + "`tidal-chaos prune`" + ` does it by hand.
 
 Exit status: 0 valid, 1 invalid (an anomaly was found), 2 unknown or error.`,
+		Version:       buildinfo.Read().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCommand(), newAnalyzeCommand(), newReproCommand(), newFaultsCommand())
+	root.SetVersionTemplate(buildinfo.Line("tidal-chaos") + "\n")
+	root.AddCommand(newRunCommand(), newAnalyzeCommand(), newReproCommand(), newFaultsCommand(), newPruneCommand())
 	return root
+}
+
+// markRequired makes cobra refuse to run cmd without the flag, and says so
+// in --help (cobra enforces required flags but does not show them).
+func markRequired(cmd *cobra.Command, name string) {
+	f := cmd.Flags().Lookup(name)
+	f.Usage += " (required)"
+	if err := cmd.MarkFlagRequired(name); err != nil {
+		panic(err) // a flag name typo in this file
+	}
+}
+
+// defaultKeepRuns is how many runs of each test a run leaves in the store.
+const defaultKeepRuns = 20
+
+func addKeepRunsFlag(cmd *cobra.Command, keep *int) {
+	cmd.Flags().IntVar(keep, "keep-runs", defaultKeepRuns, "after the run, prune the store to the newest `N` runs of each test, as tidal-chaos prune --keep N does (0: prune nothing)")
 }
 
 func newRunCommand() *cobra.Command {
@@ -69,19 +91,29 @@ func newRunCommand() *cobra.Command {
 	var nemesisList, workloadKind, selection string
 	var duration, interval, faultDuration, lagP99, lagCatchUp, linTimeout time.Duration
 	var verbose bool
+	var keepRuns int
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run a chaos test and check it",
-		Example: `  # 3 nodes, ledger writes, partitions and kills for a minute
-  tidal-chaos run --server-bin bin/tidal-server --nemesis partitions,kill-leader --duration 1m
+		Example: `  # 3 nodes, ledger writes, every partition shape and leader kills for a minute
+  tidal-chaos run --server-bin bin/tidal-server --nemesis partition,kill-leader --duration 1m
 
   # counters with linearizable reads under pauses, a fixed seed
   tidal-chaos run --server-bin bin/tidal-server --workload counter --nemesis pause-leader,pause-one --seed 42
 
   # 5 nodes, open-loop at 200 ops/s, every fault kind
-  tidal-chaos run --server-bin bin/tidal-server --nodes 5 --rate 200 --nemesis all`,
+  tidal-chaos run --server-bin bin/tidal-server --nodes 5 --rate 200 --nemesis all
+
+  # no faults: a baseline of the workload alone, keeping every earlier run
+  tidal-chaos run --nemesis none --duration 10s --keep-runs 0`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		// Flags are checked before anything starts, so a typo costs no
+		// cluster start-up (and --help's examples are checked by the same
+		// code, in main_test.go).
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Nodes < 3 || cfg.Nodes%2 == 0 {
+				return fmt.Errorf("--nodes: expected an odd number of at least 3 (3 or 5: an even cluster tolerates no more failures than the odd one below it), found %d", cfg.Nodes)
+			}
 			kind, err := workload.ParseKind(workloadKind)
 			if err != nil {
 				return fmt.Errorf("--workload: %w", err)
@@ -91,22 +123,37 @@ func newRunCommand() *cobra.Command {
 				return fmt.Errorf("--select: %w", err)
 			}
 			cfg.Workload.Kind, cfg.Workload.Select = kind, sel
+			cfg.Nemesis = nil
 			if nemesisList != "" && nemesisList != "none" {
 				if _, err := nemesis.ParseMix(nemesisList, cfg.Nodes); err != nil {
 					return fmt.Errorf("--nemesis: %w", err)
 				}
 				cfg.Nemesis = strings.Split(nemesisList, ",")
 			}
+			if keepRuns < 0 {
+				return fmt.Errorf("--keep-runs: expected a number of runs >= 0 (0: prune nothing), found %d", keepRuns)
+			}
 			cfg.Duration, cfg.Interval, cfg.FaultDuration = runner.Duration(duration), runner.Duration(interval), runner.Duration(faultDuration)
 			cfg.LagP99, cfg.LagCatchUp, cfg.LinearizableTimeout = runner.Duration(lagP99), runner.Duration(lagCatchUp), runner.Duration(linTimeout)
-			return execute(cmd, cfg, nil, verbose)
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkBinary("--server-bin", cfg.ServerBin); err != nil {
+				return err
+			}
+			if cfg.RelayBinary != "" {
+				if err := checkBinary("--relay-bin", cfg.RelayBinary); err != nil {
+					return err
+				}
+			}
+			return execute(cmd, cfg, nil, verbose, keepRuns)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Test, "test", "chaos", "test name: the run store is <store>/<test>/<timestamp>/")
-	f.IntVar(&cfg.Nodes, "nodes", 3, "cluster size (odd: 3 or 5)")
+	f.IntVar(&cfg.Nodes, "nodes", 3, "cluster size: an odd number, at least 3 (3 or 5)")
 	f.StringVar(&workloadKind, "workload", "ledger", "ledger (unique-id writes), counter (adds + linearizable reads), embeddings, or mixed")
-	f.StringVar(&nemesisList, "nemesis", "partition,kill", "fault kinds or groups, comma-separated (see `tidal-chaos faults`); none = no faults")
+	f.StringVar(&nemesisList, "nemesis", "partition,kill", "fault `kinds` or groups, comma-separated (tidal-chaos faults lists them); none = no faults")
 	f.DurationVar(&duration, "duration", 30*time.Second, "how long the workload and the fault schedule run")
 	f.DurationVar(&interval, "interval", 8*time.Second, "mean gap between fault starts")
 	f.DurationVar(&faultDuration, "fault-duration", 4*time.Second, "how long each fault lasts before its heal")
@@ -122,11 +169,26 @@ func newRunCommand() *cobra.Command {
 	f.DurationVar(&lagCatchUp, "slo-catch-up", 10*time.Second, "lag SLO: catch-up time after each heal")
 	f.DurationVar(&linTimeout, "linearizable-timeout", time.Minute, "give up on the linearizability search after this long (verdict unknown)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log harness steps (cluster, nemesis) to stderr")
+	addKeepRunsFlag(cmd, &keepRuns)
 	return cmd
 }
 
-// execute runs cfg, prints the summary and maps the verdict to an exit status.
-func execute(cmd *cobra.Command, cfg runner.Config, schedule *nemesis.Schedule, verbose bool) error {
+// checkBinary refuses a binary flag that names nothing runnable before a
+// run directory is made for it.
+func checkBinary(flag, path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("%s %s: expected an executable, found none (build it with `make build`)", flag, path)
+	}
+	if st.IsDir() || st.Mode()&0o111 == 0 {
+		return fmt.Errorf("%s %s: expected an executable, found a file without execute permission or a directory", flag, path)
+	}
+	return nil
+}
+
+// execute runs cfg, prints the summary, prunes the store to keepRuns runs
+// per test (0: not at all) and maps the verdict to an exit status.
+func execute(cmd *cobra.Command, cfg runner.Config, schedule *nemesis.Schedule, verbose bool, keepRuns int) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.DiscardHandler)
@@ -142,7 +204,24 @@ func execute(cmd *cobra.Command, cfg runner.Config, schedule *nemesis.Schedule, 
 	if err := report.Summary(out, o.Results, o.Run); err != nil {
 		return err
 	}
+	pruneAfterRun(out, cmd.ErrOrStderr(), cfg.Store, keepRuns)
 	return verdict(o.Results.Valid)
+}
+
+// pruneAfterRun caps the store at keep runs per test (0: leaves it
+// alone). A store that cannot be pruned is worth a warning, not another
+// verdict for the run that just finished.
+func pruneAfterRun(out, errOut io.Writer, store string, keep int) {
+	if keep <= 0 {
+		return
+	}
+	res, err := report.Prune(store, report.PruneOptions{Keep: keep})
+	if len(res.Removed) > 0 {
+		fmt.Fprintf(out, "pruned %s to the newest %d runs of each test (--keep-runs): removed %d, freed %s\n", store, keep, len(res.Removed), formatBytes(res.Freed))
+	}
+	if err != nil {
+		fmt.Fprintf(errOut, "tidal-chaos: warning: pruning %s: %v\n", store, err)
+	}
 }
 
 func verdict(v checker.Validity) error {
@@ -188,6 +267,7 @@ checker, or to re-read a run from CI.`,
 func newReproCommand() *cobra.Command {
 	var serverBin string
 	var verbose bool
+	var keepRuns int
 	cmd := &cobra.Command{
 		Use:   "repro RUN-DIR",
 		Short: "Run a stored run again: same config, seed and fault schedule",
@@ -195,8 +275,15 @@ func newReproCommand() *cobra.Command {
 schedule (schedule.json). Timing on a real machine is never identical, so a
 repro replays the same faults at the same offsets against the same workload
 seed; a bug that needs a precise interleaving may need several tries.`,
-		Example: "  tidal-chaos repro store/chaos/20261130T175502.591Z",
-		Args:    cobra.ExactArgs(1),
+		Example: `  tidal-chaos repro store/latest
+  tidal-chaos repro store/chaos/20261130T175502.591Z --server-bin bin/tidal-server`,
+		Args: cobra.ExactArgs(1),
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			if keepRuns < 0 {
+				return fmt.Errorf("--keep-runs: expected a number of runs >= 0 (0: prune nothing), found %d", keepRuns)
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			run, err := report.OpenRun(args[0])
 			if err != nil {
@@ -213,23 +300,99 @@ seed; a bug that needs a precise interleaving may need several tries.`,
 			if serverBin != "" {
 				cfg.ServerBin = serverBin
 			}
+			if err := checkBinary("--server-bin", cfg.ServerBin); err != nil {
+				return err
+			}
 			cfg.Test = strings.TrimSuffix(cfg.Test, "-repro") + "-repro"
 			fmt.Fprintf(cmd.OutOrStdout(), "repro of %s (seed %d, %d faults)\n", filepath.Clean(run.Dir()), cfg.Seed, len(schedule.Steps))
-			return execute(cmd, cfg, &schedule, verbose)
+			return execute(cmd, cfg, &schedule, verbose, keepRuns)
 		},
 	}
 	cmd.Flags().StringVar(&serverBin, "server-bin", "", "tidal-server binary (default: the one the run used)")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log harness steps to stderr")
+	addKeepRunsFlag(cmd, &keepRuns)
 	return cmd
 }
 
 func newFaultsCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "faults",
-		Short: "List the fault kinds and groups --nemesis accepts",
-		Args:  cobra.NoArgs,
+		Use:     "faults",
+		Short:   "List the fault kinds and groups --nemesis accepts",
+		Example: "  tidal-chaos faults",
+		Args:    cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
 			fmt.Fprint(cmd.OutOrStdout(), nemesis.Help())
 		},
 	}
+}
+
+func newPruneCommand() *cobra.Command {
+	var store string
+	var keep int
+	var dryRun bool
+	cmd := &cobra.Command{
+		Use:   "prune --keep N",
+		Short: "Remove all but the newest N runs of each test from the run store",
+		Long: `Remove old runs from the run store: of each test (store/<test>/), the
+newest N runs stay and older ones are removed. A run that a latest link
+points to is never removed, nor is a live one (the process that made it,
+named in its owner.json, is still running). Suites' store roots one level
+down (store/chaos-suite/, store/bugs-suite/) are pruned the same way;
+directories that are not runs (pids/, junit/, suites' spec directories)
+are left alone. Every removed run is printed with its size, then the total
+freed.
+
+tidal-chaos run does the same at its end with --keep-runs (default 20).`,
+		Example: `  # see what keeping 5 runs per test would free, without removing anything
+  tidal-chaos prune --keep 5 --dry-run
+
+  # keep only the run latest points to in each test of the chaos suite's store
+  tidal-chaos prune --store store/chaos-suite --keep 0`,
+		Args: cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			if keep < 0 {
+				return fmt.Errorf("--keep: expected a number of runs >= 0, found %d", keep)
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			res, err := report.Prune(store, report.PruneOptions{Keep: keep, DryRun: dryRun})
+			printPruned(cmd.OutOrStdout(), res, dryRun)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&keep, "keep", 0, "newest runs to keep per test (the run latest points to and live runs are kept besides)")
+	f.StringVar(&store, "store", "store", "run store root (or one test's directory in it)")
+	f.BoolVar(&dryRun, "dry-run", false, "print what would be removed and freed; remove nothing")
+	markRequired(cmd, "keep")
+	return cmd
+}
+
+func printPruned(w io.Writer, res report.PruneResult, dryRun bool) {
+	verb, freed := "removed", "freed"
+	if dryRun {
+		verb, freed = "would remove", "would free"
+	}
+	for _, r := range res.Removed {
+		fmt.Fprintf(w, "%s %s (%s)\n", verb, r.Dir, formatBytes(r.Bytes))
+	}
+	for _, s := range res.Spared {
+		fmt.Fprintf(w, "kept %s: %s\n", s.Dir, s.Reason)
+	}
+	fmt.Fprintf(w, "%s %s in %d runs; %d runs kept\n", freed, formatBytes(res.Freed), len(res.Removed), res.Kept)
+}
+
+// formatBytes is n in the largest binary unit that keeps it >= 1.
+func formatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
