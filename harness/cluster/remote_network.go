@@ -32,9 +32,9 @@ type Network interface {
 	Heal() (mesh.Change, error)
 	AddLinkFault(from, to string, f relay.Fault) (mesh.Change, error)
 	RemoveLinkFault(from, to, name string) (mesh.Change, error)
-	// Reset removes every fault and heals; it cannot fail in process, so a
-	// remote failure is logged rather than returned.
-	Reset() mesh.Change
+	// Reset removes every fault and heals. It fails when the relays are
+	// gone (closed, or the remote process unreachable): faults may remain.
+	Reset() (mesh.Change, error)
 	Close() error
 }
 
@@ -127,16 +127,11 @@ func (r *RemoteNetwork) RemoveLinkFault(from, to, name string) (mesh.Change, err
 	return call(func(ctx context.Context) (mesh.Change, error) { return r.api.RemoveMeshFault(ctx, from, to, name) })
 }
 
-func (r *RemoteNetwork) Reset() mesh.Change {
-	ch, err := call(func(ctx context.Context) (mesh.Change, error) {
+func (r *RemoteNetwork) Reset() (mesh.Change, error) {
+	return call(func(ctx context.Context) (mesh.Change, error) {
 		fc, err := r.api.Reset(ctx)
 		return mesh.Change{Op: "reset", At: fc.At}, err
 	})
-	if err != nil {
-		r.log.Error("remote mesh: reset failed; faults may remain", "err", err)
-		ch.At = time.Now()
-	}
-	return ch
 }
 
 // Close deletes the mesh and its relays in the tcp-relay process.

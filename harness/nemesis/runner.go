@@ -301,7 +301,9 @@ func (r *Runner) HealAll(ctx context.Context) error {
 
 	var errs []error
 	if m := r.c.Mesh(); m != nil {
-		m.Reset()
+		if _, err := m.Reset(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for _, n := range r.c.Names() {
 		var err error
