@@ -85,9 +85,9 @@ func (e Errors) Total() int64 { return e.Server() + e.Shed }
 // the op's intended start (its due time), so queueing anywhere — in the
 // server, the network or the generator — is included.
 type StageResult struct {
-	Index       int           `json:"index"`
-	TargetRate  float64       `json:"target_rate"` // ops/s the plan asked for
-	Duration    time.Duration `json:"duration_ns"` // how long ops were scheduled
+	Index      int           `json:"index"`
+	TargetRate float64       `json:"target_rate"` // ops/s the plan asked for
+	Duration   time.Duration `json:"duration_ns"` // how long ops were scheduled
 	// Drain is how long after Duration the stage's last op ended: past
 	// saturation the backlog takes this long to clear.
 	Drain       time.Duration `json:"drain_ns"`
