@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/tidaldb/tidal/buildinfo"
 	"github.com/tidaldb/tidal/tcp-relay/control"
 	"github.com/tidaldb/tidal/tcp-relay/relay"
 )
@@ -104,6 +105,9 @@ func main() {
 			return run(ctx, log, controlAddr, configPath)
 		},
 	}
+	// --version: the same one line every tidal binary prints.
+	cmd.Version = buildinfo.Read().String()
+	cmd.SetVersionTemplate(buildinfo.Line("tcp-relay") + "\n")
 	cmd.Flags().StringVar(&controlAddr, "control", "127.0.0.1:8474", "address of the HTTP control API")
 	cmd.Flags().StringVar(&configPath, "config", "", "YAML file declaring relays and an optional mesh")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidaldb/tidal/buildinfo"
 	"github.com/tidaldb/tidal/tcp-relay/control"
 	"github.com/tidaldb/tidal/tcp-relay/relay"
 )
@@ -33,6 +34,11 @@ func TestBinary(t *testing.T) {
 	bin := filepath.Join(dir, "tcp-relay")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	version, err := exec.Command(bin, "--version").CombinedOutput()
+	if want := buildinfo.Line("tcp-relay"); err != nil || !strings.HasPrefix(string(version), "tcp-relay ") || !strings.Contains(string(version), "(commit ") ||
+		strings.Count(string(version), "\n") != 1 {
+		t.Errorf("--version: expected one line like %q, found %q (%v)", want, version, err)
 	}
 	help, err := exec.Command(bin, "--help").CombinedOutput()
 	if err != nil {

@@ -54,6 +54,15 @@ type NodeSpec struct {
 	LogPath string
 }
 
+// ListenerOwner is implemented by handles that can tell whether their own
+// process holds a socket listening on addr (the process backend reads
+// /proc). New uses it to know a node bound its ports: a dial could be
+// answered by another process that took the port, while the node itself
+// is about to exit with "address already in use".
+type ListenerOwner interface {
+	Listening(addr string) (bool, error)
+}
+
 // Handle controls one started node.
 type Handle interface {
 	PID() int
@@ -85,6 +94,43 @@ type Config struct {
 	// is driven over its control API, so faults cross a real process
 	// boundary as they would against a remote relay. Empty: in-process.
 	RelayBinary string
+	// WALSegmentSize is every node's --wal-segment-size. 0 means
+	// DefaultWALSegmentSize; negative leaves the server's own default
+	// (64 MiB, preallocated: a 5-node run then leaves hundreds of MB).
+	WALSegmentSize int64
+	// StartTimeout bounds how long New waits for every node to bind its
+	// listeners; 0 = 60s. A node that exits meanwhile fails New at once.
+	StartTimeout time.Duration
+}
+
+// DefaultWALSegmentSize is the harness's WAL segment size: small, because
+// a test run writes little and every node preallocates whole segments.
+const DefaultWALSegmentSize = 4 << 20
+
+// maxStartAttempts bounds New's starts on fresh ports after a node lost a
+// port to another process between New choosing it and the node binding it.
+const maxStartAttempts = 3
+
+// StartError is a node (or the standalone relay) that did not come up
+// while New started the cluster, with its own last words from its log.
+type StartError struct {
+	Node   string
+	PID    int
+	Exited bool   // it exited; otherwise it ran but never bound its listeners
+	Quote  string // the error the node itself wrote
+	Log    string // where Quote came from
+	// PortTaken says it could not bind a port ("address already in
+	// use"): another process took it after New chose it. New retries on
+	// fresh ports.
+	PortTaken bool
+}
+
+func (e *StartError) Error() string {
+	what := "exited during start-up"
+	if !e.Exited {
+		what = "did not bind its listeners in time"
+	}
+	return fmt.Sprintf("cluster: %s (pid %d) %s: %s (log %s)", e.Node, e.PID, what, e.Quote, e.Log)
 }
 
 // State is what the harness last did to a node.
@@ -111,6 +157,26 @@ type Node struct {
 	joined bool
 	state  State
 	handle Handle
+	// logs are the node's log files and their sizes when it was last
+	// started: what it wrote since is what a start-up error quotes.
+	logs []logMark
+}
+
+// logMark is a log file and its size at a point in time.
+type logMark struct {
+	path string
+	size int64
+}
+
+func markLogs(paths ...string) []logMark {
+	marks := make([]logMark, len(paths))
+	for i, p := range paths {
+		marks[i].path = p
+		if st, err := os.Stat(p); err == nil {
+			marks[i].size = st.Size()
+		}
+	}
+	return marks
 }
 
 // Cluster is a running cluster. Its methods are safe for concurrent use.
@@ -127,7 +193,12 @@ type Cluster struct {
 	wg     sync.WaitGroup
 }
 
-// New allocates addresses, builds the relay mesh and starts every node.
+// New allocates addresses, builds the relay mesh, starts every node and
+// waits until each has bound its listeners. A node that exits meanwhile
+// fails New at once with a *StartError quoting the node's own error; when
+// that error is a port another process took after New chose it, New starts
+// the whole cluster again on fresh ports (up to maxStartAttempts times),
+// first removing the data the failed attempt created.
 func New(cfg Config) (*Cluster, error) {
 	if cfg.Nodes < 1 {
 		return nil, fmt.Errorf("cluster: nodes: expected at least 1, found %d", cfg.Nodes)
@@ -141,6 +212,46 @@ func New(cfg Config) (*Cluster, error) {
 	if cfg.StatsInterval == 0 {
 		cfg.StatsInterval = time.Second
 	}
+	if cfg.WALSegmentSize == 0 {
+		cfg.WALSegmentSize = DefaultWALSegmentSize
+	}
+	if cfg.StartTimeout == 0 {
+		cfg.StartTimeout = 60 * time.Second
+	}
+	// Data a failed attempt creates is removed before the next one (its
+	// raft state names the old ports); data that was there before is not.
+	var fresh []string
+	for i := 1; i <= cfg.Nodes+cfg.Spares; i++ {
+		data := filepath.Join(cfg.Dir, "n"+strconv.Itoa(i), "data")
+		if _, err := os.Stat(data); errors.Is(err, os.ErrNotExist) {
+			fresh = append(fresh, data)
+		}
+	}
+	for attempt := 1; ; attempt++ {
+		c, err := newAttempt(cfg)
+		if err == nil {
+			return c, nil
+		}
+		var se *StartError
+		if !errors.As(err, &se) || !se.PortTaken || attempt == maxStartAttempts {
+			if se != nil && se.PortTaken {
+				return nil, fmt.Errorf("%w (a port was taken on each of %d attempts)", err, attempt)
+			}
+			return nil, err
+		}
+		cfg.Logger.Warn("a port was taken before the node bound it; starting the cluster again on fresh ports",
+			"attempt", attempt, "node", se.Node, "error", se.Quote)
+		for _, d := range fresh {
+			if err := os.RemoveAll(d); err != nil {
+				return nil, fmt.Errorf("cluster: remove %s after a failed start: %w", d, err)
+			}
+		}
+	}
+}
+
+// newAttempt is one start of the whole cluster on freshly chosen ports.
+// On error everything it started is stopped (the backend stays open).
+func newAttempt(cfg Config) (*Cluster, error) {
 	c := &Cluster{cfg: cfg, log: cfg.Logger, nextID: uint64(cfg.Nodes+cfg.Spares) + 1, stopc: make(chan struct{})}
 	host := cfg.Backend.Host()
 	meshNodes := map[string]mesh.Node{}
@@ -196,7 +307,7 @@ func New(cfg Config) (*Cluster, error) {
 	if cfg.Nodes+cfg.Spares >= 2 {
 		if cfg.RelayBinary != "" {
 			if err := c.startRelay(controlAddr, meshNodes); err != nil {
-				c.Close()
+				c.teardown()
 				return nil, err
 			}
 		} else {
@@ -214,9 +325,13 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	for _, n := range c.nodes[:cfg.Nodes] {
 		if err := c.Start(n.Name); err != nil {
-			c.Close()
+			c.teardown()
 			return nil, err
 		}
+	}
+	if err := c.waitBound(c.nodes[:cfg.Nodes]); err != nil {
+		c.teardown()
+		return nil, err
 	}
 	if cfg.StatsInterval > 0 {
 		c.wg.Add(1)
@@ -232,8 +347,10 @@ func (c *Cluster) startRelay(controlAddr string, nodes map[string]mesh.Node) err
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	logPath := filepath.Join(dir, "tcp-relay.log")
+	marks := markLogs(logPath)
 	h, err := c.cfg.Backend.Launch(NodeSpec{Name: "tcp-relay", Binary: c.cfg.RelayBinary, Dir: dir,
-		Args: []string{"--control", controlAddr}, LogPath: filepath.Join(dir, "tcp-relay.log")})
+		Args: []string{"--control", controlAddr}, LogPath: logPath})
 	if err != nil {
 		return fmt.Errorf("cluster: start tcp-relay %s: %w", c.cfg.RelayBinary, err)
 	}
@@ -250,7 +367,7 @@ func (c *Cluster) startRelay(controlAddr string, nodes map[string]mesh.Node) err
 		}
 		select {
 		case <-h.Exited():
-			return fmt.Errorf("cluster: tcp-relay (pid %d) exited before its control API at %s answered (log %s)", h.PID(), controlAddr, filepath.Join(dir, "tcp-relay.log"))
+			return startError("tcp-relay", h.PID(), true, marks)
 		case <-ctx.Done():
 			return fmt.Errorf("cluster: tcp-relay control API at %s: expected /healthz to answer within 15s, last error: %w", controlAddr, err)
 		case <-time.After(50 * time.Millisecond):
@@ -362,6 +479,10 @@ func (c *Cluster) args(n *Node) []string {
 	if n.joined {
 		args = append(args, "--join")
 	}
+	if c.cfg.WALSegmentSize > 0 {
+		// Before Flags, so a flag given there wins.
+		args = append(args, "--wal-segment-size", strconv.FormatInt(c.cfg.WALSegmentSize, 10))
+	}
 	return append(args, c.cfg.Flags...)
 }
 
@@ -378,6 +499,7 @@ func (c *Cluster) Start(name string) error {
 		return fmt.Errorf("cluster: %s is %s", name, n.state)
 	}
 	spec := NodeSpec{Name: n.Name, Dir: n.Dir, Args: c.args(n), LogPath: filepath.Join(n.Dir, "stdout.log")}
+	marks := markLogs(spec.LogPath, filepath.Join(n.Dir, "node.log"))
 	c.mu.Unlock()
 	h, err := c.cfg.Backend.Launch(spec)
 	if err != nil {
@@ -385,6 +507,7 @@ func (c *Cluster) Start(name string) error {
 	}
 	c.mu.Lock()
 	n.handle = h
+	n.logs = marks
 	n.state = Running
 	c.mu.Unlock()
 	c.log.Info("node started", "node", name, "id", n.ID, "pid", h.PID())
@@ -777,6 +900,16 @@ func (c *Cluster) sampleStats() {
 // Close kills every node, closes the mesh and the backend. Nodes are
 // killed, not drained: a test's cleanup must not wait on a wedged node.
 func (c *Cluster) Close() error {
+	err := c.teardown()
+	if berr := c.cfg.Backend.Close(); err == nil {
+		err = berr
+	}
+	return err
+}
+
+// teardown is Close without closing the backend, which a retried start
+// goes on using.
+func (c *Cluster) teardown() error {
 	select {
 	case <-c.stopc:
 	default:
@@ -800,9 +933,6 @@ func (c *Cluster) Close() error {
 		if kerr := c.relay.Kill(); err == nil {
 			err = kerr
 		}
-	}
-	if berr := c.cfg.Backend.Close(); err == nil {
-		err = berr
 	}
 	return err
 }

@@ -54,3 +54,6 @@ type handle struct{ *Process }
 
 func (h handle) Terminate(ctx context.Context) error { return h.Process.Terminate(ctx) }
 func (h handle) Stats() (any, error)                 { return h.Process.Stats() }
+
+// Listening implements cluster.ListenerOwner.
+func (h handle) Listening(addr string) (bool, error) { return h.Process.Listening(addr) }

@@ -7,8 +7,12 @@ package process
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	gnet "github.com/shirou/gopsutil/v4/net"
 	gproc "github.com/shirou/gopsutil/v4/process"
 )
 
@@ -194,6 +199,31 @@ func (p *Process) isPaused() bool {
 	return p.paused
 }
 
+// Listening reports whether the process itself holds a TCP socket
+// listening on addr ("127.0.0.1:7071"), from /proc. A dial cannot tell:
+// another process that took the port answers it too.
+func (p *Process) Listening(addr string) (bool, error) {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, err
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		return false, fmt.Errorf("%s: port of %q: %w", p.spec.Name, addr, err)
+	}
+	conns, err := gnet.ConnectionsPid("tcp", int32(p.PID()))
+	if err != nil {
+		return false, fmt.Errorf("%s: sockets of pid %d: %w", p.spec.Name, p.PID(), err)
+	}
+	for _, c := range conns {
+		if c.Status == "LISTEN" && c.Laddr.Port == uint32(port) &&
+			(c.Laddr.IP == host || c.Laddr.IP == "0.0.0.0" || c.Laddr.IP == "::") {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // Stats is a point-in-time sample of a process's resources.
 type Stats struct {
 	PID        int     `json:"pid"`
@@ -225,46 +255,215 @@ func (p *Process) Stats() (Stats, error) {
 	return s, nil
 }
 
-// Registry records the pids a harness started in a directory (one file
-// per pid), so that a run which crashed before its cleanup can be reaped by
-// the next one.
+// Registry records the pids a run started, one file per pid in a
+// directory (a run store's pids/), so that a run which crashed before its
+// cleanup can be reaped by a later one.
+//
+// Runs sharing a store used to kill each other: every run start reaped
+// every pid recorded there. Now a Registry holds its directory for the
+// run's life — an exclusive flock on dir/lock, which also names the holder
+// (pid and start time) for the error a second run gets — and every pid file
+// names the run that started it. Reap kills only what this Registry
+// started or what a run that is provably dead started (its process is gone,
+// or its pid now belongs to a process that started at another time).
 type Registry struct {
-	dir string
+	dir   string
+	me    owner
+	token string // tells this Registry's entries from other runs' in the same process
+	lock  *os.File
 }
 
-// NewRegistry uses dir (created if needed).
+// owner identifies a process across pid reuse: its pid and start time
+// (milliseconds since the epoch, as the kernel reports it).
+type owner struct {
+	PID   int
+	Start int64
+}
+
+// alive reports whether o is still running: the pid exists and was
+// started at o's time. A pid reused by a later process is not o.
+func (o owner) alive() bool {
+	if o.PID <= 0 {
+		return false
+	}
+	start, err := startTime(o.PID)
+	return err == nil && start == o.Start
+}
+
+func startTime(pid int) (int64, error) {
+	gp, err := gproc.NewProcess(int32(pid))
+	if err != nil {
+		return 0, err
+	}
+	return gp.CreateTime()
+}
+
+// HeldError is NewRegistry's answer when another live run holds the
+// directory.
+type HeldError struct {
+	Dir     string
+	PID     int
+	Started time.Time // zero when the holder could not be read
+	Command string
+}
+
+func (e *HeldError) Error() string {
+	who := "another run"
+	if e.PID > 0 {
+		who = fmt.Sprintf("run pid %d", e.PID)
+		if !e.Started.IsZero() {
+			who += fmt.Sprintf(" (started %s", e.Started.UTC().Format(time.RFC3339))
+			if e.Command != "" {
+				who += ": " + e.Command
+			}
+			who += ")"
+		}
+	}
+	return fmt.Sprintf("process registry %s: held by %s, which is still running; runs sharing a store would kill each other's nodes — give this run another store, or wait for that one to end", e.Dir, who)
+}
+
+const lockName = "lock"
+
+// NewRegistry takes dir (created if needed) for this run. It fails with a
+// *HeldError naming the holder when another live run holds it; a lock
+// left by a run that died is taken over (the kernel released its flock).
+// Close releases it.
 func NewRegistry(dir string) (*Registry, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	return &Registry{dir: dir}, nil
+	me := owner{PID: os.Getpid()}
+	start, err := startTime(me.PID)
+	if err != nil {
+		return nil, fmt.Errorf("process registry %s: own start time: %w", dir, err)
+	}
+	me.Start = start
+	path := filepath.Join(dir, lockName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("process registry %s: %w", dir, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder := readHolder(f)
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, holder
+		}
+		return nil, fmt.Errorf("process registry %s: lock %s: %w", dir, path, err)
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	r := &Registry{dir: dir, me: me, token: hex.EncodeToString(b[:]), lock: f}
+	cmd := strings.Join(os.Args, " ")
+	if len(cmd) > 300 {
+		cmd = cmd[:300] + "..."
+	}
+	content := fmt.Sprintf("pid %d\nstart_ms %d\nstarted %s\ncommand %s\n", me.PID, me.Start,
+		time.UnixMilli(me.Start).UTC().Format(time.RFC3339), cmd)
+	if err := f.Truncate(0); err == nil {
+		_, err = f.WriteAt([]byte(content), 0)
+	}
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("process registry %s: write %s: %w", dir, path, err)
+	}
+	return r, nil
+}
+
+// readHolder reads who holds the lock file f for the refusal's message.
+func readHolder(f *os.File) *HeldError {
+	e := &HeldError{Dir: filepath.Dir(f.Name())}
+	data, _ := io.ReadAll(io.NewSectionReader(f, 0, 4096))
+	for _, line := range strings.Split(string(data), "\n") {
+		key, val, _ := strings.Cut(line, " ")
+		switch key {
+		case "pid":
+			e.PID, _ = strconv.Atoi(val)
+		case "start_ms":
+			if ms, err := strconv.ParseInt(val, 10, 64); err == nil {
+				e.Started = time.UnixMilli(ms)
+			}
+		case "command":
+			e.Command = val
+		}
+	}
+	return e
+}
+
+// Close releases the directory. Entries stay: what this run started and
+// did not stop is reaped by the next run, this one being dead by then or
+// done with the store.
+func (r *Registry) Close() error {
+	if r.lock == nil {
+		return nil
+	}
+	_ = r.lock.Truncate(0)
+	err := r.lock.Close() // closing the descriptor releases the flock
+	r.lock = nil
+	return err
 }
 
 func (r *Registry) path(pid int) string { return filepath.Join(r.dir, strconv.Itoa(pid)+".pid") }
 
+// An entry is four lines: the process's start time, binary, name, and its
+// run ("pid start_ms token").
 func (r *Registry) add(pid int, spec Spec) {
 	start := ""
-	if gp, err := gproc.NewProcess(int32(pid)); err == nil {
-		if t, err := gp.CreateTime(); err == nil {
-			start = strconv.FormatInt(t, 10)
-		}
+	if t, err := startTime(pid); err == nil {
+		start = strconv.FormatInt(t, 10)
 	}
-	os.WriteFile(r.path(pid), []byte(start+"\n"+spec.Binary+"\n"+spec.Name+"\n"), 0o644)
+	run := fmt.Sprintf("%d %d %s", r.me.PID, r.me.Start, r.token)
+	os.WriteFile(r.path(pid), []byte(start+"\n"+spec.Binary+"\n"+spec.Name+"\n"+run+"\n"), 0o644)
 }
 
 func (r *Registry) remove(pid int) { os.Remove(r.path(pid)) }
 
-// Reap kills every process a previous run registered that is still alive
-// and is still the same process (same start time and binary — pids are
-// reused), and returns what it killed.
+// entry is one pid file read back.
+type entry struct {
+	pid   int
+	start string // the process's start time as recorded; "" if unknown
+	name  string
+	run   owner
+	token string
+	known bool // the file names its run (older files do not)
+}
+
+func parseEntry(pid int, data string) entry {
+	lines := strings.Split(data, "\n")
+	e := entry{pid: pid, name: strconv.Itoa(pid)}
+	if len(lines) >= 1 {
+		e.start = lines[0]
+	}
+	if len(lines) >= 3 && lines[2] != "" {
+		e.name = lines[2] + " (pid " + strconv.Itoa(pid) + ")"
+	}
+	if len(lines) >= 4 {
+		f := strings.Fields(lines[3])
+		if len(f) == 3 {
+			p, err1 := strconv.Atoi(f[0])
+			st, err2 := strconv.ParseInt(f[1], 10, 64)
+			if err1 == nil && err2 == nil {
+				e.run, e.token, e.known = owner{PID: p, Start: st}, f[2], true
+			}
+		}
+	}
+	return e
+}
+
+// Reap kills the registered processes that this Registry started or that
+// a run which is provably dead started, if each is still the same process
+// (same start time — pids are reused), and returns what it killed. The
+// processes of a live run are left alone, and so are entries that do not
+// name their run (written before runs were recorded): neither is provably
+// abandoned.
 func (r *Registry) Reap() ([]string, error) {
 	entries, err := os.ReadDir(r.dir)
 	if err != nil {
 		return nil, err
 	}
 	var killed []string
-	for _, e := range entries {
-		pidStr, ok := strings.CutSuffix(e.Name(), ".pid")
+	for _, de := range entries {
+		pidStr, ok := strings.CutSuffix(de.Name(), ".pid")
 		if !ok {
 			continue
 		}
@@ -272,25 +471,23 @@ func (r *Registry) Reap() ([]string, error) {
 		if err != nil {
 			continue
 		}
-		data, _ := os.ReadFile(filepath.Join(r.dir, e.Name()))
-		lines := strings.Split(string(data), "\n")
-		os.Remove(filepath.Join(r.dir, e.Name()))
-		gp, err := gproc.NewProcess(int32(pid))
+		data, err := os.ReadFile(filepath.Join(r.dir, de.Name()))
 		if err != nil {
-			continue // gone
+			continue
 		}
-		if len(lines) >= 2 {
-			if t, err := gp.CreateTime(); err != nil || strconv.FormatInt(t, 10) != lines[0] {
-				continue // pid reused by something else
-			}
+		e := parseEntry(pid, string(data))
+		ours := e.known && e.run == r.me && e.token == r.token
+		if !ours && (!e.known || e.run.alive()) {
+			continue // another live run's, or of unknown origin
+		}
+		os.Remove(filepath.Join(r.dir, de.Name()))
+		start, err := startTime(pid)
+		if err != nil || strconv.FormatInt(start, 10) != e.start {
+			continue // gone, or the pid now belongs to something else
 		}
 		syscall.Kill(-pid, syscall.SIGKILL)
 		syscall.Kill(pid, syscall.SIGKILL)
-		name := pidStr
-		if len(lines) >= 3 {
-			name = lines[2] + " (pid " + pidStr + ")"
-		}
-		killed = append(killed, name)
+		killed = append(killed, e.name)
 	}
 	return killed, nil
 }

@@ -49,6 +49,10 @@ type Config struct {
 	FaultDuration Duration `json:"fault_duration"`
 	// ServerFlags are passed to every tidal-server.
 	ServerFlags []string `json:"server_flags"`
+	// WALSegmentSize is every node's --wal-segment-size in bytes (default
+	// cluster.DefaultWALSegmentSize, 4 MiB: the server's 64 MiB,
+	// preallocated, made every run leave hundreds of MB).
+	WALSegmentSize int64 `json:"wal_segment_size"`
 	// SLO for the lag checker.
 	LagP99     Duration `json:"lag_p99"`
 	LagCatchUp Duration `json:"lag_catch_up"`
@@ -123,6 +127,9 @@ func (c *Config) setDefaults() error {
 	if c.ProgressEvery == 0 {
 		c.ProgressEvery = Duration(5 * time.Second)
 	}
+	if c.WALSegmentSize == 0 {
+		c.WALSegmentSize = cluster.DefaultWALSegmentSize
+	}
 	if c.Workload.Kind == "" {
 		c.Workload.Kind = workload.Ledger
 	}
@@ -176,6 +183,14 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Hold the store's process registry for the run's life before making
+	// the run's directory: a second run on the same store is refused here,
+	// naming the run that holds it, instead of reaping its nodes.
+	reg, err := process.NewRegistry(filepath.Join(cfg.Store, "pids"))
+	if err != nil {
+		return nil, err
+	}
+	defer reg.Close()
 	run, err := report.NewRun(cfg.Store, cfg.Test, time.Now())
 	if err != nil {
 		return nil, err
@@ -189,11 +204,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 	fmt.Fprintf(out, "tidal-chaos: %s: %d nodes, workload %s, nemesis %v, %s, seed %d\n  store %s\n",
 		cfg.Test, cfg.Nodes, cfg.Workload.Kind, cfg.Nemesis, cfg.Duration.D(), cfg.Seed, run.Dir())
 
-	// Reap what an earlier, crashed run left behind.
-	reg, err := process.NewRegistry(filepath.Join(cfg.Store, "pids"))
-	if err != nil {
-		return nil, err
-	}
+	// Reap what an earlier run that died left behind.
 	if killed, _ := reg.Reap(); len(killed) > 0 {
 		fmt.Fprintf(out, "  reaped leftovers of an earlier run: %s\n", strings.Join(killed, ", "))
 	}
@@ -214,10 +225,12 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 			return nil, err
 		}
 	}
-	c, err := cluster.New(cluster.Config{Nodes: cfg.Nodes, Backend: watch, Dir: run.NodesDir(), Flags: cfg.ServerFlags, Logger: log, RelayBinary: relayBin})
+	c, err := cluster.New(cluster.Config{Nodes: cfg.Nodes, Backend: watch, Dir: run.NodesDir(), Flags: cfg.ServerFlags, Logger: log, RelayBinary: relayBin,
+		WALSegmentSize: cfg.WALSegmentSize})
 	if err != nil {
 		return nil, err
 	}
+	watch.arm()
 	defer c.Close()
 	upCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	_, err = c.WaitLeader(upCtx)

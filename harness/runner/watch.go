@@ -30,9 +30,14 @@ type exitWatch struct {
 	mu      sync.Mutex
 	exits   []watchedExit
 	current map[string]*watchedHandle // the latest handle per node name
+	armed   bool                      // the cluster is up: every exit counts
+	// launchedBeforeArm holds every handle started while the cluster was
+	// coming up, so arm can set aside the ones of abandoned attempts.
+	launchedBeforeArm []*watchedHandle
 }
 
 type watchedExit struct {
+	handle    *watchedHandle
 	node      string
 	pid       int
 	at        time.Time
@@ -53,17 +58,46 @@ func (w *exitWatch) Launch(spec cluster.NodeSpec) (cluster.Handle, error) {
 	}
 	wh := &watchedHandle{Handle: h, spec: spec}
 	w.mu.Lock()
+	wh.beforeArm = !w.armed
+	if wh.beforeArm {
+		w.launchedBeforeArm = append(w.launchedBeforeArm, wh)
+	}
 	w.current[spec.Name] = wh
 	w.mu.Unlock()
 	go func() {
 		<-h.Exited()
-		e := watchedExit{node: spec.Name, pid: h.PID(), at: time.Now(), requested: wh.requested.Load(),
+		e := watchedExit{handle: wh, node: spec.Name, pid: h.PID(), at: time.Now(), requested: wh.requested.Load(),
 			status: exitStatusOf(h), logs: logTails(spec)}
 		w.mu.Lock()
 		w.exits = append(w.exits, e)
 		w.mu.Unlock()
 	}()
 	return wh, nil
+}
+
+// arm is called once the cluster is up. cluster.New may have started the
+// nodes more than once (a port taken between picking and binding makes it
+// start the whole cluster again on fresh ports); the processes of those
+// abandoned attempts ended before the run began, one of them on its own,
+// and are not crashes of this run. Every exit of a process started
+// before arm whose node has since been started again is set aside; from
+// here on every exit counts.
+func (w *exitWatch) arm() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.armed = true
+	latest := map[*watchedHandle]bool{}
+	for _, h := range w.current {
+		latest[h] = true
+	}
+	// Exits not recorded yet (their goroutine has not run) are covered
+	// too: the mark is on the handle.
+	for _, h := range w.launchedBeforeArm {
+		if !latest[h] {
+			h.abandoned.Store(true)
+		}
+	}
+	w.launchedBeforeArm = nil
 }
 
 // alive reports whether node's latest process has not exited.
@@ -101,6 +135,9 @@ func (w *exitWatch) recorded(start time.Time, dir string) []checker.ProcessExit 
 	defer w.mu.Unlock()
 	out := make([]checker.ProcessExit, 0, len(w.exits))
 	for _, e := range w.exits {
+		if e.handle != nil && e.handle.abandoned.Load() {
+			continue
+		}
 		out = append(out, checker.ProcessExit{Node: e.node, PID: e.pid, Time: e.at.Sub(start).Nanoseconds(),
 			Requested: e.requested, Status: e.status, Logs: relativeLogs(e.logs, dir)})
 	}
@@ -116,6 +153,8 @@ type watchedHandle struct {
 	cluster.Handle
 	spec      cluster.NodeSpec
 	requested atomic.Bool
+	beforeArm bool        // started while the cluster was coming up
+	abandoned atomic.Bool // of a start attempt cluster.New gave up on
 }
 
 func (h *watchedHandle) request() {

@@ -152,3 +152,26 @@ func TestExitWatchRecordsStatusAndLogTail(t *testing.T) {
 		t.Fatalf("nodes checker: expected false with the panic, found %s: %s", r.Valid, r.Summary)
 	}
 }
+
+// Regression (merge of the port-retry start-up with the nodes checker):
+// cluster.New starts the whole cluster again on fresh ports when a node
+// lost its port, and that node's process exits on its own before the run
+// begins. Such an exit of an abandoned start attempt is not a crash of the
+// run; an exit of the attempt that came up still is.
+func TestExitOfAnAbandonedStartAttemptIsNotACrash(t *testing.T) {
+	w := newWatch(t)
+	lost, _ := startWatched(t, w, "n1", "echo 'listen tcp 127.0.0.1:1: bind: address already in use'; exit 1")
+	<-lost.Exited()
+	up, _ := startWatched(t, w, "n1", "exec sleep 600")
+	w.arm()
+	if got := w.recorded(time.Now(), "/"); len(got) != 0 {
+		t.Fatalf("after arm, the abandoned attempt's exit is still judged: %+v", got)
+	}
+	if err := syscall.Kill(up.PID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	exits := waitExits(t, w, 1)
+	if len(exits) != 1 || exits[0].Requested || exits[0].PID != up.PID() {
+		t.Fatalf("the running node's unrequested exit after arm: got %+v, want one unrequested exit of pid %d", exits, up.PID())
+	}
+}

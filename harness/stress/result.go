@@ -81,13 +81,16 @@ func (e Errors) Server() int64 {
 // Total is every op that did not succeed, shed ones included.
 func (e Errors) Total() int64 { return e.Server() + e.Shed }
 
-// StageResult is what one stage measured. Latencies are of successful ops,
-// each measured from the op's intended start (its due time), so queueing
-// anywhere — in the server, the network or the generator — is included.
+// StageResult is what one stage measured. Every latency is measured from
+// the op's intended start (its due time), so queueing anywhere — in the
+// server, the network or the generator — is included.
 type StageResult struct {
-	Index       int           `json:"index"`
-	TargetRate  float64       `json:"target_rate"` // ops/s the plan asked for
-	Duration    time.Duration `json:"duration_ns"`
+	Index      int           `json:"index"`
+	TargetRate float64       `json:"target_rate"` // ops/s the plan asked for
+	Duration   time.Duration `json:"duration_ns"` // how long ops were scheduled
+	// Drain is how long after Duration the stage's last op ended: past
+	// saturation the backlog takes this long to clear.
+	Drain       time.Duration `json:"drain_ns"`
 	EventsPerOp int           `json:"events_per_op"` // events one write carries (batch, or 1 for embeddings)
 
 	Scheduled int64  `json:"scheduled"` // ops that came due: OK + Errors.Total()
@@ -96,10 +99,17 @@ type StageResult struct {
 	Errors    Errors `json:"errors"`
 
 	OfferedRate    float64 `json:"offered_rate"`    // Scheduled / Duration, ops/s
-	AchievedRate   float64 `json:"achieved_rate"`   // OK / Duration, ops/s
-	AchievedEvents float64 `json:"achieved_events"` // Events / Duration, events/s
+	AchievedRate   float64 `json:"achieved_rate"`   // OK / (Duration + Drain), ops/s
+	AchievedEvents float64 `json:"achieved_events"` // Events / (Duration + Drain), events/s
 
-	Latency Latencies `json:"latency"`
+	// Latency is of the ops that succeeded, FailedLatency of the ops sent
+	// that did not (503, 504, timeout, other status, transport error), and
+	// AllLatency of every op sent: what the clients saw. The SLO's p99
+	// bound applies to Latency and to AllLatency, so leaving slow failures
+	// out cannot make a stage pass.
+	Latency       Latencies `json:"latency"`
+	FailedLatency Latencies `json:"failed_latency"`
+	AllLatency    Latencies `json:"all_latency"`
 	// Reads and Writes split Latency when the mix has both.
 	Reads  *Latencies `json:"reads,omitempty"`
 	Writes *Latencies `json:"writes,omitempty"`
@@ -146,6 +156,9 @@ func (slo SLO) Judge(s StageResult) (bool, string) {
 	}
 	if slo.P99 > 0 && s.Latency.P99 > slo.P99 {
 		why = append(why, fmt.Sprintf("p99 %s > %s", fmtDur(s.Latency.P99), fmtDur(slo.P99)))
+	}
+	if slo.P99 > 0 && s.AllLatency.P99 > slo.P99 && s.AllLatency.P99 > s.Latency.P99 {
+		why = append(why, fmt.Sprintf("p99 of all ops sent (failures included) %s > %s", fmtDur(s.AllLatency.P99), fmtDur(slo.P99)))
 	}
 	return len(why) == 0, strings.Join(why, ", ")
 }
@@ -195,15 +208,16 @@ type RunConfig struct {
 // rate, latency percentiles and errors by kind.
 func (r *Result) WriteTable(out io.Writer) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "stage\toffered/s\tachieved/s\tevents/s\tp50\tp90\tp99\tp999\tmax\tin-flight\tdispatch p99\t503\t504\tother\ttimeout\ttransport\tshed\tSLO\t")
+	fmt.Fprintln(tw, "stage\toffered/s\tachieved/s\tevents/s\tdrain\tp50\tp90\tp99\tp999\tmax\tfailed p99\tall p99\tin-flight\tdispatch p99\t503\t504\tother\ttimeout\ttransport\tshed\tSLO\t")
 	for _, s := range r.Stages {
 		verdict := "ok"
 		if !s.Pass {
 			verdict = "FAIL"
 		}
-		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n",
-			s.Index+1, s.OfferedRate, s.AchievedRate, s.AchievedEvents,
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n",
+			s.Index+1, s.OfferedRate, s.AchievedRate, s.AchievedEvents, fmtDur(s.Drain),
 			fmtDur(s.Latency.P50), fmtDur(s.Latency.P90), fmtDur(s.Latency.P99), fmtDur(s.Latency.P999), fmtDur(s.Latency.Max),
+			fmtDur(s.FailedLatency.P99), fmtDur(s.AllLatency.P99),
 			s.MeanInFlight, fmtDur(s.DispatchDelay.P99),
 			s.Errors.Unavailable, s.Errors.Unknown, s.Errors.OtherStatus, s.Errors.Timeout, s.Errors.Transport, s.Errors.Shed,
 			verdict)

@@ -85,7 +85,7 @@ func TestResultTableAndJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := buf.String()
-	for _, want := range []string{"offered/s", "p999", "shed", "FAIL", "409×3", "knee: stage 1, 1000 ops/s"} {
+	for _, want := range []string{"offered/s", "p999", "shed", "FAIL", "409×3", "knee: stage 1, 1000 ops/s", "drain", "failed p99", "all p99"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("expected the table to contain %q, found:\n%s", want, out)
 		}

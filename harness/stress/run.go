@@ -10,9 +10,17 @@
 // Invariants, per stage, once Run returns:
 //   - Scheduled == OK + Errors.Total(): every op that came due ended in
 //     exactly one outcome.
+//   - Every op sent has its latency in exactly one histogram: Latency
+//     (succeeded) or FailedLatency (503, 504, timeout, any other status,
+//     transport error), so no failure can make a stage look faster than
+//     its clients saw it.
 //   - Shed ops (the generator's own in-flight limit was reached when they
 //     came due) were never sent and are in no latency histogram; they are
 //     counted apart from the server's errors.
+//   - Achieved rates divide by the time the stage's ops took: the stage's
+//     duration plus the drain after it (Drain), so past saturation, where
+//     ops complete long after the stage's schedule ended, achieved stays
+//     below offered.
 //   - Latencies include the generator's own dispatch delay, which is also
 //     reported alone (DispatchDelay) so a saturated generator is visible.
 package stress
@@ -195,17 +203,19 @@ type op struct {
 type stageStats struct {
 	mu       sync.Mutex
 	latency  [numKinds]*hdrhistogram.Histogram
+	failed   *hdrhistogram.Histogram // ops sent that did not succeed
 	dispatch *hdrhistogram.Histogram
 	errs     Errors
 	ok       int64
 	events   int64
+	lastDone time.Time // when the stage's last op ended
 	// scheduled and shed are written by the scheduler alone.
 	scheduled, shed int64
 	pending         sync.WaitGroup
 }
 
 func newStageStats() *stageStats {
-	s := &stageStats{dispatch: newHistogram()}
+	s := &stageStats{dispatch: newHistogram(), failed: newHistogram()}
 	for k := range s.latency {
 		s.latency[k] = newHistogram()
 	}
@@ -287,9 +297,9 @@ func Run(ctx context.Context, cfg Config, plan []Stage) (*Result, error) {
 	for i, stage := range plan {
 		current.Store(int64(i))
 		st := newStageStats()
-		elapsed := g.schedule(ctx, stage, st, &seq)
+		start, elapsed := g.schedule(ctx, stage, st, &seq)
 		st.pending.Wait()
-		sr := g.finish(i, stage, elapsed, st)
+		sr := g.finish(i, stage, start, elapsed, st)
 		res.Stages = append(res.Stages, sr)
 		if ctx.Err() != nil {
 			break
@@ -308,11 +318,11 @@ func Run(ctx context.Context, cfg Config, plan []Stage) (*Result, error) {
 	return res, ctx.Err()
 }
 
-// schedule issues the stage's ops at their due times and returns how long
-// the stage ran (its Duration unless ctx ended it). Ops that are already
-// due are dispatched together, each with its own due time, so a late wake-up
-// costs latency — recorded — and never rate.
-func (g *generator) schedule(ctx context.Context, stage Stage, st *stageStats, seq *uint64) time.Duration {
+// schedule issues the stage's ops at their due times and returns when the
+// stage started and how long it ran (its Duration unless ctx ended it).
+// Ops that are already due are dispatched together, each with its own due
+// time, so a late wake-up costs latency — recorded — and never rate.
+func (g *generator) schedule(ctx context.Context, stage Stage, st *stageStats, seq *uint64) (time.Time, time.Duration) {
 	n := stage.Ops()
 	start := time.Now()
 	timer := time.NewTimer(0)
@@ -334,7 +344,7 @@ func (g *generator) schedule(ctx context.Context, stage Stage, st *stageStats, s
 		timer.Reset(time.Until(start.Add(stage.Due(i))))
 		select {
 		case <-ctx.Done():
-			return time.Since(start)
+			return start, time.Since(start)
 		case <-timer.C:
 		}
 	}
@@ -344,11 +354,11 @@ func (g *generator) schedule(ctx context.Context, stage Stage, st *stageStats, s
 		timer.Reset(rest)
 		select {
 		case <-ctx.Done():
-			return time.Since(start)
+			return start, time.Since(start)
 		case <-timer.C:
 		}
 	}
-	return stage.Duration
+	return start, stage.Duration
 }
 
 // dispatch hands o to a worker, or sheds it when MaxInFlight ops are
@@ -436,11 +446,18 @@ func (g *generator) send(o op, rng *mrand.Rand) {
 	st := o.stage
 	st.mu.Lock()
 	recordDuration(st.dispatch, start.Sub(o.due))
+	if done.After(st.lastDone) {
+		st.lastDone = done
+	}
+	if res == outcomeOK {
+		recordDuration(st.latency[kind], latency)
+	} else {
+		recordDuration(st.failed, latency)
+	}
 	switch res {
 	case outcomeOK:
 		st.ok++
 		st.events += int64(g.work.events(kind))
-		recordDuration(st.latency[kind], latency)
 	case outcome503:
 		st.errs.Unavailable++
 	case outcome504:
@@ -466,21 +483,26 @@ func (g *generator) send(o op, rng *mrand.Rand) {
 }
 
 // finish turns a stage's counters into its result. All its ops are done.
-func (g *generator) finish(i int, stage Stage, elapsed time.Duration, st *stageStats) StageResult {
-	all := newHistogram()
+func (g *generator) finish(i int, stage Stage, start time.Time, elapsed time.Duration, st *stageStats) StageResult {
+	ok := newHistogram()
 	for _, h := range st.latency {
-		all.Merge(h)
+		ok.Merge(h)
 	}
+	sent := newHistogram()
+	sent.Merge(ok)
+	sent.Merge(st.failed)
 	sr := StageResult{
-		Index:       i,
-		TargetRate:  stage.Rate,
-		Duration:    elapsed,
-		EventsPerOp: g.work.events(kindWrite),
-		Scheduled:   st.scheduled,
-		OK:          st.ok,
-		Events:      st.events,
-		Errors:      st.errs,
-		Latency:     summarize(all),
+		Index:         i,
+		TargetRate:    stage.Rate,
+		Duration:      elapsed,
+		EventsPerOp:   g.work.events(kindWrite),
+		Scheduled:     st.scheduled,
+		OK:            st.ok,
+		Events:        st.events,
+		Errors:        st.errs,
+		Latency:       summarize(ok),
+		FailedLatency: summarize(st.failed),
+		AllLatency:    summarize(sent),
 
 		DispatchDelay: summarize(st.dispatch),
 	}
@@ -488,8 +510,13 @@ func (g *generator) finish(i int, stage Stage, elapsed time.Duration, st *stageS
 	if len(sr.Errors.ByStatus) == 0 {
 		sr.Errors.ByStatus = nil
 	}
+	if end := start.Add(elapsed); st.lastDone.After(end) {
+		sr.Drain = st.lastDone.Sub(end)
+	}
 	if secs := elapsed.Seconds(); secs > 0 {
 		sr.OfferedRate = float64(sr.Scheduled) / secs
+	}
+	if secs := (elapsed + sr.Drain).Seconds(); secs > 0 {
 		sr.AchievedRate = float64(sr.OK) / secs
 		sr.AchievedEvents = float64(sr.Events) / secs
 	}

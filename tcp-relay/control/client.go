@@ -60,7 +60,9 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	if resp.StatusCode >= 300 {
 		var eb struct{ Error *Error }
 		if json.Unmarshal(data, &eb) != nil || eb.Error == nil {
-			return &Error{Status: resp.StatusCode, Code: "unexpected", Message: fmt.Sprintf("%s %s: %s", method, path, bytes.TrimSpace(data))}
+			// Not our API answering (a proxy, a wrong address): name the
+			// status in the same vocabulary, as tidal-server's client does.
+			return &Error{Status: resp.StatusCode, Code: codeForStatus(resp.StatusCode), Message: fmt.Sprintf("%s %s: %s", method, path, bytes.TrimSpace(data))}
 		}
 		eb.Error.Status = resp.StatusCode
 		return eb.Error
@@ -184,4 +186,22 @@ func (c *Client) RemoveMeshFault(ctx context.Context, from, to, fault string) (m
 func (c *Client) Reset(ctx context.Context) (FaultChange, error) {
 	var out FaultChange
 	return out, c.do(ctx, "POST", "/reset", nil, &out)
+}
+
+// codeForStatus is the error code a status stands for when the body
+// carries none.
+func codeForStatus(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return CodeInvalid
+	case http.StatusNotFound:
+		return CodeNotFound
+	case http.StatusConflict:
+		return CodeConflict
+	case http.StatusRequestEntityTooLarge:
+		return CodeTooLarge
+	case http.StatusServiceUnavailable:
+		return CodeUnavailable
+	}
+	return CodeInternal
 }

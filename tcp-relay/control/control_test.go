@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/tidaldb/tidal/tcp-relay/mesh"
 	"github.com/tidaldb/tidal/tcp-relay/relay"
+	"github.com/tidaldb/tidal/tidal-server/api"
 )
 
 func echoServer(t *testing.T) string {
@@ -175,12 +177,21 @@ func TestBadInput(t *testing.T) {
 		{"POST", "/mesh", `{"nodes":{"a":{"peer":"` + up + `","client":"` + up + `"}}}`, 400, "nodes"},
 		{"POST", "/mesh", `{"nodes":{"a":{"peer":"` + up + `"},"b":{"peer":"` + up + `","client":"` + up + `"}}}`, 400, "nodes.a.client"},
 		{"GET", "/nope", ``, 404, ""},
+		{"POST", "/relays", `{"name":"` + strings.Repeat("x", maxBody) + `"}`, 413, "body"},
 	}
+	// Regression (issue 9 item 18): tcp-relay answered 400 "bad_request"
+	// where tidal-server answers "invalid_argument"; both binaries now
+	// speak one vocabulary, with "field" always present as the server's is.
+	codes := map[int]string{400: api.CodeInvalid, 404: api.CodeNotFound, 409: api.CodeConflict, 413: api.CodeTooLarge}
 	for _, tc := range cases {
 		status, body := raw(tc.method, tc.path, tc.body)
-		if status != tc.status || !strings.Contains(body, `"code"`) || !strings.Contains(body, `"message"`) ||
-			(tc.field != "" && !strings.Contains(body, `"field": "`+tc.field+`"`)) {
-			t.Errorf("%s %s %s: expected %d naming %q, found %d %s", tc.method, tc.path, tc.body, tc.status, tc.field, status, body)
+		short := tc.body
+		if len(short) > 80 {
+			short = short[:80] + "..."
+		}
+		if status != tc.status || !strings.Contains(body, `"code": "`+codes[tc.status]+`"`) || !strings.Contains(body, `"message"`) ||
+			!strings.Contains(body, `"field": "`+tc.field+`"`) {
+			t.Errorf("%s %s %s: expected %d %s naming %q, found %d %s", tc.method, tc.path, short, tc.status, codes[tc.status], tc.field, status, body)
 		}
 	}
 	// The same failures through the Go client.
@@ -275,4 +286,50 @@ func TestMeshRoutes(t *testing.T) {
 	if rs, _ := c.Relays(ctx); len(rs) != 0 {
 		t.Fatalf("expected no relays after deleting the mesh, found %d", len(rs))
 	}
+}
+
+// TestErrorCodesAreTidalServers pins the shared vocabulary (issue 9 item
+// 18): every code tcp-relay can answer is tidal-server's code for the same
+// condition, constant for constant.
+func TestErrorCodesAreTidalServers(t *testing.T) {
+	for ours, theirs := range map[string]string{
+		CodeInvalid: api.CodeInvalid, CodeNotFound: api.CodeNotFound, CodeConflict: api.CodeConflict,
+		CodeTooLarge: api.CodeTooLarge, CodeUnavailable: api.CodeUnavailable, CodeInternal: api.CodeInternal,
+	} {
+		if ours != theirs {
+			t.Errorf("expected tcp-relay's code %q to be tidal-server's %q", ours, theirs)
+		}
+	}
+	// A body that is not our JSON (a proxy's page) maps by status the way
+	// tidal-server's client maps it.
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "bad gateway page", http.StatusBadRequest)
+	}))
+	defer hs.Close()
+	_, err := NewClient(hs.URL, nil).Relays(context.Background())
+	var e *Error
+	if !errors.As(err, &e) || e.Code != api.CodeInvalid || e.Status != 400 {
+		t.Errorf("expected a 400 invalid_argument from a non-JSON error body, found %v", err)
+	}
+}
+
+// TestResetAfterCloseFails: Reset on a server whose relays were closed
+// under it reports it instead of answering success (issue 16 item 2).
+func TestResetAfterCloseFails(t *testing.T) {
+	s := NewServer(nil)
+	up := echoServer(t)
+	if _, err := s.AddRelay(RelayConfig{Name: "r", Listen: "127.0.0.1:0", Upstream: up}); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	r := s.relays["r"]
+	s.mu.Unlock()
+	r.Close()
+	if _, err := s.Reset(); !errors.Is(err, relay.ErrClosed) {
+		t.Errorf("expected Reset to report the closed relay, found %v", err)
+	}
+	if e := classify(fmt.Errorf("x: %w", relay.ErrClosed)); e.Status != http.StatusServiceUnavailable || e.Code != api.CodeUnavailable {
+		t.Errorf("expected a closed relay to be 503 unavailable, found %v", e)
+	}
+	s.Close()
 }

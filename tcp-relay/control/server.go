@@ -6,10 +6,13 @@
 // returns when the change acts on existing connections, with the time it
 // did so ("at").
 //
-// Errors are {"error":{"code","message","field"}}: 400 bad_request for
-// malformed input (field names the culprit), 404 not_found for an unknown
-// relay, fault or node, 409 conflict for a duplicate name, a port that
-// cannot be bound (message carries the OS reason) or a mesh that exists.
+// Errors are {"error":{"code","message","field"}} with tidal-server's codes
+// (one vocabulary for both: see the Code constants): 400 invalid_argument
+// for malformed input (field names the culprit), 404 not_found for an
+// unknown relay, fault, node or route, 409 conflict for a duplicate name, a
+// port that cannot be bound (message carries the OS reason) or a mesh that
+// exists, 413 too_large for a body over 1 MiB, 503 unavailable for a relay
+// closed under the call, 500 internal for anything else.
 package control
 
 import (
@@ -123,12 +126,26 @@ func NewServer(log *slog.Logger) *Server {
 	return s
 }
 
-// Error is the API's error body; the client returns it as an error.
+// Error codes of the JSON error body: tidal-server's (tidal-server/api),
+// so a client, a script or an operator reads one vocabulary for both
+// binaries. They are part of the API and never change meaning.
+const (
+	CodeInvalid     = "invalid_argument"
+	CodeNotFound    = "not_found"
+	CodeConflict    = "conflict"
+	CodeTooLarge    = "too_large"
+	CodeUnavailable = "unavailable"
+	CodeInternal    = "internal"
+)
+
+// Error is the API's error body; the client returns it as an error. Field
+// is always present ("" when no single field is at fault), as in
+// tidal-server's errors.
 type Error struct {
 	Status  int    `json:"-"`
 	Code    string `json:"code"`
 	Message string `json:"message"`
-	Field   string `json:"field,omitempty"`
+	Field   string `json:"field"`
 }
 
 func (e *Error) Error() string {
@@ -139,15 +156,15 @@ func (e *Error) Error() string {
 }
 
 func badRequest(field, format string, args ...any) *Error {
-	return &Error{Status: http.StatusBadRequest, Code: "bad_request", Field: field, Message: fmt.Sprintf(format, args...)}
+	return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: field, Message: fmt.Sprintf(format, args...)}
 }
 
 func notFound(format string, args ...any) *Error {
-	return &Error{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf(format, args...)}
+	return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf(format, args...)}
 }
 
 func conflict(format string, args ...any) *Error {
-	return &Error{Status: http.StatusConflict, Code: "conflict", Message: fmt.Sprintf(format, args...)}
+	return &Error{Status: http.StatusConflict, Code: CodeConflict, Message: fmt.Sprintf(format, args...)}
 }
 
 // classify maps errors from relay and mesh onto API errors.
@@ -167,8 +184,10 @@ func classify(err error) *Error {
 		return badRequest("kind", "%v", err)
 	case errors.Is(err, syscall.EADDRINUSE), errors.Is(err, syscall.EADDRNOTAVAIL), errors.Is(err, syscall.EACCES):
 		return conflict("%v", err)
+	case errors.Is(err, relay.ErrClosed):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error()}
 	}
-	return &Error{Status: http.StatusInternalServerError, Code: "internal", Message: err.Error()}
+	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: err.Error()}
 }
 
 // AddRelay creates and starts a relay with its initial faults.
@@ -291,17 +310,23 @@ func meshInfo(m *mesh.Mesh) MeshInfo {
 	return in
 }
 
-// Reset removes every fault from every relay and heals the mesh.
-func (s *Server) Reset() time.Time {
+// Reset removes every fault from every relay and heals the mesh. It fails
+// only for a relay closed under it, and names it.
+func (s *Server) Reset() (time.Time, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var errs []error
 	if s.mesh != nil {
-		s.mesh.Reset()
+		if _, err := s.mesh.Reset(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for _, r := range s.relays {
-		r.RemoveAll()
+		if _, err := r.RemoveAll(); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	return time.Now()
+	return time.Now(), errors.Join(errs...)
 }
 
 // Close closes every relay.
@@ -466,7 +491,8 @@ func (s *Server) Handler() http.Handler {
 		respond(w, http.StatusOK, ch, err)
 	}))
 	mux.HandleFunc("POST /reset", func(w http.ResponseWriter, _ *http.Request) {
-		reply(w, http.StatusOK, FaultChange{At: s.Reset()})
+		at, err := s.Reset()
+		respond(w, http.StatusOK, FaultChange{At: at}, err)
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		fail(w, notFound("no route %s %s", r.Method, r.URL.Path))
@@ -535,7 +561,10 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	}
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
+	var me *http.MaxBytesError
 	switch {
+	case errors.As(err, &me):
+		fail(w, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge, Field: "body", Message: fmt.Sprintf("body over the %d-byte limit", me.Limit)})
 	case errors.As(err, &te):
 		fail(w, badRequest(te.Field, "expected %s, found JSON %s", te.Type, te.Value))
 	case strings.HasPrefix(err.Error(), "json: unknown field "):

@@ -469,14 +469,20 @@ func (m *Mesh) linkOp(op, from, to string, do func(*relay.Relay) error) (Change,
 }
 
 // Reset heals the partition and removes every fault from every relay of
-// the mesh, client relays included. In process it cannot fail; the error
-// is there so that a mesh behind a control API (cluster.RemoteNetwork),
-// whose reset can fail, offers the same method.
+// the mesh, client relays included. After Close it fails with
+// relay.ErrClosed and records nothing.
 func (m *Mesh) Reset() (Change, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, r := range m.Relays() {
-		r.RemoveAll()
+	relays := m.Relays()
+	var failed []error
+	for _, r := range relays {
+		if _, err := r.RemoveAll(); err != nil {
+			failed = append(failed, err)
+		}
+	}
+	if len(failed) > 0 {
+		return Change{}, fmt.Errorf("mesh: reset: %d of %d relays failed, first: %w", len(failed), len(relays), failed[0])
 	}
 	m.cut = map[link]bool{}
 	m.installed = map[link]relay.Direction{}

@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -316,5 +317,24 @@ func TestLinkFaults(t *testing.T) {
 		if n := len(r.Faults()); n != 0 {
 			t.Errorf("relay %s: expected no faults after reset, found %d", r.Name(), n)
 		}
+	}
+}
+
+// Regression (issue 16 item 2): Reset after Close drove RemoveAll into
+// unbounded recursion on the closed relays (a stack overflow that took
+// the process down). It reports the closed relays instead, and records
+// no reset that did not happen.
+func TestResetAfterCloseFails(t *testing.T) {
+	m, _ := startMesh(t)
+	if _, err := m.Isolate("a"); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	before := len(m.History())
+	if _, err := m.Reset(); !errors.Is(err, relay.ErrClosed) {
+		t.Fatalf("expected Reset after Close to fail with relay.ErrClosed, found %v", err)
+	}
+	if h := m.History(); len(h) != before {
+		t.Errorf("expected no reset recorded after a failed Reset, found %v", h[before:])
 	}
 }

@@ -198,7 +198,14 @@ func (p *pump) step() bool {
 		_ = p.dst.CloseWrite()
 		return false
 	}
-	if hold || p.eof || p.pendingBytes >= maxPending {
+	if hold && !p.eof {
+		if p.waitHeld(wake) {
+			p.release()
+			return false
+		}
+		return true
+	}
+	if p.eof || p.pendingBytes >= maxPending {
 		p.wait(wake)
 		return true
 	}
@@ -225,6 +232,7 @@ func (p *pump) step() bool {
 	case errors.Is(err, os.ErrDeadlineExceeded):
 	case err == io.EOF:
 		p.eof = true
+		p.sawEOF()
 	default:
 		p.fail(err)
 		return false
@@ -277,6 +285,63 @@ func (p *pump) wait(wake time.Time) {
 	case <-timer:
 	case <-p.c.done:
 	}
+}
+
+// waitHeld is wait for a direction a fault holds (blackhole, timeout),
+// which also watches src for its peer hanging up — without reading, so
+// nothing is taken from the held stream. Without the watch a client that
+// gave up on a blackholed link kept two goroutines, two relay sockets and
+// the upstream connection until the fault was removed. It returns true
+// when the peer hung up and the connection may be released (see
+// mayRelease); false when the wait ended otherwise (wake, a fault change
+// or the end of the connection: the caller looks again).
+//
+// The wait is the runtime poller's (edge-triggered, so queued bytes do
+// not wake it again; a FIN or RST does), interrupted by the read deadline
+// set to wake, by Apply's kick after a fault change, and by shutdown
+// closing the socket.
+func (p *pump) waitHeld(wake time.Time) (release bool) {
+	_ = p.src.SetReadDeadline(wake)
+	_ = p.srcRaw.Read(func(fd uintptr) bool {
+		if !p.current() || p.c.isDone() {
+			return true
+		}
+		if peerHungUp(int(fd)) && p.mayRelease() {
+			release = true
+			return true
+		}
+		return false
+	})
+	return release
+}
+
+// mayRelease says whether src hanging up while held ends the connection.
+// A client that hangs up is gone: nobody is left to deliver the held
+// bytes to. A server's close is hidden from a client that is still
+// sending, as a real partition hides it, until the client has finished
+// too (its FIN went upstream); then nobody is waiting on anything.
+func (p *pump) mayRelease() bool {
+	return p.dir == Upstream || p.c.clientEOF.Load()
+}
+
+// release ends the connection after src hung up while this direction
+// was held. The held bytes are dropped — never forwarded — and the other
+// side is reset, not closed, so it cannot take the stream cut short for a
+// complete one.
+func (p *pump) release() {
+	p.c.r.log.Debug("peer hung up while held; connection released", "direction", p.dir, "held_bytes", p.pendingBytes)
+	p.c.shutdown(p.dir == Downstream, p.dir == Upstream)
+}
+
+// sawEOF notes the client's FIN on the upstream direction and wakes the
+// downstream pump, which may be waiting on a held server that has hung
+// up (see mayRelease).
+func (p *pump) sawEOF() {
+	if p.dir != Upstream {
+		return
+	}
+	p.c.clientEOF.Store(true)
+	_ = p.c.server.SetReadDeadline(past)
 }
 
 // fail ends the connection after an I/O error. A reset seen on one side is

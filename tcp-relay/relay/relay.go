@@ -183,19 +183,22 @@ func (r *Relay) AddFault(f Fault) (time.Time, error) { return r.Apply(nil, []Fau
 // RemoveFault removes the fault called name, with the same guarantee.
 func (r *Relay) RemoveFault(name string) (time.Time, error) { return r.Apply([]string{name}, nil) }
 
-// RemoveAll removes every fault.
-func (r *Relay) RemoveAll() time.Time {
-	var names []string
-	for _, f := range r.Faults() {
-		names = append(names, f.Name)
+// RemoveAll removes every fault, with the same guarantee as Apply. On a
+// closed relay it returns ErrClosed.
+func (r *Relay) RemoveAll() (time.Time, error) {
+	for {
+		var names []string
+		for _, f := range r.Faults() {
+			names = append(names, f.Name)
+		}
+		at, err := r.Apply(names, nil)
+		if errors.Is(err, ErrNoFault) {
+			// Only a concurrent removal can make a name vanish; retry on
+			// the fresh set rather than leave faults behind.
+			continue
+		}
+		return at, err
 	}
-	at, err := r.Apply(names, nil)
-	if err != nil {
-		// Only a concurrent removal can make a name vanish; retry on the
-		// fresh set rather than leave faults behind.
-		return r.RemoveAll()
-	}
-	return at
 }
 
 // Apply removes the faults named in remove and then installs add, as one
@@ -385,6 +388,9 @@ type conn struct {
 	mu   sync.Mutex // guards hits, rng
 	hits map[uint64]hit
 	rng  *rand.Rand
+
+	// clientEOF is set once the client's FIN was read (upstream pump).
+	clientEOF atomic.Bool
 }
 
 // affected draws (once) whether f acts on c, and since when.

@@ -180,6 +180,7 @@ func (p *pump) afterRead(n int, stale bool, err error) (more, ok bool) {
 		p.fail(err)
 		return false, false
 	case n == 0:
+		p.sawEOF()
 		_ = p.dst.CloseWrite()
 		return false, false
 	}

@@ -3,8 +3,8 @@
 // in its own process so that each one's CPU time can be told apart.
 // It runs the stream direct, through tcp-relay's relay package, and
 // through the smallest splice relay Go offers (io.Copy between two
-// TCPConns, which splices), and prints MB/s and CPU seconds per GB moved
-// for every process. This is the evidence for what a relay costs per
+// TCPConns, which splices), and prints MB/s delivered to the sink and CPU
+// seconds per GB delivered for every process. This is the evidence for what a relay costs per
 // byte on a given machine, independent of how many cores it has.
 //
 //	go run ./bench/relay/cpu [-duration 3s] [-rounds 3]
@@ -37,7 +37,7 @@ func main() {
 	flag.Parse()
 	switch *role {
 	case "":
-		fmt.Printf("one connection, 256 KiB writes, 1 MiB reads, %v per run; CPU s/GB = user+sys seconds per GB delivered\n\n", *dur)
+		fmt.Printf("one connection, 256 KiB writes, 1 MiB reads, %v per run; MB/s = bytes the sink received / (last arrival - window start); CPU s/GB = user+sys seconds per GB delivered\n\n", *dur)
 		fmt.Printf("| %-8s | %8s | %13s | %13s | %13s | %11s |\n", "path", "MB/s", "sender s/GB", "relay s/GB", "sink s/GB", "total s/GB")
 		fmt.Println("|----------|----------|---------------|---------------|---------------|-------------|")
 		for range *rounds {
@@ -46,10 +46,19 @@ func main() {
 			}
 		}
 	case "sink":
+		// One line per connection once it ends: the bytes that arrived
+		// and when the last of them did.
 		serve(func(c net.Conn) {
 			buf := make([]byte, 1<<20)
+			var got sinkReport
 			for {
-				if _, err := c.Read(buf); err != nil {
+				n, err := c.Read(buf)
+				if n > 0 {
+					got.Bytes += int64(n)
+					got.Last = time.Now()
+				}
+				if err != nil {
+					fmt.Printf("%d %d\n", got.Bytes, got.Last.UnixNano())
 					return
 				}
 			}
@@ -75,37 +84,69 @@ func main() {
 		c, err := net.Dial("tcp", *up)
 		check(err)
 		buf := make([]byte, 256<<10)
-		for range 20 { // warm up: socket buffers grown, pipes made
+		for range warmupWrites { // warm up: socket buffers grown, pipes made
 			_, err := c.Write(buf)
 			check(err)
 		}
-		var n int64
 		start := time.Now()
 		for time.Since(start) < *dur {
-			m, err := c.Write(buf)
-			n += int64(m)
+			_, err := c.Write(buf)
 			check(err)
 		}
-		fmt.Println(float64(n) / time.Since(start).Seconds())
+		// The FIN follows the last byte through the path: the sink's
+		// report comes once everything written was delivered.
+		check(c.(*net.TCPConn).CloseWrite())
+		fmt.Println(start.UnixNano())
 	}
+}
+
+// warmupWrites 256 KiB writes precede the measured window.
+const warmupWrites = 20
+
+// sinkReport is what the sink saw on the one connection of a run.
+type sinkReport struct {
+	Bytes int64     // every byte that arrived, warm-up included
+	Last  time.Time // when the last one did
+}
+
+// delivered is the throughput of a run: the bytes the sink received after
+// the warm-up's, over the time from the start of the sender's measured
+// window to the last byte's arrival — what went through the path, not
+// what the sender managed to write into its socket buffer (issue 16 item
+// 8). Warm-up bytes still in flight when the window opens make it err low,
+// never high.
+func delivered(start time.Time, sink sinkReport, warmup int64) (bytes int64, rate float64) {
+	bytes = sink.Bytes - warmup
+	if secs := sink.Last.Sub(start).Seconds(); bytes > 0 && secs > 0 {
+		rate = float64(bytes) / secs
+	}
+	return max(bytes, 0), rate
 }
 
 // run streams once along path v and prints a table row.
 func run(v string, d time.Duration) {
-	sink, sinkAddr := start("-role", "sink")
+	sink, sinkAddr, sinkOut := start("-role", "sink")
 	target, relayProc := sinkAddr, (*exec.Cmd)(nil)
 	if v != "direct" {
-		relayProc, target = start("-role", v, "-upstream", sinkAddr)
+		relayProc, target, _ = start("-role", v, "-upstream", sinkAddr)
 	}
 	send := exec.Command(os.Args[0], "-role", "send", "-upstream", target, "-duration", d.String())
 	send.Stderr = os.Stderr
 	out, err := send.Output()
 	check(err)
-	rate, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
+	startNS, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
 	check(err)
-	// Bytes delivered over the measured window; the warm-up's CPU is
-	// included, so s/GB errs high by the warm-up's share (5 MiB).
-	gb := rate * d.Seconds() / 1e9
+	line, err := sinkOut.ReadString('\n')
+	check(err)
+	var got sinkReport
+	var lastNS int64
+	_, err = fmt.Sscan(line, &got.Bytes, &lastNS)
+	check(err)
+	got.Last = time.Unix(0, lastNS)
+	_, rate := delivered(time.Unix(0, startNS), got, warmupWrites*256<<10)
+	// CPU per GB of everything the sink received: the processes' CPU
+	// covers the warm-up too.
+	gb := float64(got.Bytes) / 1e9
 	perGB := func(c *exec.Cmd) float64 { return cpu(c) / gb }
 	relayCPU := 0.0
 	if relayProc != nil {
@@ -116,16 +157,17 @@ func run(v string, d time.Duration) {
 }
 
 // start runs this binary in a role and returns it with the address it
-// printed.
-func start(args ...string) (*exec.Cmd, string) {
+// printed and the rest of its output.
+func start(args ...string) (*exec.Cmd, string, *bufio.Reader) {
 	c := exec.Command(os.Args[0], args...)
 	c.Stderr = os.Stderr
 	out, err := c.StdoutPipe()
 	check(err)
 	check(c.Start())
-	addr, err := bufio.NewReader(out).ReadString('\n')
+	rd := bufio.NewReader(out)
+	addr, err := rd.ReadString('\n')
 	check(err)
-	return c, strings.TrimSpace(addr)
+	return c, strings.TrimSpace(addr), rd
 }
 
 // stop interrupts c, waits for it and returns its CPU seconds.

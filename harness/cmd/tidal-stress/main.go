@@ -23,6 +23,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tidaldb/tidal/buildinfo"
 	"github.com/tidaldb/tidal/harness/stress"
 )
 
@@ -58,10 +59,15 @@ func newCommand() *cobra.Command {
 		Long: `tidal-stress sends requests on a fixed schedule (--rate) or a linear ramp
 (--ramp start:step:stages:stage-duration), measures each op's latency from its
 intended start (queueing included) into HDR histograms, and reports offered
-against achieved rate, p50/p90/p99/p999/max and errors by kind. Ops that come
-due while --max-inflight are outstanding are shed: counted apart from server
-errors, because they measure the generator, not the server. A ramp reports its
-knee: the highest stage with at most 1% errors and p99 within --slo-p99.`,
+against achieved rate, p50/p90/p99/p999/max and errors by kind. Achieved rates
+divide by the time the stage's ops took — its duration plus the drain of its
+backlog, reported as "drain" — so past saturation achieved falls below
+offered. Failed ops (503, 504, timeouts, ...) have their latency reported too
+("failed p99", and "all p99" over every op sent), and --slo-p99 applies to
+both the successes and all ops sent. Ops that come due while --max-inflight
+are outstanding are shed: counted apart from server errors, because they
+measure the generator, not the server. A ramp reports its knee: the highest
+stage with at most 1% errors and p99 within --slo-p99.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
@@ -134,6 +140,9 @@ knee: the highest stage with at most 1% errors and p99 within --slo-p99.`,
 			return nil
 		},
 	}
+	// --version: the same one line every tidal binary prints.
+	cmd.Version = buildinfo.Read().String()
+	cmd.SetVersionTemplate(buildinfo.Line("tidal-stress") + "\n")
 	f := cmd.Flags()
 	f.StringSliceVar(&cfg.Targets, "targets", []string{"127.0.0.1:7070"}, "node client addresses, comma-separated; ops go round-robin")
 	f.StringVar(&mix, "mix", "writes", "writes, reads or mixed")
