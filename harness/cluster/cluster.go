@@ -293,19 +293,22 @@ func newAttempt(cfg Config) (*Cluster, error) {
 		meshNodes[name] = mesh.Node{Peer: peer, Client: cl}
 	}
 	var controlAddr string
+	var controlHeld net.Listener
 	if cfg.RelayBinary != "" {
 		a, err := freePort()
 		if err != nil {
 			return nil, err
 		}
 		controlAddr = a
+		controlHeld = held[len(held)-1]
+		held = held[:len(held)-1]
 	}
-	for _, l := range held {
-		l.Close()
-	}
-	held = nil
+	// The nodes' ports stay held while the relays bind theirs on :0, so
+	// no relay can take a port a node is about to bind (it happened: a
+	// client relay on n3's client port, and n3 exited at start).
 	if cfg.Nodes+cfg.Spares >= 2 {
 		if cfg.RelayBinary != "" {
+			controlHeld.Close()
 			if err := c.startRelay(controlAddr, meshNodes); err != nil {
 				c.teardown()
 				return nil, err
@@ -321,8 +324,15 @@ func newAttempt(cfg Config) (*Cluster, error) {
 			n.ClientRelay, _ = c.mesh.ClientAddr(n.Name)
 		}
 	} else {
+		if controlHeld != nil {
+			controlHeld.Close()
+		}
 		c.nodes[0].ClientRelay = c.nodes[0].ClientAddr
 	}
+	for _, l := range held {
+		l.Close()
+	}
+	held = nil
 	for _, n := range c.nodes[:cfg.Nodes] {
 		if err := c.Start(n.Name); err != nil {
 			c.teardown()
