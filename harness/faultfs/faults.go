@@ -124,38 +124,49 @@ type CorruptRead struct {
 	Mask byte `json:"mask,omitempty"`
 }
 
-// Validate reports what is wrong with f, naming the field.
+// FieldError says which field of a Faults is wrong and why.
+type FieldError struct {
+	Field, Msg string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+func fieldError(field, format string, args ...any) *FieldError {
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Validate reports what is wrong with f as a *FieldError.
 func (f Faults) Validate() error {
 	if e := f.FsyncError; e != nil {
 		if err := checkGlob(e.Path); err != nil {
-			return fmt.Errorf("fsync_error.path: %w", err)
+			return fieldError("fsync_error.path", "%v", err)
 		}
 		if e.After < 0 {
-			return fmt.Errorf("fsync_error.after: expected >= 0, found %d", e.After)
+			return fieldError("fsync_error.after", "expected >= 0, found %d", e.After)
 		}
 	}
 	if d := f.DiskFull; d != nil && d.FreeBytes < 0 {
-		return fmt.Errorf("disk_full.free_bytes: expected >= 0, found %d", d.FreeBytes)
+		return fieldError("disk_full.free_bytes", "expected >= 0, found %d", d.FreeBytes)
 	}
 	for i, s := range f.SlowDisk {
 		for _, o := range s.Ops {
 			if _, err := ParseOp(string(o)); err != nil {
-				return fmt.Errorf("slow_disk[%d].ops: %w", i, err)
+				return fieldError(fmt.Sprintf("slow_disk[%d].ops", i), "%v", err)
 			}
 		}
 		if s.Latency < 0 {
-			return fmt.Errorf("slow_disk[%d].latency: expected >= 0, found %s", i, s.Latency)
+			return fieldError(fmt.Sprintf("slow_disk[%d].latency_ms", i), "expected >= 0, found %s", s.Latency)
 		}
 		if s.Latency == 0 && !s.Stall {
-			return fmt.Errorf("slow_disk[%d]: expected a latency or stall", i)
+			return fieldError(fmt.Sprintf("slow_disk[%d]", i), "expected a latency or a stall")
 		}
 	}
 	for i, c := range f.CorruptRead {
 		if err := checkGlob(c.Path); err != nil {
-			return fmt.Errorf("corrupt_read[%d].path: %w", i, err)
+			return fieldError(fmt.Sprintf("corrupt_read[%d].path", i), "%v", err)
 		}
 		if c.Offset < 0 || c.Length < 0 {
-			return fmt.Errorf("corrupt_read[%d]: expected offset and length >= 0, found %d and %d", i, c.Offset, c.Length)
+			return fieldError(fmt.Sprintf("corrupt_read[%d]", i), "expected offset and length >= 0, found %d and %d", c.Offset, c.Length)
 		}
 	}
 	return nil

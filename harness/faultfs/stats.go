@@ -139,7 +139,7 @@ type PowerCutReport struct {
 	// Seed is the seed TornWrites used.
 	Seed int64 `json:"seed,omitempty"`
 	// Duration is how long the rollback and remount took.
-	Duration time.Duration `json:"duration"`
+	Duration time.Duration `json:"duration_ns"`
 }
 
 type counters struct {
