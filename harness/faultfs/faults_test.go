@@ -605,3 +605,22 @@ func TestPowerCutReport(t *testing.T) {
 		t.Errorf("stats after the cut: %d cuts, last %+v; want 1 and %+v", st.PowerCuts, st.LastPowerCut, rep)
 	}
 }
+
+// TestRootAttributes: the mount's root shows and changes the backing
+// directory's attributes (not those of the descriptor faultfs reaches it
+// through).
+func TestRootAttributes(t *testing.T) {
+	_, backing, mnt := mountForTest(t, Options{})
+	if err := os.Chmod(mnt, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{mnt, backing} {
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st.IsDir() || st.Mode().Perm() != 0o750 {
+			t.Errorf("%s: mode %s, want drwxr-x---", p, st.Mode())
+		}
+	}
+}

@@ -136,6 +136,9 @@ func (n *node) getattr(f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	var err error
 	if h, ok := f.(*fileHandle); ok {
 		err = syscall.Fstat(h.fd, &st)
+	} else if n.isRoot() {
+		// The root's backing path is the /proc/self/fd magic link.
+		err = syscall.Fstat(n.gen.fs.b.fd, &st)
 	} else {
 		err = syscall.Lstat(n.bpath(n.rel()), &st)
 	}
@@ -159,6 +162,11 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	defer done()
 	h, _ := f.(*fileHandle)
 	p := n.bpath(n.rel())
+	if n.isRoot() {
+		// The root's backing path is the /proc/self/fd magic link, which
+		// chown and utimes without following would change instead.
+		p = n.bpath("") + "/."
+	}
 	if mode, ok := in.GetMode(); ok {
 		var err error
 		if h != nil {
@@ -268,9 +276,10 @@ func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	if err != nil {
 		return nil, fs.ToErrno(unwrapErrno(err))
 	}
-	list := make([]fuse.DirEntry, len(ents))
-	for i, e := range ents {
-		list[i] = fuse.DirEntry{Name: e.name, Ino: e.ino, Mode: uint32(e.typ) << 12}
+	list := make([]fuse.DirEntry, 0, len(ents)+2)
+	list = append(list, fuse.DirEntry{Name: ".", Ino: n.ino(), Mode: syscall.S_IFDIR}, fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR})
+	for _, e := range ents {
+		list = append(list, fuse.DirEntry{Name: e.name, Ino: e.ino, Mode: uint32(e.typ) << 12})
 	}
 	return fs.NewListDirStream(list), 0
 }

@@ -61,6 +61,7 @@ Exit status: 0 valid, 1 invalid (an anomaly was found), 2 unknown or error.`,
 		SilenceErrors: true,
 	}
 	root.AddCommand(newRunCommand(), newAnalyzeCommand(), newReproCommand(), newFaultsCommand())
+	root.AddCommand(newFaultfsCommand())
 	return root
 }
 
