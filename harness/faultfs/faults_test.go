@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -623,4 +624,70 @@ func TestRootAttributes(t *testing.T) {
 			t.Errorf("%s: mode %s, want drwxr-x---", p, st.Mode())
 		}
 	}
+}
+
+// TestMountOverADeadMount: a faultfs whose process was killed leaves a
+// dead FUSE mount; the next Mount on that mountpoint replaces it, and the
+// backing directory holds everything the dead one was given.
+func TestMountOverADeadMount(t *testing.T) {
+	requireFUSE(t)
+	dir := t.TempDir()
+	backing, mnt := filepath.Join(dir, "b"), filepath.Join(dir, "m")
+	if err := os.Mkdir(backing, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command(os.Args[0], "-test.run=^TestHelperServeUntilKilled$")
+	child.Env = append(os.Environ(), "FAULTFS_HELPER_BACKING="+backing, "FAULTFS_HELPER_MOUNTPOINT="+mnt)
+	child.Stdout, child.Stderr = os.Stderr, os.Stderr
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		child.Process.Kill()
+		child.Wait()
+		_ = unix.Unmount(mnt, unix.MNT_DETACH) // if the test failed before taking it over
+	})
+	// The helper writes "ready" through its mount once it serves.
+	waitFor(t, "the helper to serve its mount", func() bool {
+		b, err := os.ReadFile(filepath.Join(mnt, "ready"))
+		return err == nil && string(b) == "ready"
+	})
+	if err := child.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	child.Wait()
+	if _, err := os.Stat(mnt); !isErrno(err, syscall.ENOTCONN) {
+		t.Fatalf("after kill -9 of the serving process, stat of the mountpoint: got %v, want ENOTCONN (a dead mount)", err)
+	}
+	f, err := Mount(backing, mnt, Options{})
+	if err != nil {
+		t.Fatalf("mount over the dead mount: %v", err)
+	}
+	defer func() {
+		if err := f.Unmount(); err != nil {
+			t.Error(err)
+		}
+		assertNotMounted(t, mnt)
+	}()
+	if got := readFile(t, filepath.Join(mnt, "ready")); got != "ready" {
+		t.Errorf("through the new mount: %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(backing, StateDirName, "graves")); err != nil {
+		t.Errorf("the new mount's state directory: %v", err)
+	}
+}
+
+// TestHelperServeUntilKilled is TestMountOverADeadMount's child process.
+func TestHelperServeUntilKilled(t *testing.T) {
+	backing, mnt := os.Getenv("FAULTFS_HELPER_BACKING"), os.Getenv("FAULTFS_HELPER_MOUNTPOINT")
+	if backing == "" {
+		t.Skip("helper process for TestMountOverADeadMount")
+	}
+	if _, err := Mount(backing, mnt, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mnt, "ready"), []byte("ready"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {} // until kill -9
 }

@@ -129,8 +129,9 @@ func (g *generation) wait(op Op) bool {
 // Mount mounts a faultfs at mountpoint passing through to backing, which
 // must be a directory; mountpoint is created if missing and may be backing
 // itself (the mount then hides the directory it serves). Everything in
-// backing at mount time counts as durable. Mounting needs root or
-// fusermount3 and /dev/fuse.
+// backing at mount time counts as durable. A dead FUSE mount on mountpoint
+// (left by a faultfs whose process died) is unmounted first. Mounting needs
+// root or fusermount3 and /dev/fuse.
 func Mount(backingDir, mountpoint string, opts Options) (*FS, error) {
 	backingDir, err := filepath.Abs(backingDir)
 	if err != nil {
@@ -143,6 +144,13 @@ func Mount(backingDir, mountpoint string, opts Options) (*FS, error) {
 		return nil, fmt.Errorf("faultfs: backing directory: %w", err)
 	} else if !st.IsDir() {
 		return nil, fmt.Errorf("faultfs: backing %s: expected a directory, found mode %s", backingDir, st.Mode())
+	}
+	if _, err := os.Stat(mountpoint); errors.Is(err, syscall.ENOTCONN) {
+		// A FUSE mount whose server died (a crashed harness): take it
+		// down, its backing directory is intact.
+		if err := unix.Unmount(mountpoint, unix.MNT_DETACH); err != nil {
+			return nil, fmt.Errorf("faultfs: mountpoint %s is a dead FUSE mount and unmounting it failed: %w", mountpoint, err)
+		}
 	}
 	if err := os.MkdirAll(mountpoint, 0o755); err != nil {
 		return nil, fmt.Errorf("faultfs: mountpoint: %w", err)
