@@ -48,7 +48,7 @@ func ParseKind(s string) (Kind, error) {
 // lost write-back); other descriptors open on the file then see EIO once.
 type FsyncError struct {
 	// Path is a glob (path.Match) over the file's path in the mount when
-	// it was opened, e.g. "wal/*.seg"; a pattern without "/" matches the
+	// it was opened, e.g. "wal/*.wal"; a pattern without "/" matches the
 	// base name at any depth. Empty matches every file. A file with
 	// several hard links is known by one of its names only (FUSE does not
 	// say which name a program opened).

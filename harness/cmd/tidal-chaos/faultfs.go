@@ -47,7 +47,7 @@ drive it. Needs root (or fusermount3) and /dev/fuse. docs/ARCHITECTURE.md,
   tidal-chaos faultfs power-cut --torn-writes --seed 7
 
   # fail the next fsync of a WAL segment, then every fsync until cleared
-  tidal-chaos faultfs set fsync-error --path 'wal/*.seg'
+  tidal-chaos faultfs set fsync-error --path 'wal/*.wal'
   tidal-chaos faultfs set fsync-error --sticky
 
   tidal-chaos faultfs stats
@@ -183,7 +183,7 @@ once on their next fsync; later fsyncs succeed and the data stays lost. By
 default one fsync fails and the fault is spent; --sticky fails every
 matching fsync until cleared. --path is a glob over the path in the mount
 (without "/", it matches the base name).`,
-		Example: `  tidal-chaos faultfs set fsync-error --path 'wal/*.seg'
+		Example: `  tidal-chaos faultfs set fsync-error --path 'wal/*.wal'
   tidal-chaos faultfs set fsync-error --after 100 --sticky
   tidal-chaos faultfs set fsync-error --dirs`,
 		Args: cobra.NoArgs,
@@ -244,7 +244,7 @@ removing files give space back.`,
 	corrupt := &cobra.Command{
 		Use:   "corrupt-read",
 		Short: "Flip bits in what reads of a file range return (the disk is untouched)",
-		Example: `  tidal-chaos faultfs set corrupt-read --path 'wal/*.seg' --offset 4096 --length 512
+		Example: `  tidal-chaos faultfs set corrupt-read --path 'wal/*.wal' --offset 4096 --length 512
   tidal-chaos faultfs set corrupt-read --path snapshot --mask 0x80`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
