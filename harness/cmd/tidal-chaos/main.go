@@ -66,6 +66,7 @@ Exit status: 0 valid, 1 invalid (an anomaly was found), 2 unknown or error.`,
 	}
 	root.SetVersionTemplate(buildinfo.Line("tidal-chaos") + "\n")
 	root.AddCommand(newRunCommand(), newAnalyzeCommand(), newReproCommand(), newFaultsCommand(), newPruneCommand())
+	root.AddCommand(newFaultfsCommand())
 	return root
 }
 
