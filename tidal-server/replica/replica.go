@@ -169,9 +169,11 @@ type Replica struct {
 	removed   bool
 	// While TransferLeader moves leadership away from this node, raft
 	// drops every proposal forwarded to it; heldProps keeps them to be
-	// stepped once the transfer ends (see holdForwarded).
-	transferring bool
-	heldProps    []*raftpb.Message
+	// stepped once the transfer ends (see holdForwarded). transfers counts
+	// the TransferLeader calls under way; it changes under mu and is read
+	// without it on the fast path.
+	transfers atomic.Int32
+	heldProps []*raftpb.Message
 
 	appliedMu      sync.Mutex
 	applied        uint64
@@ -1269,9 +1271,12 @@ func (r *Replica) stepForwarded(ctx context.Context, m *raftpb.Message) error {
 // its deadline and answer 504. Held proposals are stepped, once each, when
 // the transfer ends; by then this node forwards them to the new leader.
 func (r *Replica) holdForwarded(m *raftpb.Message) bool {
+	if r.transfers.Load() == 0 {
+		return false
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.transferring {
+	if r.transfers.Load() == 0 {
 		return false
 	}
 	r.heldProps = append(r.heldProps, m)
@@ -1456,7 +1461,7 @@ func (r *Replica) TransferLeader(ctx context.Context, to uint64) error {
 	}
 	if lead == r.cfg.ID {
 		r.mu.Lock()
-		r.transferring = true
+		r.transfers.Add(1)
 		r.mu.Unlock()
 		defer r.releaseHeld()
 	}
@@ -1477,11 +1482,14 @@ func (r *Replica) TransferLeader(ctx context.Context, to uint64) error {
 	}
 }
 
-// releaseHeld ends a transfer: proposals held during it are stepped now.
+// releaseHeld ends a transfer: once none is under way, the proposals held
+// during them are stepped.
 func (r *Replica) releaseHeld() {
 	r.mu.Lock()
-	held := r.heldProps
-	r.transferring, r.heldProps = false, nil
+	var held []*raftpb.Message
+	if r.transfers.Add(-1) == 0 {
+		held, r.heldProps = r.heldProps, nil
+	}
 	r.mu.Unlock()
 	for _, m := range held {
 		r.stepForwarded(r.haltCtx, m)
