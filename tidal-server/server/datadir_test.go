@@ -83,20 +83,3 @@ func TestSchemaFingerprintWrittenAtomically(t *testing.T) {
 		t.Fatalf("empty fingerprint: expected an error saying it is empty and how to recover, got %v", err)
 	}
 }
-
-func TestHandOffTargetIsTheMostCaughtUpReachableVoter(t *testing.T) {
-	st := replica.Status{ID: 1, Members: []replica.MemberStatus{
-		{Member: replica.Member{ID: 1}, Role: "leader", Match: 100, Reachable: true},
-		{Member: replica.Member{ID: 2}, Role: "follower", Match: 90, Reachable: true},
-		{Member: replica.Member{ID: 3}, Role: "follower", Match: 99, Reachable: false},
-		{Member: replica.Member{ID: 4}, Role: "learner", Match: 100, Reachable: true},
-		{Member: replica.Member{ID: 5}, Role: "follower", Match: 95, Reachable: true},
-	}}
-	if id, match, ok := handOffTarget(st); !ok || id != 5 || match != 95 {
-		t.Fatalf("expected member 5 (match 95), got %d (match %d, ok %v)", id, match, ok)
-	}
-	st.Members = st.Members[:1]
-	if id, _, ok := handOffTarget(st); ok {
-		t.Fatalf("a leader alone: expected no target, got %d", id)
-	}
-}

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,8 @@ import (
 	"github.com/tidaldb/tidal/tidal-server/ledger"
 	"github.com/tidaldb/tidal/tidal-server/replica"
 	"github.com/tidaldb/tidal/tidal-server/wal"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // Config is everything a node needs. YAML keys match the flag names with
@@ -159,6 +162,7 @@ type Server struct {
 	serveErr chan error
 	stopOnce sync.Once
 
+	inbound     inboundProxy
 	stopPublish context.CancelFunc // called by Shutdown
 	publishDone chan struct{}      // closed when publishClientAddr returns
 }
@@ -190,13 +194,9 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 	}
 	peersGiven := len(peers) > 0
 	if !peersGiven {
-		// A single-node cluster: the bootstrap entry is this node's
-		// alone, so it may carry the client address too.
-		peers = []replica.Member{{ID: cfg.ID, PeerAddr: cfg.PeerAddr, ClientAddr: cfg.ClientAddr}}
+		peers = []replica.Member{{ID: cfg.ID, PeerAddr: cfg.PeerAddr}}
 	}
-	// With several peers every node must write the same bootstrap
-	// entries, so they carry peer addresses only; each node publishes
-	// its client address once it runs (publishClientAddr).
+
 	overrides, err := ParseDialOverrides(cfg.PeerDial)
 	if err != nil {
 		return nil, err
@@ -223,6 +223,15 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		}
 	}
 
+	// With several peers every node must write the same bootstrap
+	// entries, so they carry peer addresses only, and each node publishes
+	// its client address once it runs (publishClientAddr). A one-member
+	// cluster's bootstrap entry is this node's alone: it may carry the
+	// client address, and nothing needs publishing.
+	if len(peers) == 1 && peers[0].ID == cfg.ID {
+		peers[0].ClientAddr = s.advertisedClientAddr()
+	}
+
 	if err := prepareDataDir(cfg.DataDir, schema, log); err != nil {
 		return nil, err
 	}
@@ -236,9 +245,8 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 	s.sm.noteRestart(cfg.DataDir)
 
 	var transport replica.Transport
-	var lateInbound inboundProxy
 	if s.peerLis != nil {
-		transport, s.stopPeer, err = cfg.Transport(cfg.ID, s.peerLis, &lateInbound, reg, log.With("component", "peer"))
+		transport, s.stopPeer, err = cfg.Transport(cfg.ID, s.peerLis, &s.inbound, reg, log.With("component", "peer"))
 		if err != nil {
 			return nil, err
 		}
@@ -259,7 +267,7 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	lateInbound.set(s.replica)
+	s.inbound.set(s.replica)
 	s.node = &node{id: cfg.ID, schema: schema, sm: s.sm, r: s.replica, readyWithin: cfg.ReadyWithin}
 
 	handler := api.New(s.node, api.Options{
@@ -344,10 +352,16 @@ func (s *Server) closeListeners() {
 	}
 }
 
-// inboundProxy lets the transport start before the replica exists.
+// inboundProxy lets the transport start before the replica exists. While
+// a node that handed leadership off waits for the others to follow the new
+// leader (handOffLeadership), it also notes when a message from any member
+// but the new leader last arrived.
 type inboundProxy struct {
 	mu sync.RWMutex
 	r  *replica.Replica
+
+	watchExcept atomic.Uint64 // the new leader; 0 when not watching
+	lastOther   atomic.Int64  // unix nanoseconds
 }
 
 func (p *inboundProxy) set(r *replica.Replica) {
@@ -363,6 +377,12 @@ func (p *inboundProxy) get() *replica.Replica {
 }
 
 func (p *inboundProxy) Receive(ctx context.Context, data []byte) error {
+	if except := p.watchExcept.Load(); except != 0 {
+		m := &raftpb.Message{}
+		if proto.Unmarshal(data, m) == nil && m.GetFrom() != except {
+			p.lastOther.Store(time.Now().UnixNano())
+		}
+	}
 	r := p.get()
 	if r == nil {
 		return errors.New("node is starting")
