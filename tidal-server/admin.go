@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"text/tabwriter"
@@ -37,8 +38,11 @@ func newStatusCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show a node's view of the cluster: leader, term, indexes, members",
-		Long: `Show what one node knows of the cluster. Match index and lag per member are
-known only on the leader; ask the leader for replication progress.`,
+		Long: `Show what one node knows of the cluster. Match index, lag and reachability
+per member are known only on the leader: asked on a follower, status fetches
+them from the leader's client address; when the leader cannot be asked they
+are shown as "-" (unknown), never as 0. --json prints the answering node's
+raw /cluster/status.`,
 		Example: "  tidal-server status --addr 127.0.0.1:7071\n  tidal-server status --addr 127.0.0.1:7071 --json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -54,18 +58,73 @@ known only on the leader; ask the leader for replication progress.`,
 				enc.SetIndent("", "  ")
 				return enc.Encode(st)
 			}
-			fmt.Fprintf(out, "node %d   leader %d   term %d   commit %d   applied %d\n\n", st.Node, st.Leader, st.Term, st.Commit, st.Applied)
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tROLE\tPEER\tCLIENT\tMATCH\tLAG\tREACHABLE")
-			for _, m := range st.Members {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%v\n", m.ID, m.Role, m.PeerAddr, m.ClientAddr, m.Match, m.Lag, m.Reachable)
-			}
-			return tw.Flush()
+			progress, note := leaderProgress(ctx, st)
+			return printStatus(out, st, progress, note)
 		},
 	}
 	a.register(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw /cluster/status JSON")
 	return cmd
+}
+
+// leaderProgress returns a status that knows the members' replication
+// progress: st itself on the leader, else the leader's own status fetched
+// from its client address. nil, with a note saying why, when neither can.
+func leaderProgress(ctx context.Context, st *client.Status) (*client.Status, string) {
+	if st.KnowsProgress() {
+		return st, ""
+	}
+	if st.Leader == 0 {
+		return nil, "no leader known: match, lag and reachability are unknown (-)"
+	}
+	var addr string
+	for _, m := range st.Members {
+		if m.ID == st.Leader {
+			addr = m.ClientAddr
+		}
+	}
+	if addr == "" {
+		return nil, fmt.Sprintf("leader %d's client address is not known: match, lag and reachability are unknown (-)", st.Leader)
+	}
+	lst, err := client.New(addr, client.WithRetries(0)).Status(ctx)
+	if err != nil {
+		return nil, fmt.Sprintf("leader %d at %s did not answer (%v): match, lag and reachability are unknown (-)", st.Leader, addr, err)
+	}
+	if !lst.KnowsProgress() {
+		return nil, fmt.Sprintf("node %d at %s no longer leads: match, lag and reachability are unknown (-)", st.Leader, addr)
+	}
+	return lst, fmt.Sprintf("match, lag and reachability as leader %d at %s reports them", st.Leader, addr)
+}
+
+func printStatus(out io.Writer, st, progress *client.Status, note string) error {
+	fmt.Fprintf(out, "node %d   leader %d   term %d   commit %d   applied %d\n", st.Node, st.Leader, st.Term, st.Commit, st.Applied)
+	if st.Error != "" {
+		fmt.Fprintf(out, "stopped: %s\n", st.Error)
+	}
+	if note != "" {
+		fmt.Fprintln(out, note)
+	}
+	fmt.Fprintln(out)
+	byID := map[uint64]client.MemberStatus{}
+	if progress != nil {
+		for _, m := range progress.Members {
+			byID[m.ID] = m
+		}
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tROLE\tPEER\tCLIENT\tMATCH\tLAG\tREACHABLE")
+	for _, m := range st.Members {
+		match, lag, reachable := "-", "-", "-"
+		if p, ok := byID[m.ID]; ok {
+			match, lag, reachable = strconv.FormatUint(p.Match, 10), strconv.FormatUint(p.Lag, 10), strconv.FormatBool(p.Reachable)
+		}
+		clientAddr := m.ClientAddr
+		if clientAddr == "" {
+			clientAddr = "-"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Role, m.PeerAddr, clientAddr, match, lag, reachable)
+	}
+	return tw.Flush()
 }
 
 func newMembersCommand() *cobra.Command {
@@ -76,17 +135,15 @@ func newMembersCommand() *cobra.Command {
 		Use:   "add",
 		Short: "Add a node (as a learner; promoted to voter once it has caught up)",
 		Long: `Add a node to the cluster. It joins as a learner and the leader promotes it to
-voter once its log is within --promote-within entries of the commit index.
-Then start the new node with --join and the full --peers list. Ids are never
-reused: pick one no node ever had.`,
+voter once its log is within 1000 entries of the commit index. Then start
+the new node with --join and the full --peers list. Ids are never reused:
+pick one no node ever had. --client-addr is recorded in the membership table
+(status shows it; a voter that omits it publishes its own once it runs).`,
 		Example: `  tidal-server members add --addr 127.0.0.1:7071 --id 4 --peer-addr 127.0.0.1:7104 --client-addr 127.0.0.1:7074`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if m.ID == 0 {
-				return fmt.Errorf("--id: required, a node id > 0")
-			}
-			if m.PeerAddr == "" {
-				return fmt.Errorf("--peer-addr: required")
+				return fmt.Errorf("--id: expected a node id > 0, found 0")
 			}
 			c, ctx, cancel := a.client()
 			defer cancel()
@@ -99,9 +156,14 @@ reused: pick one no node ever had.`,
 		},
 	}
 	a.register(add)
-	add.Flags().Uint64Var(&m.ID, "id", 0, "new member's id")
-	add.Flags().StringVar(&m.PeerAddr, "peer-addr", "", "new member's peer address")
+	add.Flags().Uint64Var(&m.ID, "id", 0, "new member's id, never used before (required)")
+	add.Flags().StringVar(&m.PeerAddr, "peer-addr", "", "new member's peer address (required)")
 	add.Flags().StringVar(&m.ClientAddr, "client-addr", "", "new member's client address")
+	for _, name := range []string{"id", "peer-addr"} {
+		if err := add.MarkFlagRequired(name); err != nil {
+			panic(err) // a flag name typo: a programming error
+		}
+	}
 
 	var ra adminFlags
 	remove := &cobra.Command{
@@ -164,9 +226,6 @@ CRC-protected file. Restore it with "tidal-server restore".`,
 		Example: "  tidal-server backup --addr 127.0.0.1:7071 --out tidal.backup",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if out == "" {
-				return fmt.Errorf("--out: required")
-			}
 			c, ctx, cancel := a.client()
 			defer cancel()
 			tmp := out + ".partial"
@@ -201,7 +260,10 @@ CRC-protected file. Restore it with "tidal-server restore".`,
 		},
 	}
 	a.register(cmd)
-	cmd.Flags().StringVar(&out, "out", "", "file to write")
+	cmd.Flags().StringVar(&out, "out", "", "file to write (required)")
+	if err := cmd.MarkFlagRequired("out"); err != nil {
+		panic(err)
+	}
 	return cmd
 }
 
@@ -218,9 +280,6 @@ Start it with "tidal-server run" using the same --id, --peer-addr and
   tidal-server run --data-dir restored --id 1 --peer-addr 127.0.0.1:7100`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if from == "" {
-				return fmt.Errorf("--from: required")
-			}
 			data, err := os.ReadFile(from)
 			if err != nil {
 				return err
@@ -241,7 +300,10 @@ Start it with "tidal-server run" using the same --id, --peer-addr and
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&from, "from", "", "backup file")
+	f.StringVar(&from, "from", "", "backup file (required)")
+	if err := cmd.MarkFlagRequired("from"); err != nil {
+		panic(err)
+	}
 	f.StringVar(&dataDir, "data-dir", "tidal-data", "new data dir (must not hold a WAL)")
 	f.Uint64Var(&id, "id", 1, "node id of the restored node")
 	f.StringVar(&peerAddr, "peer-addr", "127.0.0.1:7100", "peer address of the restored node")

@@ -15,26 +15,59 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"github.com/tidaldb/tidal/buildinfo"
 	"github.com/tidaldb/tidal/tidal-server/peer"
+	"github.com/tidaldb/tidal/tidal-server/replica"
 	"github.com/tidaldb/tidal/tidal-server/server"
 	"github.com/tidaldb/tidal/tidal-server/wal"
 	"go.yaml.in/yaml/v3"
 )
 
+// Exit statuses of tidal-server; `run --help` lists them (runExitStatuses)
+// and README.md repeats them. Each outcome a supervisor must tell apart
+// has its own.
+const (
+	exitOK      = 0 // clean stop (SIGTERM, SIGINT), or a command that succeeded
+	exitFailed  = 1 // could not start, bad flags, or failed while serving
+	exitDamage  = 3 // wal verify found damage; wal repair refused to cut
+	exitFenced  = 4 // the node fenced itself after a failed WAL or snapshot write/fsync
+	exitRemoved = 5 // the node was removed from the cluster (expected, not an error)
+)
+
+const runExitStatuses = `Exit status:
+  0  stopped cleanly by SIGTERM or SIGINT (leadership handed off, in-flight
+     requests drained)
+  1  could not start (flags, a port in use, a data dir that belongs to
+     another schema or cluster) or failed while serving
+  4  fenced: a WAL or snapshot write or fsync failed, so the node stopped
+     writing, refused requests and exited; fix the disk and start it again
+     (recovery keeps every acknowledged write)
+  5  removed: this node was removed from the cluster; its id is retired,
+     so add the machine back as a new member with an empty data dir`
+
 // exitError carries a specific exit status (e.g. wal verify finding damage).
+// notAnError marks outcomes that are expected (a removed node stopping):
+// main prints them without the "error:" prefix.
 type exitError struct {
-	code int
-	err  error
+	code       int
+	err        error
+	notAnError bool
 }
 
 func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
 
 func exitCode(err error) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code
 	}
-	return 1
+	return exitFailed
+}
+
+func isExpectedExit(err error) bool {
+	var ee *exitError
+	return errors.As(err, &ee) && ee.notAnError
 }
 
 func newRootCommand() *cobra.Command {
@@ -52,14 +85,29 @@ Run with no arguments to start a single node on 127.0.0.1:7070 with its data
 in ./tidal-data (the same as "tidal-server run").`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       buildinfo.Read().String(),
 		// No subcommand: behave as `run` with its flags.
 		RunE: run.RunE,
 	}
+	root.Long += "\n\n" + runExitStatuses
+	root.SetVersionTemplate(buildinfo.Line("tidal-server") + "\n")
 	root.Flags().AddFlagSet(run.Flags())
 	root.AddCommand(run, newStatusCommand(), newMembersCommand(), newTransferLeaderCommand(),
-		newBackupCommand(), newRestoreCommand(), newWALCommand())
+		newBackupCommand(), newRestoreCommand(), newWALCommand(), newVersionCommand())
 	root.AddCommand(newCertsCommand(), newTokensCommand())
 	return root
+}
+
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version, commit and Go toolchain this binary was built from",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintln(cmd.OutOrStdout(), buildinfo.Line("tidal-server"))
+			return nil
+		},
+	}
 }
 
 func newRunCommand() *cobra.Command {
@@ -71,12 +119,21 @@ func newRunCommand() *cobra.Command {
 		Short: "Run a node (the default command)",
 		Long: `Run a tidal-server node until SIGTERM or SIGINT.
 
-On SIGTERM the node stops accepting requests, lets in-flight writes finish
-(each is bounded by --write-timeout), stops raft, closes the WAL and exits 0.
-Every acknowledged write was fsynced before it was acknowledged.
+On SIGTERM a leader first hands leadership to its most caught-up voter
+(bounded by two election timeouts and half of --drain-timeout), so writes
+in flight through it commit instead of ending as 504; then the node stops
+accepting requests, lets in-flight writes finish (each is bounded by
+--write-timeout), stops raft, closes the WAL and exits 0. Every
+acknowledged write was fsynced before it was acknowledged.
+
+Every listener is bound before the data dir is touched. A data dir whose
+stored membership shares less than a majority with --peers (another
+cluster's) is refused, naming both.
 
 Flags override the --config file; the file's keys are the flag names with
-underscores (client_addr, data_dir, ...).`,
+underscores (client_addr, data_dir, ...).
+
+` + runExitStatuses,
 		Example: `  # one node, defaults
   tidal-server run
 
@@ -118,7 +175,7 @@ underscores (client_addr, data_dir, ...).`,
 				srv.Shutdown(context.Background())
 				return err
 			case <-srv.ReplicaDone():
-				log.Error("replica stopped; shutting down")
+				return stopAfterReplica(srv, log, drainTimeout)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 			defer cancel()
@@ -158,6 +215,31 @@ underscores (client_addr, data_dir, ...).`,
 	f.StringVar(&logFile, "log-file", "", "write logs to this file instead of stderr")
 	f.DurationVar(&drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long to wait for in-flight requests")
 	return cmd
+}
+
+// stopAfterReplica shuts down a node whose replica stopped by itself and
+// picks the exit status that says why: removed from the cluster (expected;
+// logged as a warning) or fenced after a disk failure.
+func stopAfterReplica(srv *server.Server, log *slog.Logger, drainTimeout time.Duration) error {
+	cause := srv.ReplicaErr()
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	switch {
+	case errors.Is(cause, replica.ErrRemoved):
+		log.Warn("this node was removed from the cluster; stopping", "exit_status", exitRemoved)
+		if err := srv.Shutdown(ctx); err != nil {
+			log.Warn("shutdown after removal", "err", err)
+		}
+		return &exitError{code: exitRemoved, notAnError: true,
+			err: errors.New("this node was removed from the cluster; its id is retired (add the machine back as a new member with an empty data dir)")}
+	case errors.Is(cause, replica.ErrFenced):
+		log.Error("node fenced after a failed disk write; stopping", "err", cause, "exit_status", exitFenced)
+		srv.Shutdown(ctx)
+		return &exitError{code: exitFenced, err: fmt.Errorf("%w; fix the disk and start the node again", cause)}
+	}
+	log.Error("replica stopped unexpectedly; stopping", "err", cause)
+	srv.Shutdown(ctx)
+	return fmt.Errorf("replica stopped: %w", cause)
 }
 
 func loadConfigFile(path string) (server.Config, error) {
@@ -274,43 +356,115 @@ func newWALCommand() *cobra.Command {
 	verify := &cobra.Command{
 		Use:   "verify",
 		Short: "Scan every WAL segment and report the first damaged record",
-		Long: `Scan every segment of the WAL read-only. Exit status 0 when every record is
-intact; 3 when a problem is found (file and offset are printed). A torn tail
-in the newest segment is reported but is normal after a crash: the node
-truncates it on start.`,
+		Long: `Scan every segment of the WAL read-only and print what was found.
+
+Exit status:
+  0  every record is intact, or the only problem is a torn tail in the
+     newest segment (normal after a crash: the node truncates it on start)
+  1  the WAL could not be read
+  3  damage the node will refuse to start with; file and offset are printed`,
 		Example: "  tidal-server wal verify --data-dir n1",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rep, err := wal.Verify(filepath.Join(dataDir, "wal"))
-			if rep != nil {
-				fmt.Fprint(cmd.OutOrStdout(), rep.String())
-			}
 			if err != nil {
-				return &exitError{code: 3, err: err}
+				return err
+			}
+			fmt.Fprint(cmd.OutOrStdout(), rep.String())
+			if rep.Problem != nil && rep.TornTail == nil {
+				return &exitError{code: exitDamage, err: rep.Problem}
 			}
 			return nil
 		},
 	}
+	var allowCommittedLoss bool
 	repair := &cobra.Command{
 		Use:   "repair",
 		Short: "Truncate the WAL after its last good record and report what was dropped",
 		Long: `Truncate the WAL after the last record that checks out, removing everything
-after it, and print what was dropped. Acknowledged writes in the dropped
-part are lost from this node: prefer wiping the node and letting it catch
-up from the cluster (runbooks/) unless it is the only copy.`,
+after it, and print what was dropped.
+
+Repair refuses, changing nothing, when the cut would drop entries the log
+records as committed (its last index would fall below its commit index):
+the other members rely on this node holding them, and raft would panic on
+every start ("tocommit(N) is out of range [lastIndex(M)]"). The way out is
+to retire the node's id and let it catch up as a new member:
+
+  tidal-server members remove ID --addr OTHER_NODE
+  rm -rf DATA_DIR
+  tidal-server members add --addr OTHER_NODE --id NEW_ID --peer-addr ... --client-addr ...
+  tidal-server run --id NEW_ID --join --peers ... --data-dir DATA_DIR
+
+--allow-committed-loss cuts anyway: it is for a node that holds the only
+copy of its data (a one-member cluster) and is refused for a member of a
+larger one.
+
+Exit status:
+  0  repaired, or nothing to repair
+  1  the WAL could not be read or changed
+  3  refused: the cut would drop committed entries (nothing was changed)`,
 		Example: "  tidal-server wal repair --data-dir n1",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			rep, err := wal.Repair(filepath.Join(dataDir, "wal"))
+			out := cmd.OutOrStdout()
+			if allowCommittedLoss {
+				members, _, err := replica.StoredMembers(dataDir)
+				var ce *wal.CorruptionError
+				if err != nil && !errors.As(err, &ce) {
+					return err
+				}
+				if len(members) > 1 {
+					return &exitError{code: exitDamage, err: fmt.Errorf("--allow-committed-loss: refused, the data dir %s belongs to a cluster of %d members (%s) "+
+						"that hold the committed entries: remove this member, wipe the data dir and add it back under a new id", dataDir, len(members), formatMembers(members))}
+				}
+			}
+			rep, err := wal.Repair(filepath.Join(dataDir, "wal"), wal.RepairOptions{AllowCommittedLoss: allowCommittedLoss})
 			if rep != nil {
-				fmt.Fprint(cmd.OutOrStdout(), rep.String())
+				fmt.Fprint(out, rep.String())
+			}
+			var cut *wal.CutsCommittedError
+			if errors.As(err, &cut) {
+				fmt.Fprint(out, repairWayOut(dataDir, cut))
+				return &exitError{code: exitDamage, err: err}
 			}
 			return err
 		},
 	}
+	repair.Flags().BoolVar(&allowCommittedLoss, "allow-committed-loss", false,
+		"cut even below the commit index (one-member clusters only: acknowledged writes after the cut are lost)")
 	for _, c := range []*cobra.Command{verify, repair} {
 		c.Flags().StringVar(&dataDir, "data-dir", "tidal-data", "the node's data directory")
 	}
 	cmd.AddCommand(verify, repair)
 	return cmd
+}
+
+// repairWayOut is what `wal repair` prints when it refuses: the steps that
+// bring the node back without it ever holding a log that contradicts what
+// it acknowledged.
+func repairWayOut(dataDir string, cut *wal.CutsCommittedError) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "refused: cutting at the damage would end the log at index %d, below the commit index %d it records;\n", cut.LastIndex, cut.Commit)
+	fmt.Fprintf(&b, "the other members rely on this node holding entries %d..%d, and raft would panic on every start.\n", cut.LastIndex+1, cut.Commit)
+	members, _, err := replica.StoredMembers(dataDir)
+	var ce *wal.CorruptionError
+	if (err == nil || errors.As(err, &ce)) && len(members) > 0 {
+		fmt.Fprintf(&b, "members stored in %s: %s\n", dataDir, formatMembers(members))
+	}
+	fmt.Fprintf(&b, `Retire this node's id and let it catch up from the others as a new member:
+  tidal-server members remove ID --addr OTHER_NODE_CLIENT_ADDR
+  rm -rf %s
+  tidal-server members add --addr OTHER_NODE_CLIENT_ADDR --id NEW_ID --peer-addr PEER_ADDR --client-addr CLIENT_ADDR
+  tidal-server run --id NEW_ID --join --peers ...,NEW_ID=PEER_ADDR --data-dir %s ...
+If this node holds the only copy (a one-member cluster), --allow-committed-loss cuts anyway.
+`, dataDir, dataDir)
+	return b.String()
+}
+
+func formatMembers(ms []replica.Member) string {
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		parts[i] = fmt.Sprintf("%d=%s", m.ID, m.PeerAddr)
+	}
+	return strings.Join(parts, ",")
 }

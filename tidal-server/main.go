@@ -14,7 +14,11 @@ import (
 
 func main() {
 	if err := newRootCommand().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "error:", err)
+		if isExpectedExit(err) {
+			fmt.Fprintln(os.Stderr, "tidal-server:", err)
+		} else {
+			fmt.Fprintln(os.Stderr, "error:", err)
+		}
 		os.Exit(exitCode(err))
 	}
 }

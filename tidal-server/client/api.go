@@ -261,13 +261,21 @@ func (c *Client) Digest(ctx context.Context) (Digest, error) {
 
 // Status is a node's view of the cluster.
 type Status struct {
-	Node    uint64         `json:"node"`
-	Leader  uint64         `json:"leader"` // 0: no known leader
-	Term    uint64         `json:"term"`
-	Commit  uint64         `json:"commit"`
-	Applied uint64         `json:"applied"`
+	Node    uint64 `json:"node"`
+	Leader  uint64 `json:"leader"` // 0: no known leader
+	Term    uint64 `json:"term"`
+	Commit  uint64 `json:"commit"`
+	Applied uint64 `json:"applied"`
+	// Role is the answering node's: leader, follower, candidate or
+	// stopped. Only a leader knows the members' Match, Lag and Reachable.
+	Role    string         `json:"role"`
 	Members []MemberStatus `json:"members"`
+	Error   string         `json:"error,omitempty"` // why a stopped node stopped
 }
+
+// KnowsProgress reports whether Members' Match, Lag and Reachable are
+// real: only the leader tracks its followers' replication.
+func (s *Status) KnowsProgress() bool { return s.Role == "leader" }
 
 // MemberStatus is one member as the answering node sees it; Match and Lag
 // are only known on the leader.

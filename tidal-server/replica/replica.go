@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -166,6 +167,13 @@ type Replica struct {
 	confState *raftpb.ConfState
 	fenceErr  error
 	removed   bool
+	// While TransferLeader moves leadership away from this node, raft
+	// drops every proposal forwarded to it; heldProps keeps them to be
+	// stepped once the transfer ends (see holdForwarded). transfers counts
+	// the TransferLeader calls under way; it changes under mu and is read
+	// without it on the fast path.
+	transfers atomic.Int32
+	heldProps []*raftpb.Message
 
 	appliedMu      sync.Mutex
 	applied        uint64
@@ -272,7 +280,7 @@ func Start(cfg Config) (*Replica, error) {
 	r.role.Store(raft.StateFollower)
 
 	var err error
-	if r.snaps, err = newSnapStore(filepath.Join(cfg.DataDir, "snap")); err != nil {
+	if r.snaps, err = newSnapStore(filepath.Join(cfg.DataDir, "snap"), cfg.Logger); err != nil {
 		return nil, err
 	}
 	walOpts := cfg.WAL
@@ -1238,16 +1246,41 @@ func (r *Replica) Receive(ctx context.Context, data []byte) error {
 		return fmt.Errorf("decode raft message (%d bytes): %w", len(data), err)
 	}
 	if m.GetType() == raftpb.MsgProp {
-		pctx, cancel := context.WithTimeout(ctx, forwardedProposalWait)
-		defer cancel()
-		err := r.node.Step(pctx, m)
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			r.metrics.ProposalsDropped.Inc()
+		if r.holdForwarded(m) {
 			return nil
 		}
-		return err
+		return r.stepForwarded(ctx, m)
 	}
 	return r.node.Step(ctx, m)
+}
+
+func (r *Replica) stepForwarded(ctx context.Context, m *raftpb.Message) error {
+	pctx, cancel := context.WithTimeout(ctx, forwardedProposalWait)
+	defer cancel()
+	err := r.node.Step(pctx, m)
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		r.metrics.ProposalsDropped.Inc()
+		return nil
+	}
+	return err
+}
+
+// holdForwarded keeps a proposal forwarded to this node while it hands
+// leadership off: raft would drop it (a leader with a transfer under way
+// takes no proposals) and its proposer, on another node, would wait out
+// its deadline and answer 504. Held proposals are stepped, once each, when
+// the transfer ends; by then this node forwards them to the new leader.
+func (r *Replica) holdForwarded(m *raftpb.Message) bool {
+	if r.transfers.Load() == 0 {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.transfers.Load() == 0 {
+		return false
+	}
+	r.heldProps = append(r.heldProps, m)
+	return true
 }
 
 // ReportUnreachable tells raft that a message to id could not be sent, so
@@ -1305,6 +1338,23 @@ func (r *Replica) RemoveMember(ctx context.Context, id uint64) error {
 		return &MembershipError{Msg: fmt.Sprintf("member id %d is not a member", id), NotFound: true}
 	}
 	return r.proposeConfChange(ctx, raftpb.ConfChangeType_ConfChangeRemoveNode, Member{ID: id})
+}
+
+// PublishMember records m's addresses in the replicated membership table
+// for m.ID, an existing voter, the way etcd members publish their client
+// URLs: nodes bootstrapped from --peers know only peer addresses. A
+// ConfChangeAddNode for a voter changes no configuration; applying it
+// stores the member its context carries. Learners are refused (the change
+// would promote them).
+func (r *Replica) PublishMember(ctx context.Context, m Member) error {
+	r.mu.Lock()
+	_, known := r.members.Members[m.ID]
+	voter := slices.Contains(r.confState.GetVoters(), m.ID)
+	r.mu.Unlock()
+	if !known || !voter {
+		return &MembershipError{Msg: fmt.Sprintf("member id %d is not a voter; only voters publish their addresses", m.ID)}
+	}
+	return r.proposeConfChange(ctx, raftpb.ConfChangeType_ConfChangeAddNode, m)
 }
 
 // MembershipError is a membership request that cannot be made as asked.
@@ -1409,6 +1459,12 @@ func (r *Replica) TransferLeader(ctx context.Context, to uint64) error {
 	if lead == to {
 		return nil
 	}
+	if lead == r.cfg.ID {
+		r.mu.Lock()
+		r.transfers.Add(1)
+		r.mu.Unlock()
+		defer r.releaseHeld()
+	}
 	r.node.TransferLeadership(ctx, lead, to)
 	t := time.NewTicker(r.cfg.TickInterval / 2)
 	defer t.Stop()
@@ -1423,6 +1479,20 @@ func (r *Replica) TransferLeader(ctx context.Context, to uint64) error {
 		case <-r.done:
 			return r.stoppedErr()
 		}
+	}
+}
+
+// releaseHeld ends a transfer: once none is under way, the proposals held
+// during them are stepped.
+func (r *Replica) releaseHeld() {
+	r.mu.Lock()
+	var held []*raftpb.Message
+	if r.transfers.Add(-1) == 0 {
+		held, r.heldProps = r.heldProps, nil
+	}
+	r.mu.Unlock()
+	for _, m := range held {
+		r.stepForwarded(r.haltCtx, m)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -47,7 +48,7 @@ func RestoreDataDir(dir string, m Member, index uint64, state []byte) error {
 			ConfState: &raftpb.ConfState{Voters: []uint64{m.ID}},
 		},
 	}
-	snaps, err := newSnapStore(filepath.Join(dir, "snap"))
+	snaps, err := newSnapStore(filepath.Join(dir, "snap"), nil)
 	if err != nil {
 		return err
 	}
@@ -66,4 +67,110 @@ func RestoreDataDir(dir string, m Member, index uint64, state []byte) error {
 		err = cerr
 	}
 	return err
+}
+
+// StoredMembers reads the membership a stopped node's data dir holds,
+// without opening it for writing: the table of the newest snapshot the WAL
+// names, changed by the committed conf changes logged after it. index is
+// the log position that table reflects; members is nil for a data dir with
+// no state yet. If the WAL is damaged, the part before the damage is read
+// and the *wal.CorruptionError is returned with what it gave.
+func StoredMembers(dataDir string) (members []Member, index uint64, err error) {
+	rec, walErr := wal.Read(filepath.Join(dataDir, "wal"))
+	if rec == nil {
+		return nil, 0, walErr
+	}
+	mem := newMembership()
+	if rec.Snapshot.Index > 0 {
+		snaps := &snapStore{dir: filepath.Join(dataDir, "snap")}
+		snap, err := snaps.load(rec.Snapshot.Term, rec.Snapshot.Index)
+		if err != nil {
+			return nil, 0, err
+		}
+		if mem, err = snapshotMembership(snap); err != nil {
+			return nil, 0, err
+		}
+		index = rec.Snapshot.Index
+	}
+	for _, e := range rec.Entries {
+		if e.Index > rec.HardState.Commit {
+			break
+		}
+		index = e.Index
+		t := raftpb.EntryType(e.Type)
+		if t != raftpb.EntryConfChange && t != raftpb.EntryConfChangeV2 {
+			continue
+		}
+		if err := mem.replay(fromWALEntry(e)); err != nil {
+			return nil, 0, err
+		}
+	}
+	if index == 0 {
+		return nil, 0, walErr
+	}
+	return mem.sorted(), index, walErr
+}
+
+// snapshotMembership decodes the membership table framed ahead of the
+// state machine in a raft snapshot's data (u32 length | JSON | state).
+func snapshotMembership(snap *raftpb.Snapshot) (*membership, error) {
+	data := snap.GetData()
+	if len(data) < 4 {
+		return nil, fmt.Errorf("snapshot at index %d: %d bytes, too short for its header", snap.GetMetadata().GetIndex(), len(data))
+	}
+	n := binary.BigEndian.Uint32(data)
+	if uint64(n)+4 > uint64(len(data)) {
+		return nil, fmt.Errorf("snapshot at index %d: membership length %d exceeds %d bytes", snap.GetMetadata().GetIndex(), n, len(data))
+	}
+	return unmarshalMembership(data[4 : 4+n])
+}
+
+// replay applies one committed conf change entry to the table the way
+// the apply loop does (a re-added removed id changes nothing), for a
+// reader that does not run raft.
+func (m *membership) replay(e *raftpb.Entry) error {
+	var cc *raftpb.ConfChangeV2
+	if e.GetType() == raftpb.EntryConfChange {
+		v1 := &raftpb.ConfChange{}
+		if err := proto.Unmarshal(e.GetData(), v1); err != nil {
+			return fmt.Errorf("decode conf change at index %d: %w", e.GetIndex(), err)
+		}
+		cc = v1.AsV2()
+	} else {
+		cc = &raftpb.ConfChangeV2{}
+		if err := proto.Unmarshal(e.GetData(), cc); err != nil {
+			return fmt.Errorf("decode conf change v2 at index %d: %w", e.GetIndex(), err)
+		}
+	}
+	var cctx confContext
+	if len(cc.GetContext()) > 0 {
+		// A context that is not JSON carries no addresses; the ids
+		// still count.
+		_ = json.Unmarshal(cc.GetContext(), &cctx)
+	}
+	for _, ch := range cc.GetChanges() {
+		switch ch.GetType() {
+		case raftpb.ConfChangeType_ConfChangeAddNode, raftpb.ConfChangeType_ConfChangeAddLearnerNode:
+			if m.Removed[ch.GetNodeId()] {
+				return nil
+			}
+		}
+	}
+	for _, ch := range cc.GetChanges() {
+		id := ch.GetNodeId()
+		switch ch.GetType() {
+		case raftpb.ConfChangeType_ConfChangeAddNode, raftpb.ConfChangeType_ConfChangeAddLearnerNode:
+			mem, known := m.Members[id]
+			if cctx.Member.ID == id {
+				mem = cctx.Member
+			} else if !known {
+				mem = Member{ID: id}
+			}
+			m.Members[id] = mem
+		case raftpb.ConfChangeType_ConfChangeRemoveNode:
+			delete(m.Members, id)
+			m.Removed[id] = true
+		}
+	}
+	return nil
 }

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
+	"github.com/tidaldb/tidal/tidal-server/wal"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -36,8 +38,14 @@ type snapStore struct {
 	dir string
 }
 
-func newSnapStore(dir string) (*snapStore, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+// newSnapStore opens the snapshot directory, creating it durably, and
+// removes the temporary files of snapshots a crash interrupted (each is
+// logged): they were never renamed into place, so no WAL mark names them.
+func newSnapStore(dir string, log *slog.Logger) (*snapStore, error) {
+	if err := wal.MkdirAllDurable(dir); err != nil {
+		return nil, fmt.Errorf("snapshot dir: %w", err)
+	}
+	if _, err := wal.RemoveTemporaries(dir, log); err != nil {
 		return nil, fmt.Errorf("snapshot dir: %w", err)
 	}
 	return &snapStore{dir: dir}, nil
@@ -61,45 +69,10 @@ func (s *snapStore) save(snap *raftpb.Snapshot) error {
 	binary.LittleEndian.PutUint32(buf[12:], crc32.Checksum(payload, castagnoli))
 	binary.LittleEndian.PutUint64(buf[16:], uint64(len(payload)))
 	buf = append(buf, payload...)
-	if err := writeFileDurably(name, buf); err != nil {
+	if err := wal.WriteFileAtomic(name, buf); err != nil {
 		return err
 	}
 	return s.prune()
-}
-
-func writeFileDurably(name string, data []byte) error {
-	tmp := name + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("fsync %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, name); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(name))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync dir %s: %w", dir, err)
-	}
-	return nil
 }
 
 func (s *snapStore) names() ([]string, error) {

@@ -12,20 +12,22 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/tidaldb/tidal/buildinfo"
 	"github.com/tidaldb/tidal/tidal-server/api"
 	"github.com/tidaldb/tidal/tidal-server/bugs"
 	"github.com/tidaldb/tidal/tidal-server/ledger"
 	"github.com/tidaldb/tidal/tidal-server/replica"
 	"github.com/tidaldb/tidal/tidal-server/wal"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // Config is everything a node needs. YAML keys match the flag names with
@@ -159,10 +161,19 @@ type Server struct {
 	stopPeer func()
 	serveErr chan error
 	stopOnce sync.Once
+
+	inbound     inboundProxy
+	stopPublish context.CancelFunc // called by Shutdown
+	publishDone chan struct{}      // closed when publishClientAddr returns
 }
 
 // Start opens the data dir, recovers, starts raft and begins serving.
-func Start(cfg Config, log *slog.Logger) (*Server, error) {
+//
+// Every listener is bound before anything is written: a node that cannot
+// serve (a port in use) must fail without leaving behind a data dir it
+// initialised, or a later start with other --peers would find a cluster of
+// the wrong shape already there.
+func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -181,45 +192,62 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(peers) == 0 {
+	peersGiven := len(peers) > 0
+	if !peersGiven {
 		peers = []replica.Member{{ID: cfg.ID, PeerAddr: cfg.PeerAddr}}
 	}
+
 	overrides, err := ParseDialOverrides(cfg.PeerDial)
 	if err != nil {
 		return nil, err
 	}
-	for i := range peers {
-		if peers[i].ID == cfg.ID {
-			peers[i].ClientAddr = cfg.ClientAddr
-		}
-	}
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
-	}
-	if err := checkSchemaMatches(cfg.DataDir, schema); err != nil {
-		return nil, err
+	multi := len(peers) > 1 || cfg.Join
+	if multi && cfg.Transport == nil {
+		return nil, errors.New("a cluster of more than one node needs a peer transport")
 	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s := &Server{cfg: cfg, log: log, reg: reg, serveErr: make(chan error, 2)}
+	defer func() {
+		if err != nil {
+			s.closeListeners()
+		}
+	}()
+	if s.httpLis, err = net.Listen("tcp", cfg.ClientAddr); err != nil {
+		return nil, fmt.Errorf("client listener on %s: %w (nothing was written to %s)", cfg.ClientAddr, err, cfg.DataDir)
+	}
+	if multi || cfg.Transport != nil {
+		if s.peerLis, err = net.Listen("tcp", cfg.PeerAddr); err != nil {
+			return nil, fmt.Errorf("peer listener on %s: %w (nothing was written to %s)", cfg.PeerAddr, err, cfg.DataDir)
+		}
+	}
+
+	// With several peers every node must write the same bootstrap
+	// entries, so they carry peer addresses only, and each node publishes
+	// its client address once it runs (publishClientAddr). A one-member
+	// cluster's bootstrap entry is this node's alone: it may carry the
+	// client address, and nothing needs publishing.
+	if len(peers) == 1 && peers[0].ID == cfg.ID {
+		peers[0].ClientAddr = s.advertisedClientAddr()
+	}
+
+	if err := prepareDataDir(cfg.DataDir, schema, log); err != nil {
+		return nil, err
+	}
+	if peersGiven && !cfg.Join {
+		if err := checkPeersMatchDataDir(cfg.DataDir, peers); err != nil {
+			return nil, err
+		}
+	}
+
 	s.sm = NewStateMachine(schema, ledger.Options{IDsPerGeneration: cfg.IDsPerGeneration})
 	s.sm.noteRestart(cfg.DataDir)
 
-	multi := len(peers) > 1 || cfg.Join
 	var transport replica.Transport
-	var lateInbound inboundProxy
-	if multi || cfg.Transport != nil {
-		if cfg.Transport == nil {
-			return nil, errors.New("a cluster of more than one node needs a peer transport")
-		}
-		s.peerLis, err = net.Listen("tcp", cfg.PeerAddr)
+	if s.peerLis != nil {
+		transport, s.stopPeer, err = cfg.Transport(cfg.ID, s.peerLis, &s.inbound, reg, log.With("component", "peer"))
 		if err != nil {
-			return nil, fmt.Errorf("peer listener on %s: %w", cfg.PeerAddr, err)
-		}
-		transport, s.stopPeer, err = cfg.Transport(cfg.ID, s.peerLis, &lateInbound, reg, log.With("component", "peer"))
-		if err != nil {
-			s.peerLis.Close()
 			return nil, err
 		}
 	}
@@ -237,10 +265,9 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 		Metrics:      replica.NewMetrics(reg),
 	})
 	if err != nil {
-		s.closePeer()
 		return nil, err
 	}
-	lateInbound.set(s.replica)
+	s.inbound.set(s.replica)
 	s.node = &node{id: cfg.ID, schema: schema, sm: s.sm, r: s.replica, readyWithin: cfg.ReadyWithin}
 
 	handler := api.New(s.node, api.Options{
@@ -257,12 +284,6 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 		mux.Handle("/", handler)
 		handler = mux
 	}
-	s.httpLis, err = net.Listen("tcp", cfg.ClientAddr)
-	if err != nil {
-		s.replica.Stop()
-		s.closePeer()
-		return nil, fmt.Errorf("client listener on %s: %w", cfg.ClientAddr, err)
-	}
 	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	go func() {
@@ -270,40 +291,13 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 			s.serveErr <- err
 		}
 	}()
-	log.Info("tidal-server started", "id", cfg.ID, "client_addr", s.httpLis.Addr().String(), "peer_addr", cfg.PeerAddr,
+	log.Info("tidal-server started", "build", buildinfo.Read().String(), "id", cfg.ID, "client_addr", s.httpLis.Addr().String(), "peer_addr", cfg.PeerAddr,
 		"data_dir", cfg.DataDir, "peers", len(peers), "signals", len(schema.Signals), "embedding_dim", schema.EmbeddingDim)
+	var publishCtx context.Context
+	publishCtx, s.stopPublish = context.WithCancel(context.Background())
+	s.publishDone = make(chan struct{})
+	go s.publishClientAddr(publishCtx)
 	return s, nil
-}
-
-// schemaFile pins the schema a data dir was created with: replaying a log
-// under another schema would fold events differently than the nodes that
-// acknowledged them.
-func checkSchemaMatches(dir string, schema ledger.Schema) error {
-	want := schemaFingerprint(schema)
-	path := filepath.Join(dir, "schema.fingerprint")
-	got, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return os.WriteFile(path, []byte(want+"\n"), 0o644)
-	}
-	if err != nil {
-		return err
-	}
-	if strings.TrimSpace(string(got)) != want {
-		return fmt.Errorf("%s: data dir was created with schema %s, this node runs schema %s; start with the original --schema", path, strings.TrimSpace(string(got)), want)
-	}
-	return nil
-}
-
-func schemaFingerprint(s ledger.Schema) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "dim=%d", s.EmbeddingDim)
-	for _, sig := range s.Signals {
-		fmt.Fprintf(&b, ";%s/%s", sig.Name, sig.HalfLife)
-		for _, w := range sig.Windows {
-			fmt.Fprintf(&b, "/%s=%s", w.Name, w.Duration)
-		}
-	}
-	return b.String()
 }
 
 // ClientAddr is the address the HTTP API listens on (useful with port 0).
@@ -315,13 +309,21 @@ func (s *Server) Err() <-chan error { return s.serveErr }
 // ReplicaDone is closed when the replica stops on its own (fenced, removed).
 func (s *Server) ReplicaDone() <-chan struct{} { return s.replica.Done() }
 
-// Shutdown stops accepting requests, lets in-flight ones finish (each
-// write is already bounded by its own timeout), then stops raft and closes
-// the WAL. Everything acknowledged was fsynced before its ack, so there is
-// nothing to flush.
+// ReplicaErr says why the replica stopped: an error wrapping
+// replica.ErrFenced or replica.ErrRemoved, or replica.ErrStopped; nil
+// while it runs.
+func (s *Server) ReplicaErr() error { return s.replica.Err() }
+
+// Shutdown hands leadership off if this node leads, stops accepting
+// requests, lets in-flight ones finish (each write is already bounded by
+// its own timeout), then stops raft and closes the WAL. Everything
+// acknowledged was fsynced before its ack, so there is nothing to flush.
 func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.stopOnce.Do(func() {
+		s.stopPublish()
+		<-s.publishDone
+		s.handOffLeadership(ctx)
 		s.log.Info("draining: no new requests; waiting for in-flight ones")
 		if e := s.http.Shutdown(ctx); e != nil {
 			err = fmt.Errorf("drain HTTP: %w", e)
@@ -330,25 +332,36 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		if e := s.replica.Stop(); e != nil && err == nil {
 			err = e
 		}
-		s.closePeer()
+		s.closeListeners()
 		s.log.Info("stopped")
 	})
 	return err
 }
 
-func (s *Server) closePeer() {
+// closeListeners stops the peer transport and closes both listeners.
+func (s *Server) closeListeners() {
 	if s.stopPeer != nil {
 		s.stopPeer()
 	}
 	if s.peerLis != nil {
 		s.peerLis.Close()
 	}
+	if s.httpLis != nil && s.http == nil {
+		// Once serving, http.Server owns the listener.
+		s.httpLis.Close()
+	}
 }
 
-// inboundProxy lets the transport start before the replica exists.
+// inboundProxy lets the transport start before the replica exists. While
+// a node that handed leadership off waits for the others to follow the new
+// leader (handOffLeadership), it also notes when a message from any member
+// but the new leader last arrived.
 type inboundProxy struct {
 	mu sync.RWMutex
 	r  *replica.Replica
+
+	watchExcept atomic.Uint64 // the new leader; 0 when not watching
+	lastOther   atomic.Int64  // unix nanoseconds
 }
 
 func (p *inboundProxy) set(r *replica.Replica) {
@@ -364,6 +377,12 @@ func (p *inboundProxy) get() *replica.Replica {
 }
 
 func (p *inboundProxy) Receive(ctx context.Context, data []byte) error {
+	if except := p.watchExcept.Load(); except != 0 {
+		m := &raftpb.Message{}
+		if proto.Unmarshal(data, m) == nil && m.GetFrom() != except {
+			p.lastOther.Store(time.Now().UnixNano())
+		}
+	}
 	r := p.get()
 	if r == nil {
 		return errors.New("node is starting")

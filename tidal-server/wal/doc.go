@@ -11,7 +11,10 @@
 // to Options.SegmentSize, header written and fdatasynced — under a ".tmp"
 // name, then renamed into place and the directory fsynced; so every segment
 // file that exists starts with a durable header, and leftover ".tmp" files
-// are debris that Open deletes. Compaction removes segments oldest first,
+// are debris that Open deletes, logging each. Open creates the directory
+// with its parent fsynced (and fsyncs the parent of an existing one), so
+// the log's own directory entry survives a crash. Compaction removes
+// segments oldest first,
 // fsyncing the directory after each, so the sequence numbers on disk are
 // always contiguous.
 //

@@ -18,6 +18,8 @@ type fileSystem interface {
 	OpenWrite(path string) (segmentFile, error)
 	Rename(oldpath, newpath string) error
 	Remove(path string) error
+	// Mkdir creates one directory; its parent must exist.
+	Mkdir(path string) error
 	// SyncDir makes creations, renames and removals in dir durable.
 	SyncDir(dir string) error
 }
@@ -53,6 +55,7 @@ func (osFS) OpenWrite(path string) (segmentFile, error) {
 
 func (osFS) Rename(oldpath, newpath string) error { return os.Rename(oldpath, newpath) }
 func (osFS) Remove(path string) error             { return os.Remove(path) }
+func (osFS) Mkdir(path string) error              { return os.Mkdir(path, 0o755) }
 
 func (osFS) SyncDir(dir string) error {
 	d, err := os.Open(dir)

@@ -305,7 +305,7 @@ func TestVerifyAndRepair(t *testing.T) {
 		}
 		origRecords[sc.path] = len(sc.records)
 	}
-	r, err = Repair(dir)
+	r, err = Repair(dir, RepairOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +355,7 @@ func TestVerifyReportsTornTail(t *testing.T) {
 	if r.TornTail == nil || r.TornTail.Offset != tornAt || r.TornTail.Bytes != 5 {
 		t.Fatalf("expected a torn tail of 5 bytes at %d, got %+v (problem %v)", tornAt, r.TornTail, r.Problem)
 	}
-	r, err = Repair(dir)
+	r, err = Repair(dir, RepairOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

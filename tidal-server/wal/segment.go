@@ -69,6 +69,9 @@ type segmentScan struct {
 	laterValid int
 	// laterValidAt is the offset of the first of them.
 	laterValidAt int64
+	// later are those records (replay cannot use them; the report counts
+	// what they say was committed).
+	later []record
 }
 
 // scanSegment decodes data, the whole content of segment seq. It stops at
@@ -94,7 +97,8 @@ func scanSegment(path string, seq uint64, data []byte) *segmentScan {
 			}
 			s.problem = err
 			s.junkEnd = int64(lastNonZero(data[off:]) + off)
-			s.laterValidAt, s.laterValid = validRecordsAfter(data, off+1)
+			s.laterValidAt, s.later = validRecordsAfter(data, off+1)
+			s.laterValid = len(s.later)
 			break
 		}
 		if off > 0 {
@@ -123,9 +127,9 @@ func lastNonZero(b []byte) int {
 
 // validRecordsAfter looks at every offset from start on for records that
 // decode cleanly (other than segment headers), and returns the offset of the
-// first and how many it found by walking on from it. Zero runs are skipped
+// first and the records found by walking on from it. Zero runs are skipped
 // quickly: no record header can begin with a zero length.
-func validRecordsAfter(data []byte, start int) (int64, int) {
+func validRecordsAfter(data []byte, start int) (int64, []record) {
 	end := lastNonZero(data)
 	for p := start; p < end; p++ {
 		if p+recordHeaderSize > len(data) {
@@ -138,18 +142,18 @@ func validRecordsAfter(data []byte, start int) (int64, int) {
 		if _, _, err := decodeRecord(data[p:]); err != nil {
 			continue
 		}
-		count := 0
+		var recs []record
 		for q := p; q < len(data); {
 			rec, n, err := decodeRecord(data[q:])
 			if err != nil || rec.typ == recSegmentHeader {
 				break
 			}
-			count++
+			recs = append(recs, rec)
 			q += n
 		}
-		return int64(p), count
+		return int64(p), recs
 	}
-	return -1, 0
+	return -1, nil
 }
 
 // readSegment reads one whole segment and scans it.

@@ -1,7 +1,10 @@
 package wal
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 )
 
@@ -18,6 +21,23 @@ type Report struct {
 	TornTail *TornTail
 	// Dropped lists what Repair cut off, in the order it did so.
 	Dropped []Dropped
+	// Commit is the highest commit index of any HardState record that
+	// decodes, before or after the damage: the newest position this node
+	// recorded as committed, so entries up to it were acknowledged by a
+	// quorum and raft on the other nodes relies on this node holding them.
+	Commit uint64
+	// LastIndex is the index of the last entry (or snapshot mark) of the
+	// log that replays, i.e. up to the damage: what Repair keeps.
+	LastIndex uint64
+}
+
+// CutsCommitted reports whether cutting at the damage would drop entries
+// this node recorded as committed (LastIndex below Commit). A raft member
+// whose log loses committed entries panics on its next start ("tocommit(N)
+// is out of range [lastIndex(M)]"): the leader sends it that commit index
+// again.
+func (r *Report) CutsCommitted() bool {
+	return r.Problem != nil && r.TornTail == nil && r.LastIndex < r.Commit
 }
 
 // SegmentReport describes one segment file.
@@ -61,7 +81,8 @@ type segSummary struct {
 	hasEntries bool
 	maxIndex   uint64
 	problem    string
-	laterValid int // records decoding after the bad bytes
+	laterValid int    // records decoding after the bad bytes
+	maxCommit  uint64 // highest HardState commit among records that decode
 }
 
 // inspection is everything Open, Verify and Repair need from one read-only
@@ -108,6 +129,16 @@ func inspectSegments(seqs []uint64, read func(seq uint64) (*segmentScan, error))
 			if r.typ == recEntry {
 				sum.hasEntries = true
 				sum.maxIndex = max(sum.maxIndex, decodeEntry(r.payload).Index)
+			}
+		}
+		for _, r := range scan.records {
+			if r.typ == recHardState {
+				sum.maxCommit = max(sum.maxCommit, decodeHardState(r.payload).Commit)
+			}
+		}
+		for _, r := range scan.later {
+			if r.typ == recHardState {
+				sum.maxCommit = max(sum.maxCommit, decodeHardState(r.payload).Commit)
 			}
 		}
 		if scan.problem != nil {
@@ -161,8 +192,9 @@ func inspectSegments(seqs []uint64, read func(seq uint64) (*segmentScan, error))
 }
 
 func (in *inspection) report(dir string) *Report {
-	r := &Report{Dir: dir, Records: in.replayed, Problem: in.problem, TornTail: in.torn}
+	r := &Report{Dir: dir, Records: in.replayed, Problem: in.problem, TornTail: in.torn, LastIndex: in.state.last}
 	for _, s := range in.segs {
+		r.Commit = max(r.Commit, s.maxCommit)
 		r.Segments = append(r.Segments, SegmentReport{
 			File: s.path, Seq: s.seq, Size: s.size, Records: len(s.records),
 			LastGoodOffset: s.end, DataEnd: s.dataEnd, Problem: s.problem,
@@ -183,13 +215,62 @@ func Verify(dir string) (*Report, error) {
 	return in.report(dir), nil
 }
 
+// Read returns what Open would recover from the log in dir, without
+// opening it for writing: no lock, no truncation, no new segment; other
+// packages use it to look into a stopped node's data dir. A missing dir
+// reads as an empty log; a torn tail is left out, as Open would cut it. At
+// corruption Read returns the log up to the damage together with the
+// *CorruptionError.
+func Read(dir string) (*Recovered, error) {
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return &Recovered{}, nil
+	}
+	in, err := inspect(dir)
+	if err != nil {
+		return nil, err
+	}
+	st := in.state
+	rec := &Recovered{HardState: st.hs, Snapshot: st.snap, Entries: st.entries, TornTail: in.torn}
+	if in.problem != nil && in.torn == nil {
+		return rec, in.problem
+	}
+	return rec, nil
+}
+
+// RepairOptions changes what Repair may do.
+type RepairOptions struct {
+	// AllowCommittedLoss lets Repair cut below the commit index the log
+	// records (Report.CutsCommitted). Only for a node that holds the only
+	// copy of its data (a one-member cluster): a member of a larger
+	// cluster whose log loses committed entries panics when the leader
+	// sends it that commit index again, and must instead be removed,
+	// wiped and added back under a new id.
+	AllowCommittedLoss bool
+}
+
+// CutsCommittedError is Repair refusing a cut that would drop entries the
+// log records as committed; it changed nothing.
+type CutsCommittedError struct {
+	Problem   *CorruptionError
+	LastIndex uint64 // the log would end here after the cut
+	Commit    uint64 // the newest commit index the log records
+}
+
+func (e *CutsCommittedError) Error() string {
+	return fmt.Sprintf("wal: repair: cutting at the damage would leave the log ending at index %d, below its recorded commit index %d: "+
+		"entries %d..%d were committed through this node and raft would panic on start (tocommit(%d) is out of range [lastIndex(%d)]); %v",
+		e.LastIndex, e.Commit, e.LastIndex+1, e.Commit, e.Commit, e.LastIndex, e.Problem)
+}
+
 // Repair makes the log in dir openable by cutting it after the last good
 // record: the damaged segment is truncated at the first problem, and every
 // later segment is removed (newest first, so a crash midway leaves a log
 // that is still a prefix). It holds the directory lock, so it fails while a
-// WAL has the log open. Acknowledged writes after the cut are lost; the
-// Report says exactly what went.
-func Repair(dir string) (*Report, error) {
+// WAL has the log open. Writes after the cut are lost from this log; the
+// Report says exactly what went. Unless opts allow it, Repair refuses,
+// changing nothing, with a *CutsCommittedError when the cut would drop
+// entries the log records as committed.
+func Repair(dir string, opts RepairOptions) (*Report, error) {
 	lock, err := lockDir(dir)
 	if err != nil {
 		return nil, err
@@ -202,6 +283,9 @@ func Repair(dir string) (*Report, error) {
 	r := in.report(dir)
 	if in.problem == nil {
 		return r, nil
+	}
+	if r.CutsCommitted() && !opts.AllowCommittedLoss {
+		return r, &CutsCommittedError{Problem: in.problem, LastIndex: r.LastIndex, Commit: r.Commit}
 	}
 	fs := osFS{}
 	k := in.problemSeg
@@ -267,7 +351,7 @@ func truncateDurably(path string, size int64) error {
 // commands.
 func (r *Report) String() string {
 	var b []byte
-	b = fmt.Appendf(b, "wal %s: %d segment(s), %d good record(s)\n", r.Dir, len(r.Segments), r.Records)
+	b = fmt.Appendf(b, "wal %s: %d segment(s), %d good record(s), last index %d, commit index %d\n", r.Dir, len(r.Segments), r.Records, r.LastIndex, r.Commit)
 	for _, s := range r.Segments {
 		b = fmt.Appendf(b, "  %s seq=%d size=%d records=%d last_good_offset=%d data_end=%d",
 			filepath.Base(s.File), s.Seq, s.Size, s.Records, s.LastGoodOffset, s.DataEnd)

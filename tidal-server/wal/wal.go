@@ -183,8 +183,8 @@ func open(dir string, opts Options, fs fileSystem) (_ *WAL, _ *Recovered, err er
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, nil, fmt.Errorf("wal: create %s: %w", dir, err)
+	if err := mkdirAllDurable(fs, dir); err != nil {
+		return nil, nil, fmt.Errorf("wal: %w", err)
 	}
 	lock, err := lockDir(dir)
 	if err != nil {
@@ -195,8 +195,8 @@ func open(dir string, opts Options, fs fileSystem) (_ *WAL, _ *Recovered, err er
 			lock.Close()
 		}
 	}()
-	if err := removeTemporaries(dir, fs); err != nil {
-		return nil, nil, err
+	if _, err := removeTemporaries(fs, dir, opts.Logger); err != nil {
+		return nil, nil, fmt.Errorf("wal: %w", err)
 	}
 
 	in, err := inspect(dir)
@@ -294,23 +294,6 @@ func lockDir(dir string) (*os.File, error) {
 		return nil, fmt.Errorf("wal: lock %s: expected no other process to have the log open: %w", path, err)
 	}
 	return f, nil
-}
-
-// removeTemporaries deletes segments whose creation a crash interrupted;
-// they were never renamed into place, so nothing in them was acknowledged.
-func removeTemporaries(dir string, fs fileSystem) error {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("wal: read %s: %w", dir, err)
-	}
-	for _, e := range ents {
-		if filepath.Ext(e.Name()) == tmpSuffix {
-			if err := fs.Remove(filepath.Join(dir, e.Name())); err != nil {
-				return fmt.Errorf("wal: remove leftover %s: %w", e.Name(), err)
-			}
-		}
-	}
-	return nil
 }
 
 // createSegment creates segment seq complete with its header under a

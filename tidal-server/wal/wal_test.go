@@ -382,7 +382,7 @@ func TestOpenRefusesSecondOpener(t *testing.T) {
 	if _, _, err := Open(dir, testOptions()); err == nil {
 		t.Fatal("second Open of a locked log: expected an error, got nil")
 	}
-	if _, err := Repair(dir); err == nil {
+	if _, err := Repair(dir, RepairOptions{}); err == nil {
 		t.Fatal("Repair of an open log: expected an error, got nil")
 	}
 }

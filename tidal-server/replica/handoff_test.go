@@ -1,0 +1,93 @@
+package replica_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tidaldb/tidal/tidal-server/replica"
+)
+
+// Regression (issue 9 item 9): raft drops every proposal forwarded to a
+// leader while it transfers leadership, so writes taken by the other nodes
+// during a hand-off waited out their deadline and ended as 504 (unknown
+// outcome). The leader now holds them and steps them once the transfer
+// ends, which forwards them to the new leader: each is applied once.
+func TestProposalsForwardedDuringATransferAreKept(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	lead := c.waitLeader()
+	var others []uint64
+	for _, id := range []uint64{1, 2, 3} {
+		if id != lead {
+			others = append(others, id)
+		}
+	}
+	target := others[0]
+
+	var (
+		stop    atomic.Bool
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		acked   []string
+		unknown []string
+	)
+	for w := range 8 {
+		id := others[w%2]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; !stop.Load(); i++ {
+				p := fmt.Sprintf("n%d-w%d-%d", id, w, i)
+				_, err := c.propose(id, p, 3*time.Second)
+				mu.Lock()
+				switch {
+				case err == nil:
+					acked = append(acked, p)
+				case errors.Is(err, replica.ErrUnknownOutcome):
+					unknown = append(unknown, p)
+				}
+				mu.Unlock()
+				if err != nil && !errors.Is(err, replica.ErrUnknownOutcome) {
+					time.Sleep(5 * time.Millisecond) // no leader for a moment: certainly not applied
+				}
+			}
+		}()
+	}
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acked)
+	}
+	waitFor(t, 30*time.Second, "writes acknowledged before the transfer", func() (bool, string) {
+		return count() >= 200, fmt.Sprint(count())
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err := c.node(lead).r.TransferLeader(ctx, target)
+	cancel()
+	if err != nil {
+		t.Fatalf("TransferLeader(%d) on leader %d: %v", target, lead, err)
+	}
+	before := count()
+	waitFor(t, 30*time.Second, "writes acknowledged after the transfer", func() (bool, string) {
+		return count() >= before+200, fmt.Sprint(count())
+	})
+	stop.Store(true)
+	wg.Wait()
+	if len(unknown) > 0 {
+		t.Fatalf("%d proposal(s) made on the followers during the transfer ended with an unknown outcome, e.g. %q", len(unknown), unknown[0])
+	}
+	st := c.waitConverged()
+	seen := map[string]int{}
+	for _, e := range st.Entries {
+		seen[e.Data]++
+	}
+	for _, p := range acked {
+		if seen[p] != 1 {
+			t.Errorf("acknowledged %q applied %d times, expected once", p, seen[p])
+		}
+	}
+}

@@ -1,0 +1,78 @@
+package server
+
+import (
+	"context"
+	"net"
+	"time"
+
+	"github.com/tidaldb/tidal/tidal-server/replica"
+)
+
+// publishClientAddr makes the replicated membership table carry the client
+// address this node serves on. Nodes bootstrapped from --peers write
+// identical bootstrap entries that know only peer addresses, so without
+// this `status` would show an empty CLIENT column for them. It retries
+// until the table holds the address (a learner waits for its promotion),
+// logging failures on transitions only, and returns at Shutdown.
+func (s *Server) publishClientAddr(ctx context.Context) {
+	defer close(s.publishDone)
+	addr := s.advertisedClientAddr()
+	every := 5 * s.cfg.TickInterval
+	if every <= 0 {
+		every = 500 * time.Millisecond
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.replica.Done():
+			return
+		case <-t.C:
+		}
+		st := s.replica.Status()
+		self, ok := memberStatus(st, s.cfg.ID)
+		if ok && self.ClientAddr == addr {
+			return
+		}
+		// A node still applying its log may not yet have applied its own
+		// earlier publication.
+		if !ok || self.Role == "learner" || st.Leader == 0 || st.Applied < st.Commit {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, 10*every)
+		err := s.replica.PublishMember(pctx, replica.Member{ID: s.cfg.ID, PeerAddr: self.PeerAddr, ClientAddr: addr})
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case err != nil && !failing:
+			s.log.Warn("publishing this node's client address failed; retrying", "client_addr", addr, "err", err)
+			failing = true
+		case err == nil:
+			s.log.Info("published this node's client address in the membership table", "client_addr", addr)
+			failing = false
+		}
+	}
+}
+
+// advertisedClientAddr is --client-addr, or the bound address when the
+// port was 0 (tests).
+func (s *Server) advertisedClientAddr() string {
+	if _, port, err := net.SplitHostPort(s.cfg.ClientAddr); err == nil && port != "0" {
+		return s.cfg.ClientAddr
+	}
+	return s.httpLis.Addr().String()
+}
+
+func memberStatus(st replica.Status, id uint64) (replica.MemberStatus, bool) {
+	for _, m := range st.Members {
+		if m.ID == id {
+			return m, true
+		}
+	}
+	return replica.MemberStatus{}, false
+}
