@@ -14,8 +14,8 @@ import (
 func newTokensCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tokens",
-		Short: "Make bearer tokens for the --tokens file",
-		Long: `A node started with --tokens FILE accepts "Authorization: Bearer SECRET" from
+		Short: "Make bearer tokens for a node's tokens file",
+		Long: `A node that reads a tokens file accepts "Authorization: Bearer SECRET" from
 clients. FILE has one token per line, "NAME ROLE sha256:HEX", where HEX is
 the SHA-256 of the secret: the file never holds a secret. '#' starts a
 comment; blank lines are ignored. A running node re-reads it on SIGHUP (a
