@@ -216,7 +216,7 @@ func TestStatusOnAFollowerShowsTheLeadersView(t *testing.T) {
 		{ID: 2, Role: "leader", PeerAddr: "127.0.0.1:7102", ClientAddr: leaderAddr},
 	}}
 
-	progress, note := leaderProgress(context.Background(), follower)
+	progress, note := leaderProgress(context.Background(), follower, nil)
 	var out bytes.Buffer
 	if err := printStatus(&out, follower, progress, note); err != nil {
 		t.Fatal(err)
@@ -227,7 +227,7 @@ func TestStatusOnAFollowerShowsTheLeadersView(t *testing.T) {
 	}
 
 	leader.Close()
-	progress, note = leaderProgress(context.Background(), follower)
+	progress, note = leaderProgress(context.Background(), follower, nil)
 	out.Reset()
 	printStatus(&out, follower, progress, note)
 	unknown := regexp.MustCompile(`(?m)^2\s+leader\s+\S+\s+\S+\s+-\s+-\s+-$`)
