@@ -194,15 +194,15 @@ type Cluster struct {
 	cfg   Config
 	log   *slog.Logger
 	mesh  Network
-	relay Handle     // the standalone tcp-relay, when Config.RelayBinary is set
+	relay Handle    // the standalone tcp-relay, when Config.RelayBinary is set
 	sec   *Security // nil when Config.Insecure
 
 	mu      sync.Mutex
 	nodes   []*Node
 	control map[controlKey]*client.Client
 	nextID  uint64
-	stopc  chan struct{}
-	wg     sync.WaitGroup
+	stopc   chan struct{}
+	wg      sync.WaitGroup
 }
 
 // New allocates addresses, builds the relay mesh, starts every node and

@@ -69,7 +69,9 @@ type killBehindTheBack struct {
 func (k *killBehindTheBack) Launch(spec cluster.NodeSpec) (cluster.Handle, error) {
 	h, err := k.Backend.Launch(spec)
 	if err == nil && spec.Name == k.victim {
-		k.once.Do(func() { go k.killOnceBusy(h, flagValue(spec.Args, "--client-addr"), flagValue(spec.Args, "--certs-dir")) })
+		k.once.Do(func() {
+			go k.killOnceBusy(h, flagValue(spec.Args, "--client-addr"), flagValue(spec.Args, "--certs-dir"))
+		})
 	}
 	return h, err
 }
