@@ -102,8 +102,6 @@ func nodeDir(c *cluster.Cluster, name string) string {
 	return ""
 }
 
-// tidalServer runs a tidal-server command to completion and returns its
-// output and exit status.
 // adminFlags are the flags tidal-server's admin commands need to act as
 // the admin of c (none on an insecure cluster).
 func adminFlags(c *cluster.Cluster) []string {
@@ -113,6 +111,8 @@ func adminFlags(c *cluster.Cluster) []string {
 	return nil
 }
 
+// tidalServer runs a tidal-server command to completion and returns its
+// output and exit status.
 func tidalServer(args ...string) (string, int) {
 	out, err := exec.Command(bins.TidalServer, args...).CombinedOutput()
 	var ee *exec.ExitError
