@@ -24,7 +24,7 @@ import (
 // makeCerts writes a CA, a node certificate for member and 127.0.0.1, and
 // one client certificate per role (client.reader, client.writer,
 // client.admin) into a fresh directory.
-func makeCerts(t *testing.T, member uint64) string {
+func makeCerts(t testing.TB, member uint64) string {
 	t.Helper()
 	dir := t.TempDir()
 	o := certs.CreateOptions{CertsDir: dir}
