@@ -130,6 +130,14 @@ Every listener is bound before the data dir is touched. A data dir whose
 stored membership shares less than a majority with --peers (another
 cluster's) is refused, naming both.
 
+Security: with --certs-dir the client API is served over TLS (HTTP/2 and
+HTTP/1.1) and every request needs a client certificate from the cluster's
+CA or a bearer token (--tokens); /healthz, /readyz and /metrics stay open
+unless --open-probes=false. Without --certs-dir the node serves plaintext,
+without authentication unless --tokens is given, and refuses to bind any
+address but loopback unless --insecure. SIGHUP re-reads the tokens file and
+the certificates.
+
 Flags override the --config file; the file's keys are the flag names with
 underscores (client_addr, data_dir, ...).
 
@@ -140,6 +148,10 @@ underscores (client_addr, data_dir, ...).
   # node 1 of a 3-node cluster on one machine
   tidal-server run --id 1 --peers 1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103 \
     --client-addr 127.0.0.1:7071 --peer-addr 127.0.0.1:7101 --data-dir n1
+
+  # node 1 of a secured cluster: TLS with HTTP/2, client certificates and tokens
+  tidal-server run --id 1 --peers 1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103 \
+    --client-addr 127.0.0.1:7071 --peer-addr 127.0.0.1:7101 --data-dir n1 --certs-dir n1-certs --tokens tokens
 
   # a fourth node, after: curl -XPOST 127.0.0.1:7071/admin/members -H 'Content-Type: application/json' \
   #   -d '{"id":4,"peer_addr":"127.0.0.1:7104","client_addr":"127.0.0.1:7074"}'

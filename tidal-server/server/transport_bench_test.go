@@ -93,7 +93,6 @@ func BenchmarkClientPlaneTransport(b *testing.B) {
 	}
 }
 
-
 // cpuTime is the process's user + system CPU time so far.
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
