@@ -139,6 +139,9 @@ func (c *Config) setDefaults() {
 	}
 }
 
+// wallClock is the replica's only reading of the wall clock; tests step it.
+var wallClock = time.Now
+
 // Applied is what a successful proposal returns: where its entry landed
 // and what the state machine said.
 type Applied struct {
@@ -157,7 +160,7 @@ type Replica struct {
 	snaps   *snapStore
 	sm      StateMachine
 
-	nextRequest atomic.Uint64
+	ids *requestIDs
 
 	mu        sync.Mutex // guards the fields below
 	proposals map[uint64]chan Applied
@@ -265,14 +268,15 @@ func Start(cfg Config) (*Replica, error) {
 		done:        make(chan struct{}),
 	}
 	r.haltCtx, r.haltCancel = context.WithCancel(context.Background())
-	// Request ids only need to differ from those of earlier incarnations
-	// of this node whose entries may still commit; a clock-seeded counter
-	// gives that without persisting anything.
-	r.nextRequest.Store(uint64(time.Now().UnixNano()))
 	r.role.Store(raft.StateFollower)
 
 	var err error
 	if r.snaps, err = newSnapStore(filepath.Join(cfg.DataDir, "snap")); err != nil {
+		return nil, err
+	}
+	// Before raft starts: no id may be handed out from an epoch an earlier
+	// incarnation of this node used (requestid.go).
+	if r.ids, err = openRequestIDs(cfg.DataDir); err != nil {
 		return nil, err
 	}
 	walOpts := cfg.WAL
@@ -1098,7 +1102,10 @@ func (r *Replica) Propose(ctx context.Context, data []byte) (Applied, error) {
 	if r.leader.Load() == raft.None {
 		return Applied{}, ErrNoLeader
 	}
-	req := r.nextRequest.Add(1)
+	req, err := r.ids.next()
+	if err != nil {
+		return Applied{}, err
+	}
 	buf := make([]byte, envelopeHeader+len(data))
 	buf[0] = envelopeVersion
 	binary.BigEndian.PutUint64(buf[1:], r.cfg.ID)
@@ -1185,7 +1192,10 @@ func (r *Replica) ReadIndex(ctx context.Context) (uint64, error) {
 	if r.leader.Load() == raft.None {
 		return 0, ErrNoLeader
 	}
-	id := r.nextRequest.Add(1)
+	id, err := r.ids.next()
+	if err != nil {
+		return 0, err
+	}
 	rctx := make([]byte, 8)
 	binary.BigEndian.PutUint64(rctx, id)
 	ch := make(chan uint64, 1)
@@ -1319,7 +1329,10 @@ func (r *Replica) proposeConfChange(ctx context.Context, typ raftpb.ConfChangeTy
 	if err := r.checkRunning(); err != nil {
 		return err
 	}
-	req := r.nextRequest.Add(1)
+	req, err := r.ids.next()
+	if err != nil {
+		return err
+	}
 	cctx, _ := json.Marshal(confContext{Member: m, Request: req, Origin: r.cfg.ID})
 	cc := &raftpb.ConfChangeV2{
 		Changes: []*raftpb.ConfChangeSingle{{Type: &typ, NodeId: proto.Uint64(m.ID)}},
