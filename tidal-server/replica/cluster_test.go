@@ -28,6 +28,8 @@ import (
 
 	"github.com/tidaldb/tidal/tidal-server/replica"
 	"github.com/tidaldb/tidal/tidal-server/wal"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // ---------------------------------------------------------------------
@@ -134,6 +136,11 @@ type linkFaults struct {
 	delay, jitter time.Duration
 	loss          float64 // probability a message is dropped
 	reorder       bool    // deliver each message on its own timer, so later ones overtake
+	// dropAppends drops log replication (MsgApp, MsgSnap) and delivers the
+	// rest: the receiver keeps hearing the leader's heartbeats, so it keeps
+	// its leader and forwards proposals to it, but it falls behind — the
+	// lagging follower of issue 9, without depending on timing.
+	dropAppends bool
 }
 
 type queued struct {
@@ -338,10 +345,14 @@ func (n *network) deliver(l link, item queued) {
 	n.mu.Lock()
 	dst := n.nodes[l.to]
 	drop := n.cut[l] || dst == nil
-	if f := n.faults[l]; !drop && f.loss > 0 && n.rng.Float64() < f.loss {
+	f := n.faults[l]
+	if !drop && f.loss > 0 && n.rng.Float64() < f.loss {
 		drop = true
 	}
 	n.mu.Unlock()
+	if !drop && f.dropAppends {
+		drop = isAppend(item.m.Data)
+	}
 	if drop {
 		n.dropped.Add(1)
 		n.report(item.ep, item.m, false)
@@ -356,6 +367,15 @@ func (n *network) deliver(l link, item queued) {
 	if item.m.Snapshot {
 		n.report(item.ep, item.m, true)
 	}
+}
+
+// isAppend reports whether a marshalled raft message replicates the log.
+func isAppend(data []byte) bool {
+	m := &raftpb.Message{}
+	if err := proto.Unmarshal(data, m); err != nil {
+		return false
+	}
+	return m.GetType() == raftpb.MsgApp || m.GetType() == raftpb.MsgSnap
 }
 
 // report tells the sender how a message fared, as the real transport does:

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -791,24 +792,31 @@ func (r *Replica) applyConfChange(e *raftpb.Entry) error {
 	}
 
 	r.mu.Lock()
-	valid := true
+	// A change the membership table refuses is applied with its NodeId
+	// zeroed, raft's own convention for "decided downstream not to apply
+	// this": confchange.Changer skips such changes. Deterministic on every
+	// node, since the table is replicated state. (Replacing the whole change
+	// by an empty ConfChangeV2 — what this did before — means "leave the
+	// joint config" to raft, which panics outside one; the entry stays in
+	// the log, so every node panicked at that index on every restart:
+	// issue 9 item 1.)
+	var refused []string
 	for _, ch := range cc.GetChanges() {
-		id := ch.GetNodeId()
-		switch ch.GetType() {
-		case raftpb.ConfChangeType_ConfChangeAddNode, raftpb.ConfChangeType_ConfChangeAddLearnerNode:
-			if r.members.Removed[id] {
-				valid = false
-			}
+		if why := r.members.refuse(ch.GetType(), ch.GetNodeId()); why != "" {
+			refused = append(refused, why)
+			ch.NodeId = proto.Uint64(raft.None)
 		}
 	}
 	var applyErr error
-	if !valid {
-		// Deterministic on every node: the change is applied as empty.
-		applyErr = fmt.Errorf("conf change at index %d re-adds a removed id", e.GetIndex())
-		cc = &raftpb.ConfChangeV2{}
+	if len(refused) > 0 {
+		applyErr = &MembershipError{Msg: strings.Join(refused, "; ") + " (the change reached the log and was applied as a no-op)"}
+		r.log.Warn("membership change refused at apply", "index", e.GetIndex(), "why", strings.Join(refused, "; "))
 	}
 	for _, ch := range cc.GetChanges() {
 		id := ch.GetNodeId()
+		if id == raft.None {
+			continue
+		}
 		switch ch.GetType() {
 		case raftpb.ConfChangeType_ConfChangeAddNode, raftpb.ConfChangeType_ConfChangeAddLearnerNode:
 			m, known := r.members.Members[id]
@@ -841,9 +849,23 @@ func (r *Replica) applyConfChange(e *raftpb.Entry) error {
 			}
 		}
 	}
+	joint := len(r.confState.GetVotersOutgoing()) > 0
+	cs := r.confState
 	r.mu.Unlock()
 
-	cs := r.node.ApplyConfChange(cc)
+	if len(cc.GetChanges()) == 0 && !joint {
+		// An empty ConfChangeV2 means "leave the joint config", and raft
+		// panics when there is none to leave. raft's proposal validation
+		// keeps such an entry out of the log (it logs an empty normal
+		// entry instead), and this package never enters a joint config;
+		// should a log hold one anyway, the node applies it as the no-op it
+		// is rather than panicking at the same index on every restart.
+		// (Logs of builds that blanked refused changes hold the original
+		// change, which refuse() above now zeroes.)
+		r.log.Warn("skipping an empty membership change outside a joint config", "index", e.GetIndex())
+	} else {
+		cs = r.node.ApplyConfChange(cc)
+	}
 	r.mu.Lock()
 	r.confState = cs
 	ch, ok := r.proposals[cctx.Request]
