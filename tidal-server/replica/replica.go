@@ -33,6 +33,10 @@ var (
 	ErrStopped        = errors.New("replica: stopped")
 	ErrFenced         = errors.New("replica: fenced after a failed write to the WAL")
 	ErrRemoved        = errors.New("replica: this node was removed from the cluster")
+	// ErrConfChangeDropped: raft dropped a membership change because another
+	// one was not yet applied (or a new leader had not yet applied its
+	// predecessor's log). Certainly not applied; retry shortly.
+	ErrConfChangeDropped = errors.New("replica: membership change dropped by raft while another change was pending; it was not applied, retry")
 )
 
 // StateMachine is the application state raft replicates. Apply and
@@ -192,6 +196,7 @@ type Replica struct {
 	// added, and the newest snapshot's ConfState does not know it.
 	snapForMember atomic.Bool
 	prevHS        wal.HardState // last HardState staged; Ready loop only
+	confMarker    confMarker    // apply goroutine only
 	snapq         chan snapJob
 	promoting     map[uint64]time.Time // guarded by mu
 
@@ -722,9 +727,13 @@ func (r *Replica) send(msgs []*raftpb.Message) {
 //	u8 version(1) | u64 origin node | u64 request id | application data
 //
 // so that only the proposer's own entry can wake its waiter.
+//
+// A membership change is proposed behind a marker entry framed the same way
+// with version 2 and no data (see proposeConfChange).
 const (
-	envelopeVersion = 1
-	envelopeHeader  = 1 + 8 + 8
+	envelopeVersion   = 1
+	confMarkerVersion = 2
+	envelopeHeader    = 1 + 8 + 8
 )
 
 func (r *Replica) apply(ents []*raftpb.Entry) error {
@@ -733,10 +742,26 @@ func (r *Replica) apply(ents []*raftpb.Entry) error {
 		if idx <= r.appliedIndex() {
 			continue
 		}
+		// The entry right after a conf change marker is that change, or
+		// the empty entry raft put in its place.
+		marker := r.confMarker
+		r.confMarker = confMarker{}
 		switch e.GetType() {
 		case raftpb.EntryNormal:
 			data := e.GetData()
 			if len(data) == 0 {
+				r.sm.SetApplied(idx)
+				if marker.droppedAt(e) && marker.origin == r.cfg.ID {
+					r.wake(marker.request, Applied{Index: idx, Term: e.GetTerm(), Result: ErrConfChangeDropped})
+				}
+				break
+			}
+			if len(data) >= envelopeHeader && data[0] == confMarkerVersion {
+				r.confMarker = confMarker{
+					index: idx, term: e.GetTerm(),
+					origin:  binary.BigEndian.Uint64(data[1:9]),
+					request: binary.BigEndian.Uint64(data[9:17]),
+				}
 				r.sm.SetApplied(idx)
 				break
 			}
@@ -751,13 +776,7 @@ func (r *Replica) apply(ents []*raftpb.Entry) error {
 			req := binary.BigEndian.Uint64(data[9:17])
 			result := r.sm.Apply(idx, e.GetTerm(), data[envelopeHeader:])
 			if origin == r.cfg.ID {
-				r.mu.Lock()
-				ch, ok := r.proposals[req]
-				delete(r.proposals, req)
-				r.mu.Unlock()
-				if ok {
-					ch <- Applied{Index: idx, Term: e.GetTerm(), Result: result}
-				}
+				r.wake(req, Applied{Index: idx, Term: e.GetTerm(), Result: result})
 			}
 		case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
 			if err := r.applyConfChange(e); err != nil {
@@ -768,6 +787,33 @@ func (r *Replica) apply(ents []*raftpb.Entry) error {
 		r.setApplied(idx, e.GetTerm())
 	}
 	return nil
+}
+
+// wake hands a to the waiter of request req on this node, if any.
+func (r *Replica) wake(req uint64, a Applied) {
+	r.mu.Lock()
+	ch, ok := r.proposals[req]
+	delete(r.proposals, req)
+	r.mu.Unlock()
+	if ok {
+		ch <- a
+	}
+}
+
+// confMarker is the last applied entry when it was a conf change marker
+// (see proposeConfChange); the apply goroutine owns it.
+type confMarker struct {
+	index, term     uint64
+	origin, request uint64
+}
+
+// droppedAt reports whether e, an empty normal entry, is what raft left in
+// place of the change proposed behind this marker. raft appends the marker
+// and the change of one proposal together, at consecutive indexes of one
+// term, and replaces a change it refuses by an empty normal entry; a new
+// leader's own empty entry (at the start of its term) has another term.
+func (m confMarker) droppedAt(e *raftpb.Entry) bool {
+	return m.index != 0 && e.GetIndex() == m.index+1 && e.GetTerm() == m.term
 }
 
 func (r *Replica) applyConfChange(e *raftpb.Entry) error {
@@ -868,15 +914,9 @@ func (r *Replica) applyConfChange(e *raftpb.Entry) error {
 	}
 	r.mu.Lock()
 	r.confState = cs
-	ch, ok := r.proposals[cctx.Request]
-	if cctx.Origin == r.cfg.ID && ok {
-		delete(r.proposals, cctx.Request)
-	} else {
-		ok = false
-	}
 	r.mu.Unlock()
-	if ok {
-		ch <- Applied{Index: e.GetIndex(), Term: e.GetTerm(), Result: applyErr}
+	if cctx.Origin == r.cfg.ID && cctx.Request != 0 {
+		r.wake(cctx.Request, Applied{Index: e.GetIndex(), Term: e.GetTerm(), Result: applyErr})
 	}
 	r.log.Info("applied membership change", "index", e.GetIndex(), "changes", raftpb.ConfChangesToString(cc.GetChanges()),
 		"voters", cs.GetVoters(), "learners", cs.GetLearners())
@@ -1347,19 +1387,47 @@ type MembershipError struct {
 
 func (e *MembershipError) Error() string { return e.Msg }
 
+// proposeConfChange proposes one membership change and waits until this
+// node has applied it.
+//
+// raft refuses a change proposed while another is not yet applied (which
+// includes every change a new leader takes before it has applied its
+// predecessor's log), and it does so silently: it logs an empty normal entry
+// in the change's place. To tell that entry from any other, the change is
+// proposed behind a marker entry carrying this node's request id, in one
+// MsgProp; raft appends both at consecutive indexes of one term. An empty
+// entry right after our marker is our change, dropped: the caller hears
+// ErrConfChangeDropped at once (certainly not applied; 503) instead of
+// waiting out its deadline for an outcome it would then call unknown.
 func (r *Replica) proposeConfChange(ctx context.Context, typ raftpb.ConfChangeType, m Member) error {
 	if err := r.checkRunning(); err != nil {
 		return err
+	}
+	// As in Propose: raft would hold the proposal until the deadline.
+	if r.leader.Load() == raft.None {
+		return ErrNoLeader
 	}
 	req, err := r.ids.next()
 	if err != nil {
 		return err
 	}
 	cctx, _ := json.Marshal(confContext{Member: m, Request: req, Origin: r.cfg.ID})
-	cc := &raftpb.ConfChangeV2{
+	cc, err := proto.Marshal(&raftpb.ConfChangeV2{
 		Changes: []*raftpb.ConfChangeSingle{{Type: &typ, NodeId: proto.Uint64(m.ID)}},
 		Context: cctx,
+	})
+	if err != nil {
+		return fmt.Errorf("encode membership change: %w", err)
 	}
+	marker := make([]byte, envelopeHeader)
+	marker[0] = confMarkerVersion
+	binary.BigEndian.PutUint64(marker[1:], r.cfg.ID)
+	binary.BigEndian.PutUint64(marker[9:], req)
+	prop := &raftpb.Message{Type: raftpb.MsgProp.Enum(), Entries: []*raftpb.Entry{
+		{Type: raftpb.EntryNormal.Enum(), Data: marker},
+		{Type: raftpb.EntryConfChangeV2.Enum(), Data: cc},
+	}}
+
 	ch := make(chan Applied, 1)
 	r.mu.Lock()
 	r.proposals[req] = ch
@@ -1369,18 +1437,21 @@ func (r *Replica) proposeConfChange(ctx context.Context, typ raftpb.ConfChangeTy
 		delete(r.proposals, req)
 		r.mu.Unlock()
 	}
-	if err := r.node.ProposeConfChange(ctx, cc); err != nil {
+	// Step, as node.ProposeConfChange does: it returns once raft took the
+	// message (a follower forwards it to the leader).
+	if err := r.node.Step(ctx, prop); err != nil {
 		forget()
 		return r.proposeErr(err)
 	}
 	select {
 	case a := <-ch:
 		if err, _ := a.Result.(error); err != nil {
-			return &MembershipError{Msg: err.Error()}
+			return err
 		}
 		return nil
 	case <-ctx.Done():
 		forget()
+		r.metrics.ProposalsTimedOut.Inc()
 		return ErrUnknownOutcome
 	case <-r.done:
 		forget()

@@ -34,6 +34,9 @@ package replica_test
 //	add-member-async node=A id=N as=VAR [timeout=D]
 //	remove-member node=A id=N [timeout=D]
 //	members node=A                      voters and learners as A applied them
+//	mark-log node=A as=VAR              VAR = the leader A's own durable last
+//	                                    index
+//	wait-log node=A above=VAR [by=N]    until that index is at least VAR+N
 //
 // There is no sleep: a script waits on conditions (wait-leader,
 // check-converged, await), never on time.
@@ -320,6 +323,30 @@ func (tr *tracer) run(tc traceCase, path string) string {
 			}
 		}
 		return fmt.Sprintf("voters=%s learners=%s", strings.Join(voters, ","), strings.Join(learners, ","))
+	case "mark-log", "wait-log":
+		id := tr.id(args["node"], fail)
+		durable := func() uint64 {
+			for _, m := range tr.c.node(id).r.Status().Members {
+				if m.ID == id {
+					return m.Match
+				}
+			}
+			return 0
+		}
+		if fields[0] == "mark-log" {
+			tr.vars[args["as"]] = durable()
+			return "ok"
+		}
+		base, ok := tr.vars[args["above"]]
+		if !ok {
+			return fail("no mark-log named %s", args["above"])
+		}
+		want := base + uint64(num("by", 1))
+		waitFor(tr.t, 20*time.Second, fmt.Sprintf("%s: node %d's durable log to reach %d", where, id, want), func() (bool, string) {
+			got := durable()
+			return got >= want, fmt.Sprint(got)
+		})
+		return "ok"
 	case "join":
 		tr.c.start(tr.id(args["node"], fail), true)
 		return "ok"
@@ -402,6 +429,8 @@ func outcome(err error) string {
 		return "unknown-outcome"
 	case errors.Is(err, replica.ErrNoLeader):
 		return "no-leader"
+	case errors.Is(err, replica.ErrConfChangeDropped):
+		return "dropped-retry"
 	case errors.Is(err, replica.ErrOverloaded):
 		return "overloaded"
 	case errors.Is(err, replica.ErrFenced):
