@@ -513,6 +513,12 @@ func newCluster(t testing.TB, n int, mutate func(*replica.Config)) *cluster {
 // state machine, which the replica must rebuild from its snapshot and WAL.
 func (c *cluster) start(id uint64, join bool) *testNode {
 	c.t.Helper()
+	return c.startWith(id, join, nil)
+}
+
+// startWith is start with mutate applied to this node's config.
+func (c *cluster) startWith(id uint64, join bool, mutate func(*replica.Config)) *testNode {
+	c.t.Helper()
 	nd, ok := c.nodes[id]
 	if !ok {
 		nd = &testNode{id: id, dir: c.t.TempDir()}
@@ -531,6 +537,9 @@ func (c *cluster) start(id uint64, join bool) *testNode {
 	cfg.Transport = nd.ep
 	cfg.StateMachine = nd.sm
 	cfg.Logger = cfg.Logger.With("node", id)
+	if mutate != nil {
+		mutate(&cfg)
+	}
 	r, err := replica.Start(cfg)
 	if err != nil {
 		c.t.Fatalf("start node %d: %v", id, err)

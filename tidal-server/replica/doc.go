@@ -14,12 +14,19 @@
 //     Ready's Messages depends on an unfinished local write: raft attaches
 //     those (a follower's MsgAppResp, a vote, the leader's own append
 //     acknowledgement) to the write's MsgStorageAppend as Responses. For
-//     each MsgStorageAppend it writes a received snapshot to its own
-//     CRC-protected file (fsynced), stages snapshot mark, entries and
-//     HardState in the WAL as one batch (fdatasync'd when entries, term or
-//     vote changed) without waiting for it, and updates raft.MemoryStorage.
+//     each MsgStorageAppend it stages snapshot mark, entries and HardState
+//     in the WAL as one batch (fdatasync'd when entries, term or vote
+//     changed) without waiting for it, and updates raft.MemoryStorage.
 //     The next batch is thus staged while this one syncs, and shares the
-//     next fsync. Each MsgStorageApply goes to the apply goroutine.
+//     next fsync. A MsgStorageAppend carrying a snapshot received from the
+//     leader goes instead to the lane goroutine, which first writes the
+//     snapshot to its own CRC-protected file (fsynced) and then stages it
+//     the same way; appends after it follow it through the lane, in order,
+//     until the lane is empty. A large snapshot on a slow disk thus never
+//     stops the Ready loop: it keeps ticking, answering heartbeats and
+//     following leader changes. Each MsgStorageApply goes to the apply
+//     goroutine. Learner promotion runs on its own goroutine too: it
+//     proposes and waits for the outcome.
 //  2. the sync goroutine waits for each staged batch in order, and only
 //     then steps its Responses into raft or sends them to peers. The
 //     leader's own acknowledgement is among them, so a commit never counts

@@ -12,3 +12,14 @@ func SetWallClock(t testing.TB, now func() time.Time) {
 	wallClock = now
 	t.Cleanup(func() { wallClock = prev })
 }
+
+// SetSlowSnapshotDisk makes the replica started with cfg call hook before it
+// writes the file of a snapshot received from the leader, on the goroutine
+// that writes it: hook stands for a disk as slow as the test wants.
+func SetSlowSnapshotDisk(cfg *Config, hook func(index uint64)) { cfg.beforeSnapshotWrite = hook }
+
+// ReadiesHandled is how many Readys r's Ready loop has taken from raft.
+func ReadiesHandled(r *Replica) uint64 { return r.readies.Load() }
+
+// PromotionRounds is how many learner promotion rounds r has run as leader.
+func PromotionRounds(r *Replica) uint64 { return r.promotionRounds.Load() }

@@ -106,6 +106,10 @@ type Config struct {
 	StateMachine StateMachine
 	Logger       *slog.Logger
 	Metrics      *Metrics
+
+	// beforeSnapshotWrite, when set, runs before the file of a snapshot
+	// received from the leader is written: tests make the disk slow with it.
+	beforeSnapshotWrite func(index uint64)
 }
 
 func (c *Config) setDefaults() {
@@ -180,10 +184,11 @@ type Replica struct {
 	appliedTerm    uint64
 	appliedWaiters []appliedWaiter
 
-	leader atomic.Uint64
-	term   atomic.Uint64
-	commit atomic.Uint64
-	role   atomic.Value // raft.StateType
+	readies atomic.Uint64 // Readys taken by the Ready loop
+	leader  atomic.Uint64
+	term    atomic.Uint64
+	commit  atomic.Uint64
+	role    atomic.Value // raft.StateType
 
 	// snapMu serializes the two writers of snapshot files and WAL marks:
 	// the snapshot goroutine (periodic and on-demand snapshots) and the
@@ -199,6 +204,14 @@ type Replica struct {
 	confMarker    confMarker    // apply goroutine only
 	snapq         chan snapJob
 	promoting     map[uint64]time.Time // guarded by mu
+	// laneq takes appends off the Ready loop from one carrying a received
+	// snapshot until the lane is empty again; laneBusy counts those handed
+	// over and not yet queued for sync.
+	laneq    chan *raftpb.Message
+	laneBusy atomic.Int64
+	// promoteKick wakes the promote goroutine (every 5 ticks).
+	promoteKick     chan struct{}
+	promotionRounds atomic.Uint64
 
 	// The pipeline (see doc.go): Ready loop (stages WAL batches) -> syncq
 	// -> sync goroutine; Ready loop and sync goroutine -> applyq -> apply
@@ -270,6 +283,8 @@ func Start(cfg Config) (*Replica, error) {
 		syncq:       make(chan syncItem, pipelineDepth),
 		applyq:      make(chan applyItem, pipelineDepth),
 		snapq:       make(chan snapJob, 2),
+		laneq:       make(chan *raftpb.Message, pipelineDepth),
+		promoteKick: make(chan struct{}, 1),
 		stopc:       make(chan struct{}),
 		done:        make(chan struct{}),
 	}
@@ -383,11 +398,13 @@ func Start(cfg Config) (*Replica, error) {
 			"entries", len(rec.Entries), "commit", rec.HardState.Commit, "join", cfg.Join && fresh)
 		r.node = raft.RestartNode(rc)
 	}
-	r.wg.Add(4)
+	r.wg.Add(6)
 	go r.run()
+	go r.laneLoop()
 	go r.snapshotLoop()
 	go r.syncLoop()
 	go r.applyLoop()
+	go r.promoteLoop()
 	go func() {
 		r.wg.Wait()
 		r.node.Stop()
@@ -450,10 +467,14 @@ func (r *Replica) run() {
 			r.node.Tick()
 			ticks++
 			if ticks%5 == 0 {
-				r.maybePromoteLearners()
+				select {
+				case r.promoteKick <- struct{}{}:
+				default: // a round is still running
+				}
 				r.updateMetrics()
 			}
 		case rd := <-r.node.Ready():
+			r.readies.Add(1)
 			if !r.route(rd) {
 				return
 			}
@@ -493,6 +514,20 @@ func (r *Replica) route(rd raft.Ready) bool {
 	r.send(peers)
 	for _, m := range local {
 		if m.GetTo() == raft.LocalAppendThread {
+			if r.laneBusy.Load() > 0 || !raft.IsEmptySnap(m.GetSnapshot()) {
+				// Writing a received snapshot's file (it may be large,
+				// the disk slow) goes to the lane, and every append after
+				// it follows it there until the lane is empty: the WAL
+				// must name the snapshot before any entry above it. This
+				// loop goes on ticking and sending meanwhile.
+				r.laneBusy.Add(1)
+				select {
+				case r.laneq <- m:
+				case <-r.stopc:
+					return false
+				}
+				continue
+			}
 			// Staging only encodes and queues (the WAL's writer does the
 			// I/O), so it stays on this goroutine: one hand-off fewer on
 			// every write's path than a separate append goroutine.
@@ -544,6 +579,9 @@ func (r *Replica) stageAppend(m *raftpb.Message, prev *wal.HardState) (syncItem,
 		// slip an older mark in between.
 		r.snapMu.Lock()
 		defer r.snapMu.Unlock()
+		if r.cfg.beforeSnapshotWrite != nil {
+			r.cfg.beforeSnapshotWrite(snap.GetMetadata().GetIndex())
+		}
 		if err := r.snaps.save(snap); err != nil {
 			return it, fmt.Errorf("save received snapshot: %w", err)
 		}
@@ -599,6 +637,34 @@ func (r *Replica) stageAppend(m *raftpb.Message, prev *wal.HardState) (syncItem,
 		}
 	}
 	return it, nil
+}
+
+// laneLoop stages the appends the Ready loop hands it — one carrying a
+// received snapshot, whose file it writes first, and those behind it —
+// in order, then queues them for the sync goroutine exactly as the Ready
+// loop would. laneBusy falls only once an item is queued, so when the Ready
+// loop sees it at zero, everything handed over is already in syncq and it
+// may stage inline again (the atomic orders prevHS between the two).
+func (r *Replica) laneLoop() {
+	defer r.wg.Done()
+	for {
+		select {
+		case m := <-r.laneq:
+			it, err := r.stageAppend(m, &r.prevHS)
+			if err != nil {
+				r.halt(err)
+				return
+			}
+			select {
+			case r.syncq <- it:
+			case <-r.stopc:
+				return
+			}
+			r.laneBusy.Add(-1)
+		case <-r.stopc:
+			return
+		}
+	}
 }
 
 // syncLoop waits for each staged batch in order and only then releases what
@@ -657,8 +723,11 @@ func (r *Replica) deliver(resps []*raftpb.Message) bool {
 }
 
 // applyLoop applies committed entries in log order, installs received
-// snapshots in that same order, and takes snapshots — all off the Ready
-// loop, so a slow apply or a large snapshot never holds up persistence.
+// snapshots in that same order, and encodes snapshots — all off the Ready
+// loop and off the WAL's path, so a slow apply or a large snapshot never
+// holds up persistence: the snapshot goroutine writes periodic snapshots,
+// the lane writes received ones (laneLoop), and the Ready loop only ever
+// stages (and can wait for neither).
 func (r *Replica) applyLoop() {
 	defer r.wg.Done()
 	for {
@@ -1459,6 +1528,28 @@ func (r *Replica) proposeConfChange(ctx context.Context, typ raftpb.ConfChangeTy
 	}
 }
 
+// promoteLoop runs learner promotion rounds off the Ready loop: a round
+// proposes changes and waits for their outcome.
+func (r *Replica) promoteLoop() {
+	defer r.wg.Done()
+	for {
+		select {
+		case <-r.promoteKick:
+			r.maybePromoteLearners()
+		case <-r.stopc:
+			return
+		}
+	}
+}
+
+const (
+	// promoteRetry spaces promotions of one learner whose outcome is not
+	// known to have failed.
+	promoteRetry = 5 * time.Second
+	// promoteWait bounds the wait for one promotion's outcome.
+	promoteWait = 5 * time.Second
+)
+
 // maybePromoteLearners runs on the leader: a learner whose match index is
 // close enough to commit is proposed as a voter. Promoting earlier would
 // let a slow newcomer count towards quorums it cannot yet serve.
@@ -1466,6 +1557,7 @@ func (r *Replica) maybePromoteLearners() {
 	if r.leader.Load() != r.cfg.ID {
 		return
 	}
+	defer r.promotionRounds.Add(1)
 	st := r.node.Status()
 	commit := st.HardState.GetCommit()
 	for id, pr := range st.Progress {
@@ -1476,23 +1568,31 @@ func (r *Replica) maybePromoteLearners() {
 			continue
 		}
 		r.mu.Lock()
-		if t, ok := r.promoting[id]; ok && time.Since(t) < 5*time.Second {
+		if t, ok := r.promoting[id]; ok && wallClock().Sub(t) < promoteRetry {
 			r.mu.Unlock()
 			continue
 		}
-		r.promoting[id] = time.Now()
-		m := r.members.Members[id]
+		r.promoting[id] = wallClock()
+		m, ok := r.members.Members[id]
 		r.mu.Unlock()
-		typ := raftpb.ConfChangeType_ConfChangeAddNode
-		cctx, _ := json.Marshal(confContext{Member: m})
-		cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: &typ, NodeId: proto.Uint64(id)}}, Context: cctx}
-		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.TickInterval)
-		if err := r.node.ProposeConfChange(ctx, cc); err != nil {
-			r.log.Warn("promote learner", "id", id, "err", err)
-		} else {
-			r.log.Info("promoting learner to voter", "id", id, "match", pr.Match, "commit", commit)
+		if !ok {
+			continue
 		}
+		r.log.Info("promoting learner to voter", "id", id, "match", pr.Match, "commit", commit)
+		ctx, cancel := context.WithTimeout(r.haltCtx, promoteWait)
+		err := r.proposeConfChange(ctx, raftpb.ConfChangeType_ConfChangeAddNode, m)
 		cancel()
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrConfChangeDropped), errors.Is(err, ErrNoLeader), errors.Is(err, ErrOverloaded):
+			// Certainly not made: the next round tries again.
+			r.mu.Lock()
+			delete(r.promoting, id)
+			r.mu.Unlock()
+			r.log.Info("learner promotion not made; retrying next round", "id", id, "err", err)
+		default:
+			r.log.Warn("promote learner", "id", id, "err", err)
+		}
 	}
 }
 
