@@ -623,6 +623,30 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool
 	}
 }
 
+// durableIndex is the leader id's own durable last index, as its raft
+// progress shows it.
+func durableIndex(c *cluster, id uint64) uint64 {
+	for _, m := range c.node(id).r.Status().Members {
+		if m.ID == id {
+			return m.Match
+		}
+	}
+	return 0
+}
+
+// waitPromotionRounds waits until the current leader has run n learner
+// promotion rounds from now.
+func waitPromotionRounds(t testing.TB, c *cluster, n uint64) {
+	t.Helper()
+	lead := c.waitLeader()
+	r := c.node(lead).r
+	base := replica.PromotionRounds(r)
+	waitFor(t, 30*time.Second, fmt.Sprintf("%d promotion rounds on leader %d", n, lead), func() (bool, string) {
+		got := replica.PromotionRounds(r) - base
+		return got >= n, fmt.Sprintf("%d rounds", got)
+	})
+}
+
 // waitLeader waits until every node in ids names the same leader, which is
 // one of ids and sees itself as leader; it returns that leader.
 func (c *cluster) waitLeader(ids ...uint64) uint64 {
@@ -631,7 +655,7 @@ func (c *cluster) waitLeader(ids ...uint64) uint64 {
 		ids = c.running()
 	}
 	var lead uint64
-	waitFor(c.t, 10*time.Second, fmt.Sprintf("one leader among %v", ids), func() (bool, string) {
+	waitFor(c.t, 30*time.Second, fmt.Sprintf("one leader among %v", ids), func() (bool, string) {
 		var seen []string
 		lead = 0
 		agree := true
@@ -669,7 +693,7 @@ func (c *cluster) waitConverged(ids ...uint64) smState {
 		ids = c.running()
 	}
 	var st smState
-	waitFor(c.t, 15*time.Second, fmt.Sprintf("nodes %v to converge", ids), func() (bool, string) {
+	waitFor(c.t, 60*time.Second, fmt.Sprintf("nodes %v to converge", ids), func() (bool, string) {
 		var seen []string
 		ok := true
 		var first smState
