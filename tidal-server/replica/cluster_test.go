@@ -586,22 +586,45 @@ func (c *cluster) propose(id uint64, payload string, timeout time.Duration) (rep
 	return c.node(id).r.Propose(ctx, []byte(payload))
 }
 
-// mustPropose proposes on id, retrying only the errors that say the write
-// was certainly not made (no leader yet, overloaded).
+// retryable reports whether err says the request was certainly not made
+// and may be retried as is: no leader (an election, perhaps a spurious one
+// on a loaded machine), overload, a membership change dropped by raft.
+func retryable(err error) bool {
+	return errors.Is(err, replica.ErrNoLeader) || errors.Is(err, replica.ErrOverloaded) || errors.Is(err, replica.ErrConfChangeDropped)
+}
+
+// retrying calls do until it returns an error that is not retryable, for at
+// most 30s, backing off a little between attempts.
+func retrying(do func() error) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := do()
+		if !retryable(err) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// proposeRetrying proposes on id, retrying only the errors that say the
+// write was certainly not made.
+func (c *cluster) proposeRetrying(id uint64, payload string, timeout time.Duration) (replica.Applied, error) {
+	var a replica.Applied
+	err := retrying(func() (err error) {
+		a, err = c.propose(id, payload, timeout)
+		return err
+	})
+	return a, err
+}
+
+// mustPropose is proposeRetrying that fails the test on any other error.
 func (c *cluster) mustPropose(id uint64, payload string) replica.Applied {
 	c.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		a, err := c.propose(id, payload, 5*time.Second)
-		if err == nil {
-			return a
-		}
-		if (errors.Is(err, replica.ErrNoLeader) || errors.Is(err, replica.ErrOverloaded)) && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-			continue
-		}
+	a, err := c.proposeRetrying(id, payload, 30*time.Second)
+	if err != nil {
 		c.t.Fatalf("propose %q on node %d: %v", payload, id, err)
 	}
+	return a
 }
 
 // waitFor polls cond until it holds or timeout passes; cond describes what

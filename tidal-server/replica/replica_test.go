@@ -52,6 +52,7 @@ func TestProposeOnEveryNodeAppliesInSameOrder(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var acks []ack
+	unknown := map[string]bool{}
 	var wg sync.WaitGroup
 	for _, id := range []uint64{1, 2, 3} {
 		for w := 0; w < 2; w++ {
@@ -60,7 +61,15 @@ func TestProposeOnEveryNodeAppliesInSameOrder(t *testing.T) {
 				defer wg.Done()
 				for i := 0; i < perNode; i++ {
 					p := fmt.Sprintf("n%d-w%d-%d", id, w, i)
-					a, err := c.propose(id, p, 5*time.Second)
+					// A spurious election on a loaded machine may leave a
+					// write's outcome unknown; that is no ordering bug.
+					a, err := c.proposeRetrying(id, p, 30*time.Second)
+					if errors.Is(err, replica.ErrUnknownOutcome) {
+						mu.Lock()
+						unknown[p] = true
+						mu.Unlock()
+						continue
+					}
 					if err != nil {
 						t.Errorf("propose %q on node %d: %v", p, id, err)
 						return
@@ -77,12 +86,22 @@ func TestProposeOnEveryNodeAppliesInSameOrder(t *testing.T) {
 		return
 	}
 	st := c.waitConverged(1, 2, 3)
-	if len(st.Entries) != len(acks) {
-		t.Fatalf("state holds %d entries, %d writes were acknowledged (each exactly once expected)", len(st.Entries), len(acks))
+	if len(st.Entries) < len(acks) || len(st.Entries) > len(acks)+len(unknown) {
+		t.Fatalf("state holds %d entries; %d writes were acknowledged and %d ended unknown (each at most once expected)", len(st.Entries), len(acks), len(unknown))
 	}
 	byIndex := map[uint64]string{}
 	for _, e := range st.Entries {
+		if _, dup := byIndex[e.Index]; dup {
+			t.Fatalf("index %d applied twice", e.Index)
+		}
 		byIndex[e.Index] = e.Data
+	}
+	applied := map[string]bool{}
+	for _, e := range st.Entries {
+		if applied[e.Data] {
+			t.Errorf("%q applied twice", e.Data)
+		}
+		applied[e.Data] = true
 	}
 	for _, k := range acks {
 		if got := byIndex[k.a.Index]; got != k.payload {
@@ -422,7 +441,7 @@ func TestLearnerNeverHeardFromIsNotPromoted(t *testing.T) {
 			t.Errorf("member 2 has never been started, yet it is %q (match %d): a learner must have caught up before it votes", m.Role, m.Match)
 		}
 	}
-	if _, err := c.propose(1, "still-writable", time.Second); err != nil {
+	if _, err := c.proposeRetrying(1, "still-writable", 30*time.Second); err != nil {
 		t.Errorf("single-node cluster with a learner that is not running cannot commit: %v", err)
 	}
 }
@@ -545,10 +564,16 @@ func TestTransferLeader(t *testing.T) {
 func TestProposeWithoutLeaderFailsFast(t *testing.T) {
 	c := newCluster(t, 3, nil)
 	c.net.partition([]uint64{1}, []uint64{2}, []uint64{3})
-	// A deadline far away: waiting for it would end in ErrUnknownOutcome
-	// (or hang the test), so ErrNoLeader itself shows the answer did not
-	// wait for it — no timed assert.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	// A leader elected before the cut keeps its office until CheckQuorum
+	// deposes it, and a proposal it takes meanwhile has an unknown outcome.
+	waitFor(t, 30*time.Second, "nodes 1 and 2, each cut off, to know no leader", func() (bool, string) {
+		l1, l2 := c.node(1).r.Leader(), c.node(2).r.Leader()
+		return l1 == 0 && l2 == 0, fmt.Sprintf("node 1 follows %d, node 2 follows %d", l1, l2)
+	})
+	// A deadline far away: waiting for it would end in ErrUnknownOutcome,
+	// so ErrNoLeader itself shows the answer did not wait for it — no
+	// timed assert.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	_, err := c.node(1).r.Propose(ctx, []byte("nobody-leads"))
 	if !errors.Is(err, replica.ErrNoLeader) {
@@ -686,7 +711,7 @@ func TestWALFailureFencesReplica(t *testing.T) {
 	big := strings.Repeat("b", 1500)
 	var fencedAt int
 	for i := 0; i < 20; i++ {
-		_, err := c.propose(lead, fmt.Sprintf("%02d-%s", i, big), 2*time.Second)
+		_, err := c.proposeRetrying(lead, fmt.Sprintf("%02d-%s", i, big), 2*time.Second)
 		if err == nil {
 			continue
 		}

@@ -17,7 +17,8 @@ package replica_test
 //	cluster n=3 [snapshot-every=N] [catch-up=N] [election-ticks=N]
 //	wait-leader as=VAR [nodes=A,B]      leader among nodes (default: running)
 //	pick as=VAR not=A,B                 lowest running id not listed
-//	propose node=A data=S [timeout=D]   prints the outcome class
+//	propose node=A data=S [timeout=D]   prints the outcome class; retries
+//	                                    no-leader and overloaded
 //	propose-async node=A data=S as=VAR [timeout=D]
 //	await VAR                           outcome of a propose-async
 //	partition A|B,C|rest                groups separated by |
@@ -31,6 +32,7 @@ package replica_test
 //	check-converged [nodes=A,B]         payloads in log order, one line
 //	absent data=S                       "absent" unless some node applied S
 //	add-member node=A id=N [timeout=D]  add learner N through A; the outcome
+//	                                    (retries as propose, and dropped-retry)
 //	add-member-async node=A id=N as=VAR [timeout=D]
 //	remove-member node=A id=N [timeout=D]
 //	members node=A                      voters and learners as A applied them
@@ -233,7 +235,11 @@ func (tr *tracer) run(tc traceCase, path string) string {
 		}
 		return fail("no running node outside %s", args["not"])
 	case "propose":
-		_, err := tr.c.propose(tr.id(args["node"], fail), args["data"], dur("timeout", 5*time.Second))
+		// Retried while the answer is "certainly not made, retry" (no
+		// leader for a moment, overloaded): a spurious election on a loaded
+		// machine must not change a script's output. propose-async is one
+		// attempt.
+		_, err := tr.c.proposeRetrying(tr.id(args["node"], fail), args["data"], dur("timeout", 5*time.Second))
 		return outcome(err)
 	case "propose-async":
 		ch := make(chan error, 1)
@@ -307,7 +313,9 @@ func (tr *tracer) run(tc traceCase, path string) string {
 			return r.AddMember(ctx, replica.Member{ID: id, PeerAddr: peerAddr(id)})
 		}
 		if fields[0] != "add-member-async" {
-			return outcome(change())
+			// Retried like propose; a new leader, for one, drops
+			// changes until it has applied its predecessor's log.
+			return outcome(retrying(change))
 		}
 		ch := make(chan error, 1)
 		go func() { ch <- change() }()
