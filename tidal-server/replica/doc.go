@@ -56,7 +56,16 @@
 //     plus the WAL suffix, so apply must be deterministic.
 //   - A proposal's waiter is woken only by the entry carrying its own
 //     request id, so an entry that replaced it after a leader change cannot
-//     acknowledge it; such a waiter times out (outcome unknown).
+//     acknowledge it; such a waiter times out (outcome unknown). The one
+//     exception is not an acknowledgement: a membership change is proposed
+//     behind a marker entry carrying its request id, and the empty entry
+//     raft puts right after that marker (same term) in place of a change
+//     it refused answers the waiter with ErrConfChangeDropped.
+//   - Request ids are never reused by a node, across restarts too: their
+//     high bits are an epoch persisted and raised at every start.
 //   - Node ids are never reused: the membership table remembers removed ids
-//     and it is part of every snapshot.
+//     and it is part of every snapshot. A change that reaches the log
+//     against the table (re-adding a removed id, adding a member as a
+//     learner) is applied with its NodeId zeroed, which raft skips, on
+//     every node alike.
 package replica

@@ -734,6 +734,7 @@ func (r *Replica) applyLoop() {
 		select {
 		case it := <-r.applyq:
 			if it.snap != nil {
+				r.confMarker = confMarker{} // the log it was followed by is gone
 				if err := r.restoreSnapshot(it.snap); err != nil {
 					r.halt(err)
 					return
