@@ -23,3 +23,8 @@ func ReadiesHandled(r *Replica) uint64 { return r.readies.Load() }
 
 // PromotionRounds is how many learner promotion rounds r has run as leader.
 func PromotionRounds(r *Replica) uint64 { return r.promotionRounds.Load() }
+
+// RaftApplied is the applied index raft itself has been told of, which
+// trails the replica's own by the time it takes to step the apply response
+// back; raft judges whether a conf change is pending by it.
+func RaftApplied(r *Replica) uint64 { return r.node.Status().Applied }

@@ -39,6 +39,9 @@ package replica_test
 //	mark-log node=A as=VAR              VAR = the leader A's own durable last
 //	                                    index
 //	wait-log node=A above=VAR [by=N]    until that index is at least VAR+N
+//	settle node=A                       until raft on A knows of everything A
+//	                                    applied (so no conf change of A's is
+//	                                    pending any more)
 //
 // There is no sleep: a script waits on conditions (wait-leader,
 // check-converged, await), never on time.
@@ -333,14 +336,7 @@ func (tr *tracer) run(tc traceCase, path string) string {
 		return fmt.Sprintf("voters=%s learners=%s", strings.Join(voters, ","), strings.Join(learners, ","))
 	case "mark-log", "wait-log":
 		id := tr.id(args["node"], fail)
-		durable := func() uint64 {
-			for _, m := range tr.c.node(id).r.Status().Members {
-				if m.ID == id {
-					return m.Match
-				}
-			}
-			return 0
-		}
+		durable := func() uint64 { return durableIndex(tr.c, id) }
 		if fields[0] == "mark-log" {
 			tr.vars[args["as"]] = durable()
 			return "ok"
@@ -350,9 +346,17 @@ func (tr *tracer) run(tc traceCase, path string) string {
 			return fail("no mark-log named %s", args["above"])
 		}
 		want := base + uint64(num("by", 1))
-		waitFor(tr.t, 20*time.Second, fmt.Sprintf("%s: node %d's durable log to reach %d", where, id, want), func() (bool, string) {
+		waitFor(tr.t, 30*time.Second, fmt.Sprintf("%s: node %d's durable log to reach %d", where, id, want), func() (bool, string) {
 			got := durable()
 			return got >= want, fmt.Sprint(got)
+		})
+		return "ok"
+	case "settle":
+		r := tr.c.node(tr.id(args["node"], fail)).r
+		applied := r.Applied()
+		waitFor(tr.t, 30*time.Second, fmt.Sprintf("%s: raft to know of applied index %d", where, applied), func() (bool, string) {
+			got := replica.RaftApplied(r)
+			return got >= applied, fmt.Sprintf("raft applied %d", got)
 		})
 		return "ok"
 	case "join":
@@ -361,7 +365,7 @@ func (tr *tracer) run(tc traceCase, path string) string {
 	case "wait-role":
 		r := tr.c.node(tr.id(args["node"], fail)).r
 		id, want := uint64(num("id", 0)), args["role"]
-		waitFor(tr.t, 20*time.Second, fmt.Sprintf("%s: member %d to be %s", where, id, want), func() (bool, string) {
+		waitFor(tr.t, 30*time.Second, fmt.Sprintf("%s: member %d to be %s", where, id, want), func() (bool, string) {
 			role := "absent"
 			for _, m := range r.Status().Members {
 				if m.ID == id {
