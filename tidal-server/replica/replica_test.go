@@ -343,9 +343,13 @@ func TestReadIndexOnFollowerSeesAckedWrite(t *testing.T) {
 		if _, ok := c.node(follower).sm.has(p); !ok {
 			lagged++
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		idx, err := c.node(follower).r.ReadIndex(ctx)
-		cancel()
+		var idx uint64
+		err := retrying(func() (err error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			idx, err = c.node(follower).r.ReadIndex(ctx)
+			return err
+		})
 		if err != nil {
 			t.Fatalf("ReadIndex on follower %d after %q: %v", follower, p, err)
 		}
@@ -373,9 +377,11 @@ func TestAddLearnerPromotedAfterCatchUp(t *testing.T) {
 	if via == lead {
 		via = 2
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	err := c.node(via).r.AddMember(ctx, replica.Member{ID: 4, PeerAddr: peerAddr(4)})
-	cancel()
+	err := retrying(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return c.node(via).r.AddMember(ctx, replica.Member{ID: 4, PeerAddr: peerAddr(4)})
+	})
 	if err != nil {
 		t.Fatalf("AddMember(4) through follower %d: %v", via, err)
 	}
@@ -429,9 +435,11 @@ func TestLearnerNeverHeardFromIsNotPromoted(t *testing.T) {
 	c := newCluster(t, 1, nil)
 	c.waitLeader(1)
 	c.mustPropose(1, "alone")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	err := c.node(1).r.AddMember(ctx, replica.Member{ID: 2, PeerAddr: peerAddr(2)})
-	cancel()
+	err := retrying(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return c.node(1).r.AddMember(ctx, replica.Member{ID: 2, PeerAddr: peerAddr(2)})
+	})
 	if err != nil {
 		t.Fatalf("AddMember(2): %v", err)
 	}
@@ -463,9 +471,9 @@ func TestRemoveMember(t *testing.T) {
 		}
 	}
 	c.mustPropose(lead, "before-remove")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := c.node(rest[0]).r.RemoveMember(ctx, victim); err != nil {
+	if err := retrying(func() error { return c.node(rest[0]).r.RemoveMember(ctx, victim) }); err != nil {
 		t.Fatalf("RemoveMember(%d) on node %d: %v", victim, rest[0], err)
 	}
 	removed := c.node(victim).r
@@ -543,10 +551,10 @@ func TestTransferLeader(t *testing.T) {
 			asker = id
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// Asked on a node that is neither the leader nor the target.
-	if err := c.node(asker).r.TransferLeader(ctx, target); err != nil {
+	if err := retrying(func() error { return c.node(asker).r.TransferLeader(ctx, target) }); err != nil {
 		t.Fatalf("TransferLeader(%d) via node %d (leader %d): %v", target, asker, lead, err)
 	}
 	if got := c.waitLeader(); got != target {
@@ -824,9 +832,9 @@ func TestRemoveLeader(t *testing.T) {
 	c := newCluster(t, 3, nil)
 	lead := c.waitLeader()
 	c.mustPropose(lead, "x")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := c.node(lead).r.RemoveMember(ctx, lead); err != nil {
+	if err := retrying(func() error { return c.node(lead).r.RemoveMember(ctx, lead) }); err != nil {
 		t.Fatalf("leader %d removing itself: %v", lead, err)
 	}
 	select {
