@@ -139,6 +139,9 @@ func TestTLSDropsNonMembers(t *testing.T) {
 	if err := sendMessages(context.Background(), stranger, marshal(t, heartbeat(9, 1, 1000))); err != nil {
 		t.Fatal(err)
 	}
+	if got := dropped(srv.t, reasonNotMember); got != 1 {
+		t.Fatalf("not_member drops = %d; expected 1", got)
+	}
 	// Member 2 is asked about 9 and says no; a retransmission after the
 	// answer is dropped too.
 	eventually(t, "member 1 asking about id 9", func() bool { return srv.t.vouchRounds.Load() >= 1 })

@@ -82,8 +82,8 @@ type Options struct {
 
 	// SpoolDir receives snapshots as they stream in; files left by an
 	// earlier run are removed by New. The server passes a directory under
-	// its data dir. "": a temporary directory, removed by Stop (a crash
-	// leaves it behind).
+	// its data dir. "": the system's temporary directory (each file is
+	// removed once handled; one a crash cuts short stays).
 	SpoolDir string
 	// MaxSnapshotBytes caps one inbound snapshot (--max-snapshot-bytes);
 	// a longer stream is cut with ResourceExhausted. Default 1 GiB.
@@ -169,7 +169,6 @@ type Transport struct {
 	drops   *dropLog
 
 	spoolDir     string
-	removeSpool  bool          // SpoolDir was a temporary directory of ours
 	snapshotSlot chan struct{} // inbound snapshot streams at once
 	handoff      sync.Mutex    // one snapshot in memory at a time
 
@@ -229,13 +228,11 @@ func New(self uint64, inbound server.Inbound, opts Options, reg prometheus.Regis
 
 // openSpool prepares the snapshot spool directory and removes what an
 // earlier run left in it (a snapshot cut by a crash is never resumed).
+// Without SpoolDir, spool files go to the system's temporary directory,
+// where nothing is removed at start: other nodes' files may be there.
 func (t *Transport) openSpool() error {
 	if t.opts.SpoolDir == "" {
-		dir, err := os.MkdirTemp("", "tidal-peer-spool-")
-		if err != nil {
-			return fmt.Errorf("peer transport: snapshot spool: %w", err)
-		}
-		t.spoolDir, t.removeSpool = dir, true
+		t.spoolDir = os.TempDir()
 		return nil
 	}
 	t.spoolDir = t.opts.SpoolDir
@@ -273,9 +270,6 @@ func (t *Transport) Stop() {
 	t.grpc.Stop()
 	t.wg.Wait()
 	t.drops.stop()
-	if t.removeSpool {
-		os.RemoveAll(t.spoolDir)
-	}
 }
 
 // SetPeer adds or re-addresses a peer.

@@ -16,7 +16,7 @@ import (
 )
 
 // spoolPattern names spool files; New removes what matches at start.
-const spoolPattern = "snap-*.spool"
+const spoolPattern = "tidal-snap-*.spool"
 
 // serveSnapshot receives one MsgSnap. Memory: the stream is written to a
 // spool file chunk by chunk, holding one chunk (at most maxMessageBytes)

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -23,6 +24,19 @@ func snapshotMessage(t testing.TB, from, to uint64, size int) []byte {
 	return marshal(t, &raftpb.Message{Type: raftpb.MsgSnap.Enum(), From: proto.Uint64(from), To: proto.Uint64(to), Term: proto.Uint64(3),
 		Snapshot: &raftpb.Snapshot{Data: bytes.Repeat([]byte{7}, size),
 			Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(100), Term: proto.Uint64(3)}}})
+}
+
+// snapshotPrefix is the encoding of a MsgSnap from, to whose snapshot
+// data (size bytes of 7, field 1 of the Snapshot, written last) follows.
+func snapshotPrefix(t testing.TB, from, to uint64, size int) []byte {
+	meta := mustMarshal(t, &raftpb.SnapshotMetadata{Index: proto.Uint64(100), Term: proto.Uint64(3)})
+	inner := protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), meta)
+	inner = protowire.AppendTag(inner, 1, protowire.BytesType)
+	inner = protowire.AppendVarint(inner, uint64(size))
+	b := mustMarshal(t, &raftpb.Message{Type: raftpb.MsgSnap.Enum(), From: proto.Uint64(from), To: proto.Uint64(to), Term: proto.Uint64(3)})
+	b = protowire.AppendTag(b, 9, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(len(inner)+size))
+	return append(b, inner...)
 }
 
 func openSnapshotStream(t *testing.T, conn *grpc.ClientConn) grpc.ClientStream {
@@ -72,14 +86,20 @@ func TestSnapshotSpooledToDiskNotMemory(t *testing.T) {
 	srv := startNode(t, 1, Options{Membership: members([]uint64{1, 2}), SpoolDir: spool, MaxSnapshotBytes: 64 * mib})
 	conn := rawClient(t, srv.addr, nil)
 	const size = 32 * mib
-	msg := snapshotMessage(t, 2, 1, size)
+	// The message is generated as it is sent, from one reused chunk, so
+	// the only copy that can grow the heap is the receiver's.
+	prefix := snapshotPrefix(t, 2, 1, size)
+	total := len(prefix) + size
+	chunk := bytes.Repeat([]byte{7}, mib)
 
 	before := heapInUse()
 	st := openSnapshotStream(t, conn)
-	for off := 0; off < len(msg); off += mib {
-		chunk := msg[off:min(off+mib, len(msg))]
+	if err := st.SendMsg(&prefix); err != nil {
+		t.Fatal(err)
+	}
+	for sent := 0; sent < size; sent += len(chunk) {
 		if err := st.SendMsg(&chunk); err != nil {
-			t.Fatalf("sending chunk at %d: %v", off, err)
+			t.Fatalf("sending chunk at %d: %v", sent, err)
 		}
 	}
 	eventually(t, "the whole stream spooled", func() bool {
@@ -88,7 +108,7 @@ func TestSnapshotSpooledToDiskNotMemory(t *testing.T) {
 			return false
 		}
 		fi, err := os.Stat(files[0])
-		return err == nil && fi.Size() == int64(len(msg))
+		return err == nil && fi.Size() == int64(total)
 	})
 	if grew := heapInUse() - before; grew > 8*mib {
 		t.Errorf("live heap grew by %d MiB while %d MiB were streamed in; expected the snapshot on disk, not in memory", grew/mib, size/mib)
@@ -97,8 +117,8 @@ func TestSnapshotSpooledToDiskNotMemory(t *testing.T) {
 		t.Fatalf("snapshot refused: %v", err)
 	}
 	got := srv.in.received()
-	if len(got) != 1 || got[0].GetType() != raftpb.MsgSnap || srv.in.receivedSizes()[0] != len(msg) {
-		t.Fatalf("raft received %d messages; expected the %d-byte MsgSnap", len(got), len(msg))
+	if len(got) != 1 || got[0].GetType() != raftpb.MsgSnap || srv.in.receivedSizes()[0] != total {
+		t.Fatalf("raft received %d messages; expected the %d-byte MsgSnap", len(got), total)
 	}
 	eventually(t, "the spool emptied", func() bool { return len(spoolFiles(t, spool)) == 0 })
 }
@@ -216,7 +236,7 @@ func TestStaleSpoolFilesRemovedAtStart(t *testing.T) {
 	if err := os.MkdirAll(spool, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"snap-123.spool", "snap-456.spool", "keep.txt"} {
+	for _, name := range []string{"tidal-snap-123.spool", "tidal-snap-456.spool", "keep.txt"} {
 		if err := os.WriteFile(filepath.Join(spool, name), []byte("x"), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -227,5 +247,26 @@ func TestStaleSpoolFilesRemovedAtStart(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(spool, "keep.txt")); err != nil {
 		t.Errorf("a file that is not a spool file was touched: %v", err)
+	}
+}
+
+// A snapshot larger than the receiver's cap is cut there, and the
+// sender's raft is told it failed (it will retry, and the receiver's log
+// says why).
+func TestSnapshotOverPeerCapReportedFailed(t *testing.T) {
+	view := members([]uint64{1, 2})
+	n1 := startNode(t, 1, Options{Membership: view, ChunkSize: 256 << 10})
+	n2 := startNode(t, 2, Options{Membership: view, MaxSnapshotBytes: mib})
+	n1.t.SetPeer(2, n2.addr)
+	n1.t.Send([]replicaOutbound{{To: 2, Snapshot: true, Data: snapshotMessage(t, 1, 2, 3*mib)}})
+	eventually(t, "member 1 told how the snapshot went", func() bool { return len(n1.in.snapshotReports(2)) == 1 })
+	if r := n1.in.snapshotReports(2); r[0] {
+		t.Fatal("snapshot past the receiver's cap reported delivered")
+	}
+	if got := dropped(n2.t, reasonSnapshotTooLarge); got != 1 {
+		t.Errorf("snapshot_too_large at member 2 = %d; expected 1", got)
+	}
+	if got := n2.in.received(); len(got) != 0 {
+		t.Fatalf("member 2's raft received %d messages; expected none", len(got))
 	}
 }
