@@ -85,6 +85,12 @@ type Config struct {
 	// is driven over its control API, so faults cross a real process
 	// boundary as they would against a remote relay. Empty: in-process.
 	RelayBinary string
+	// NewNetwork, when set, builds the relay mesh in place of the two above:
+	// a backend whose nodes do not share the harness's network namespace
+	// (containers) runs the mesh where they can reach it and answers, per
+	// link, the address each side dials. nodes are the slots' addresses
+	// as allocated on Backend.Host().
+	NewNetwork func(nodes map[string]mesh.Node) (Network, error)
 }
 
 // State is what the harness last did to a node.
@@ -194,7 +200,13 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	held = nil
 	if cfg.Nodes+cfg.Spares >= 2 {
-		if cfg.RelayBinary != "" {
+		if cfg.NewNetwork != nil {
+			m, err := cfg.NewNetwork(meshNodes)
+			if err != nil {
+				return nil, fmt.Errorf("cluster: relay mesh: %w", err)
+			}
+			c.mesh = m
+		} else if cfg.RelayBinary != "" {
 			if err := c.startRelay(controlAddr, meshNodes); err != nil {
 				c.Close()
 				return nil, err
