@@ -15,6 +15,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
@@ -470,5 +471,41 @@ func TestReapGoneRun(t *testing.T) {
 	}
 	if r, err := RemoveRun(ctx, cli, liveRun); err != nil || len(r) != 3 {
 		t.Errorf("RemoveRun of the live run: expected 3 removals, found %v, %v", r, err)
+	}
+}
+
+// An unchanged binary is found by its content tag, not rebuilt; extra
+// tags land on the same image.
+func TestBuildFindsExisting(t *testing.T) {
+	needDocker(t)
+	ctx := context.Background()
+	cli, err := Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	first, err := RelayImage.Build(ctx, cli, bins.TCPRelay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := cli.ImageInspect(ctx, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := "test-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	second, err := RelayImage.Build(ctx, cli, bins.TCPRelay, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.ImageRemove(ctx, RelayImage.Ref(tag), image.RemoveOptions{})
+	b, err := cli.ImageInspect(ctx, RelayImage.Ref(tag))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first != second || a.ID != b.ID || a.Created != b.Created {
+		t.Errorf("expected the same image found again and tagged %s: %s %s (%s) vs %s %s (%s)", tag, first, a.ID, a.Created, second, b.ID, b.Created)
+	}
+	if a.Config == nil || a.Config.User != "65532:65532" {
+		t.Errorf("expected the image to run as 65532:65532, found %+v", a.Config)
 	}
 }
