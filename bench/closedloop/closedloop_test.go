@@ -176,3 +176,18 @@ func TestOpTimeoutBoundsEachOp(t *testing.T) {
 		t.Errorf("expected a deadline only with OpTimeout, found %d ops with one without it and %d with it", without.Load(), with.Load())
 	}
 }
+
+// TestCPUPerOpCountsEveryCompletedOp: CPU spent on warm-up, failed and
+// late ops is divided by all of them, not by the window's successes.
+func TestCPUPerOpCountsEveryCompletedOp(t *testing.T) {
+	r := Record{Result: Result{WarmupOps: 100, Ops: 800, Errors: 50, LateOps: 50}}
+	if n := r.AllOps(); n != 1000 {
+		t.Errorf("expected 1000 ops in all, found %d", n)
+	}
+	if got := r.CPUPerOp(0.5); got != 0.0005 {
+		t.Errorf("expected 0.5 s over 1000 ops = 0.0005 s/op, found %g", got)
+	}
+	if got := (Record{}).CPUPerOp(1); got != 0 {
+		t.Errorf("expected 0 without ops, found %g", got)
+	}
+}

@@ -137,13 +137,15 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	cpu0 := cpuSeconds()
 	res, err := closedloop.Run(ctx, closedloop.Config{
 		Clients: o.clients, Warmup: o.warmup, Duration: o.duration, OpTimeout: o.timeout,
 	}, newOp)
 	if err != nil {
 		return err
 	}
-	out := closedloop.Record{System: o.system, Leader: leader, Batch: o.batch, Connections: t.connections(), Result: res}
+	out := closedloop.Record{System: o.system, Leader: leader, Batch: o.batch, Connections: t.connections(),
+		ToolCPUSeconds: cpuSeconds() - cpu0, Result: res}
 	if _, ok := t.(*etcdTarget); ok {
 		_, v := etcdPut(events.event(0, 0, 0, o.entities))
 		out.ValueBytes = len(v)
@@ -163,6 +165,15 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	return os.WriteFile(o.jsonPath, data, 0o644)
+}
+
+// cpuSeconds is this process's user + system CPU time so far.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 // events makes the events both systems write: the same ids, entities and

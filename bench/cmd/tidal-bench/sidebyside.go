@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	gproc "github.com/shirou/gopsutil/v4/process"
+
 	"github.com/tidaldb/tidal/bench/closedloop"
 	"github.com/tidaldb/tidal/bench/relay/probe"
 	"github.com/tidaldb/tidal/harness/process"
@@ -183,11 +185,32 @@ func renderSideBySide(path string, data []byte) error {
 // storeCluster is what a round needs of an etcd or tidal cluster.
 type storeCluster interface {
 	endpoints() []string
+	members() []*process.Process
 	stop() error
 }
 
-func (c *etcdCluster) endpoints() []string { return c.clients }
-func (c *cluster) endpoints() []string     { return c.clients }
+func (c *etcdCluster) endpoints() []string         { return c.clients }
+func (c *cluster) endpoints() []string             { return c.clients }
+func (c *etcdCluster) members() []*process.Process { return c.nodes }
+func (c *cluster) members() []*process.Process     { return c.nodes }
+
+// clusterCPUSeconds is the user + system CPU time the members have used so
+// far, all together.
+func clusterCPUSeconds(c storeCluster) (float64, error) {
+	var sum float64
+	for _, p := range c.members() {
+		gp, err := gproc.NewProcess(int32(p.PID()))
+		if err != nil {
+			return 0, fmt.Errorf("%s (pid %d): %w", p.Name(), p.PID(), err)
+		}
+		t, err := gp.Times()
+		if err != nil {
+			return 0, fmt.Errorf("%s (pid %d): CPU times: %w", p.Name(), p.PID(), err)
+		}
+		sum += t.User + t.System
+	}
+	return sum, nil
+}
 
 // storeRoundOf starts a fresh cluster of system, runs storeload at every
 // client count (and, for tidal, the batched run), and stops the cluster.
@@ -217,12 +240,22 @@ func storeRoundOf(ctx context.Context, so sbsOptions, clients []int, system stri
 		runs = append(runs, run{so.batchClients, so.batchSize})
 	}
 	for _, r := range runs {
+		cpu0, err := clusterCPUSeconds(c)
+		if err != nil {
+			return rd, err
+		}
 		rec, err := storeload(ctx, so, filepath.Join(bin, "storeload"), system, c.endpoints(), r.clients, r.batch, dir)
 		if err != nil {
 			return rd, err
 		}
-		fmt.Printf("tidal-bench:   %s %3d clients × %d events: %s writes/s, p50 %s p99 %s p99.9 %s, %d errors\n", system, r.clients, r.batch,
-			fmtRate(rec.OpsPerSec), ms(rec.Latency.P50), ms(rec.Latency.P99), ms(rec.Latency.P999), rec.Errors)
+		cpu1, err := clusterCPUSeconds(c)
+		if err != nil {
+			return rd, err
+		}
+		rec.ServerCPUSeconds = cpu1 - cpu0
+		fmt.Printf("tidal-bench:   %s %3d clients × %d events: %s writes/s, p50 %s p99 %s p99.9 %s, %d errors; CPU µs/write: servers %.0f, load tool %.0f\n",
+			system, r.clients, r.batch, fmtRate(rec.OpsPerSec), ms(rec.Latency.P50), ms(rec.Latency.P99), ms(rec.Latency.P999), rec.Errors,
+			1e6*rec.CPUPerOp(rec.ServerCPUSeconds), 1e6*rec.CPUPerOp(rec.ToolCPUSeconds))
 		rd.Runs = append(rd.Runs, rec)
 	}
 	rd.LoadEnd = loadAvg()

@@ -84,6 +84,10 @@ type storeStat struct {
 	P999          time.Duration `json:"p999_ns"`
 	Errors        int64         `json:"errors"` // over all rounds
 	LeaderChanges int           `json:"leader_changes"`
+	// Medians of CPU µs per request (every member together; the load
+	// tool), over the whole run (closedloop.Record.CPUPerOp).
+	ServerCPUus float64 `json:"server_cpu_us_per_op"`
+	ToolCPUus   float64 `json:"tool_cpu_us_per_op"`
 }
 
 // storeRow is one line of the store table.
@@ -110,7 +114,7 @@ type relayStat struct {
 // statOf summarises the runs of system at clients and batch size batch
 // over every round.
 func statOf(rounds []storeRound, system string, clients, batch int) storeStat {
-	var ops, events, p50, p99, p999 []float64
+	var ops, events, p50, p99, p999, server, tool []float64
 	var st storeStat
 	for _, r := range rounds {
 		if r.System != system {
@@ -126,6 +130,8 @@ func statOf(rounds []storeRound, system string, clients, batch int) storeStat {
 			p50 = append(p50, float64(run.Latency.P50))
 			p99 = append(p99, float64(run.Latency.P99))
 			p999 = append(p999, float64(run.Latency.P999))
+			server = append(server, 1e6*run.CPUPerOp(run.ServerCPUSeconds))
+			tool = append(tool, 1e6*run.CPUPerOp(run.ToolCPUSeconds))
 			st.Errors += run.Errors
 			if run.LeaderChanged {
 				st.LeaderChanges++
@@ -138,6 +144,7 @@ func statOf(rounds []storeRound, system string, clients, batch int) storeStat {
 	st.OpsPerSec, st.EventsPerSec = median(ops), median(events)
 	st.OpsMin, st.OpsMax = slices.Min(ops), slices.Max(ops)
 	st.P50, st.P99, st.P999 = time.Duration(median(p50)), time.Duration(median(p99)), time.Duration(median(p999))
+	st.ServerCPUus, st.ToolCPUus = median(server), median(tool)
 	return st
 }
 
@@ -218,14 +225,31 @@ func sideBySideSummary(r *sideBySide) string {
 				ms(row.Etcd.P50), ms(row.Tidal.P50), ms(row.Etcd.P99), ms(row.Tidal.P99),
 				ms(row.Etcd.P999), ms(row.Tidal.P999), errorsText(row.Etcd), errorsText(row.Tidal))
 		}
+		if hasCPU(r.Stores) {
+			p("\n**CPU per write** (user + system seconds over the whole run, warm-up included, divided by the writes completed; medians over the rounds). ")
+			p("It moves far less with the machine's load than writes/s do: the servers' column is what one replicated write costs the three members together.\n\n")
+			p("| clients | servers' CPU µs/write etcd / tidal | tidal / etcd | load tool's CPU µs/write etcd / tidal |\n|---|---|---|---|\n")
+			for _, row := range r.Stores {
+				cpuRatio := "-"
+				if row.Etcd.ServerCPUus > 0 && row.Tidal.ServerCPUus > 0 {
+					cpuRatio = fmt.Sprintf("%.2f", row.Tidal.ServerCPUus/row.Etcd.ServerCPUus)
+				}
+				p("| %d | %s / %s | %s | %s / %s |\n", row.Clients, micro(row.Etcd, row.Etcd.ServerCPUus), micro(row.Tidal, row.Tidal.ServerCPUus), cpuRatio,
+					micro(row.Etcd, row.Etcd.ToolCPUus), micro(row.Tidal, row.Tidal.ToolCPUus))
+			}
+		}
 		if bt := r.Batch; bt != nil && bt.Rounds > 0 {
 			p("\n**Batched ingestion, tidal alone** (%d-event requests, %d clients, closed loop, to the leader): ", c.BatchSize, c.BatchClients)
 			spread := ""
 			if bt.Rounds > 1 {
 				spread = fmt.Sprintf(" (median of %d rounds: %s–%s)", bt.Rounds, fmtRate(bt.OpsMin*float64(c.BatchSize)), fmtRate(bt.OpsMax*float64(c.BatchSize)))
 			}
-			p("**%s events/s**%s, requests p50 %s, p99 %s, p99.9 %s, %s errors.\n",
+			p("**%s events/s**%s, requests p50 %s, p99 %s, p99.9 %s, %s errors",
 				fmtRate(bt.EventsPerSec), spread, ms(bt.P50), ms(bt.P99), ms(bt.P999), errorsText(*bt))
+			if bt.ServerCPUus > 0 && c.BatchSize > 0 {
+				p("; servers' CPU %.1f µs/event (%.0f µs/request)", bt.ServerCPUus/float64(c.BatchSize), bt.ServerCPUus)
+			}
+			p(".\n")
 		}
 		p("\n<details><summary>every round</summary>\n\n")
 		p("| system | round | load avg start → end | clients | batch | writes/s | events/s | p50 | p99 | p99.9 | max | errors | leader changed |\n")
@@ -284,6 +308,23 @@ func sideBySideSummary(r *sideBySide) string {
 		p("\n</details>\n")
 	}
 	return b.String()
+}
+
+func hasCPU(rows []storeRow) bool {
+	for _, r := range rows {
+		if r.Etcd.ServerCPUus > 0 || r.Tidal.ServerCPUus > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// micro is a CPU figure in µs, or "-" without rounds.
+func micro(s storeStat, v float64) string {
+	if s.Rounds == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", v)
 }
 
 func etcdConnsText(n int) string {

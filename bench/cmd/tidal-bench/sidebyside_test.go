@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,14 @@ func rec(system string, clients, batch int, opsPerSec float64, p99 time.Duration
 	r.OpsPerSec, r.EventsPerSec = opsPerSec, opsPerSec*float64(batch)
 	r.Latency = closedloop.Latencies{P50: p99 / 4, P99: p99, P999: 2 * p99}
 	r.Errors = errs
+	// 10 s windows; etcd spends 100 µs of server and 30 µs of load-tool
+	// CPU per request, tidal 150 and 40.
+	r.Ops = int64(opsPerSec * 10)
+	serverUs, toolUs := 100.0, 30.0
+	if system == "tidal" {
+		serverUs, toolUs = 150, 40
+	}
+	r.ServerCPUSeconds, r.ToolCPUSeconds = float64(r.Ops)*serverUs/1e6, float64(r.Ops)*toolUs/1e6
 	return r
 }
 
@@ -59,6 +68,9 @@ func TestStoreRowsMediansAndRatio(t *testing.T) {
 	}
 	if one.Etcd.P99 != 2*time.Millisecond || one.Tidal.P99 != 3*time.Millisecond {
 		t.Errorf("expected p99 medians 2 ms and 3 ms, found %s and %s", one.Etcd.P99, one.Tidal.P99)
+	}
+	if math.Round(one.Etcd.ServerCPUus) != 100 || math.Round(one.Tidal.ToolCPUus) != 40 {
+		t.Errorf("expected CPU per write 100 µs (etcd's servers) and 40 µs (tidal's load tool), found %g and %g", one.Etcd.ServerCPUus, one.Tidal.ToolCPUus)
 	}
 	if one.Tidal.Errors != 3 || one.Tidal.LeaderChanges != 1 {
 		t.Errorf("expected tidal's 3 errors summed and 1 leader change counted, found %d and %d", one.Tidal.Errors, one.Tidal.LeaderChanges)
@@ -132,6 +144,9 @@ func TestSideBySideSummary(t *testing.T) {
 		"| 1 | 200 (100–300) | 250 (150–400) | 1.25 | 0.50 ms / 0.75 ms | 2.0 ms / 3.0 ms | 4.0 ms / 6.0 ms | 0 / 3 (leader changed in 1) |",
 		"| 64 | 5,000 | - | - |",
 		"**100,000 events/s** (median of 3 rounds: 90,000–110,000)",
+		"servers' CPU 1.5 µs/event (150 µs/request)",
+		"| 1 | 100 / 150 | 1.50 | 30 / 40 |",
+		"| 64 | 100 / - | - | 30 / - |",
 		"| etcd | 1 | 5.00 6.00 7.00 → 5.50 6.00 7.00 | 1 | 1 | 100 |",
 		"| 1-byte round trip p50 (µs) | 25.0 | 60.0 | 90.0 | +35.0 µs | +65.0 µs | -30.0 µs |",
 		"| bulk, 1 connection (MB/s) | 2500 | 1200 | 500 | ×0.48 | ×0.20 | ×2.40 |",
