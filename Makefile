@@ -63,6 +63,11 @@ e2e:
 bench: build
 	@./ci/bench
 
+# tidal vs etcd and tcp-relay vs direct vs Toxiproxy (installs etcd and Toxiproxy when absent).
+.PHONY: bench-compare
+bench-compare: build
+	@./ci/bench -side-by-side
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
