@@ -32,6 +32,7 @@ test: lint unit fuzz suites
 unit:
 	$(GO) test -race -count=1 -timeout 15m $(UNIT_PKGS)
 	$(GO) test -race -count=1 -tags tidalbugs ./tidal-server/bugs/...
+	cd bench/storeload && $(GO) vet ./... && $(GO) test -count=1 ./...   # its own module (etcd's client)
 
 fuzz:
 	@./ci/fuzz $(FUZZTIME)
