@@ -4,7 +4,7 @@ GO        ?= go
 BIN       := $(CURDIR)/bin
 GINKGO    := $(GO) tool ginkgo
 # Packages with unit tests (the suites under suites/ run real binaries).
-UNIT_PKGS := ./buildinfo/... ./tidal-server/... ./tcp-relay/... ./harness/... ./bench/...
+UNIT_PKGS := ./buildinfo/... ./tidal-server/... ./tcp-relay/... ./harness/... ./bench/... ./deploy/...
 FUZZTIME  ?= 10s
 # --version of every binary: `git describe`, or "dev" outside a checkout.
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -32,6 +32,7 @@ test: lint unit fuzz suites
 unit:
 	$(GO) test -race -count=1 -timeout 15m $(UNIT_PKGS)
 	$(GO) test -race -count=1 -tags tidalbugs ./tidal-server/bugs/...
+	cd bench/storeload && $(GO) vet ./... && $(GO) test -count=1 ./...   # its own module (etcd's client)
 
 fuzz:
 	@./ci/fuzz $(FUZZTIME)
@@ -45,6 +46,13 @@ chaos: build
 	@mkdir -p store/junit
 	$(GINKGO) -r --keep-going --procs=1 --timeout=40m --label-filter='chaos' --output-dir=$(CURDIR)/store/junit --junit-report=chaos.xml ./suites
 
+# make images: tidal-server and tcp-relay images FROM scratch around the
+# static binaries, tagged :$(VERSION), :dev and by content (bin-<hash>).
+# Needs only a Docker daemon: the legacy builder, nothing pulled.
+.PHONY: images
+images: build
+	$(GO) run ./harness/cmd/tidal-images --version '$(VERSION)' --server $(BIN)/tidal-server --relay $(BIN)/tcp-relay
+
 # Until these suites land the targets fail: a CI job calling them must not
 # pass for having run nothing.
 runbook:
@@ -55,6 +63,11 @@ e2e:
 
 bench: build
 	@./ci/bench
+
+# tidal vs etcd and tcp-relay vs direct vs Toxiproxy (installs etcd and Toxiproxy when absent).
+.PHONY: bench-compare
+bench-compare: build
+	@./ci/bench -side-by-side
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -130,9 +130,10 @@ Every listener is bound before the data dir is touched. A data dir whose
 stored membership shares less than a majority with --peers (another
 cluster's) is refused, naming both.
 
-Security: with --certs-dir the client API is served over TLS (HTTP/2 and
-HTTP/1.1) and every request needs a client certificate from the cluster's
-CA or a bearer token (--tokens); /healthz, /readyz and /metrics stay open
+Security: with --certs-dir the peer plane is mutual TLS (each node's
+certificate names its member id), the client API is served over TLS (HTTP/2
+and HTTP/1.1), and every request needs a client certificate from the
+cluster's CA or a bearer token (--tokens); /healthz, /readyz and /metrics stay open
 unless --open-probes=false. Without --certs-dir the node serves plaintext,
 without authentication unless --tokens is given, and refuses to bind any
 address but loopback unless --insecure. SIGHUP re-reads the tokens file and
@@ -178,11 +179,15 @@ underscores (client_addr, data_dir, ...).
 					return err
 				}
 			}
-			// The peer plane's TLS (issue 10 item 2) is the peer
-			// transport's: until it takes cfg.Certs' PeerServerTLS and
-			// PeerClientTLS (and cfg.PeerTLS is set with them), the server
-			// keeps --peer-addr on loopback and says the plane is plaintext.
-			cfg.Transport = peer.Factory(peer.Options{})
+			// The peer plane is mutual TLS with the same store: the
+			// transport verifies that each peer's certificate names a
+			// member and that a dialled peer is the member meant.
+			popts := peer.Options{}
+			if cfg.Certs != nil {
+				popts.ServerTLS, popts.ClientTLS = cfg.Certs.PeerServerTLS(), cfg.Certs.PeerClientTLS
+				cfg.PeerTLS = true
+			}
+			cfg.Transport = peer.Factory(popts)
 			srv, err := server.Start(cfg, log)
 			if err != nil {
 				return err
@@ -242,7 +247,7 @@ underscores (client_addr, data_dir, ...).
 	f.DurationVar(&cfg.WriteTimeout, "write-timeout", 5*time.Second, "time a write may wait for commit before 504 (outcome unknown)")
 	f.IntVar(&cfg.IDsPerGeneration, "ids-per-generation", 500000, "event id memory: a retry is recognised within this many later ids")
 	f.BoolVar(&cfg.EnablePprof, "enable-pprof", false, "serve Go's /debug/pprof/ on the client address (admin role when authentication is on)")
-	f.StringVar(&cfg.CertsDir, "certs-dir", cfg.CertsDir, "directory with ca.crt, node.crt, node.key (tidal-server certs ...): TLS with HTTP/2 on the client plane, client certificates accepted")
+	f.StringVar(&cfg.CertsDir, "certs-dir", cfg.CertsDir, "directory with ca.crt, node.crt, node.key (tidal-server certs ...): mutual TLS between nodes, TLS with HTTP/2 for clients")
 	f.BoolVar(&cfg.Insecure, "insecure", cfg.Insecure, "without --certs-dir, allow binding non-loopback addresses in plaintext (logged as a warning)")
 	f.StringVar(&cfg.TokensPath, "tokens", cfg.TokensPath, "bearer tokens file (tidal-server tokens add), re-read on SIGHUP")
 	f.BoolVar(&cfg.OpenProbes, "open-probes", cfg.OpenProbes, "serve /healthz, /readyz and /metrics without credentials (false: reader role)")

@@ -111,6 +111,12 @@ type Config struct {
 	// and tokens; default "certs" beside Dir (Dir/../certs), so that Dir
 	// holds only node directories.
 	CertsDir string
+	// NewNetwork, when set, builds the relay mesh in place of the two above:
+	// a backend whose nodes do not share the harness's network namespace
+	// (containers) runs the mesh where they can reach it and answers, per
+	// link, the address each side dials. nodes are the slots' addresses
+	// as allocated on Backend.Host().
+	NewNetwork func(nodes map[string]mesh.Node) (Network, error)
 }
 
 // DefaultWALSegmentSize is the harness's WAL segment size: small, because
@@ -329,7 +335,16 @@ func newAttempt(cfg Config, sec *Security) (*Cluster, error) {
 	// no relay can take a port a node is about to bind (it happened: a
 	// client relay on n3's client port, and n3 exited at start).
 	if cfg.Nodes+cfg.Spares >= 2 {
-		if cfg.RelayBinary != "" {
+		if cfg.NewNetwork != nil {
+			if controlHeld != nil {
+				controlHeld.Close()
+			}
+			m, err := cfg.NewNetwork(meshNodes)
+			if err != nil {
+				return nil, fmt.Errorf("cluster: relay mesh: %w", err)
+			}
+			c.mesh = m
+		} else if cfg.RelayBinary != "" {
 			controlHeld.Close()
 			if err := c.startRelay(controlAddr, meshNodes); err != nil {
 				c.teardown()

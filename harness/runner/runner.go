@@ -65,6 +65,10 @@ type Config struct {
 	// Insecure runs the cluster in plaintext without authentication, to
 	// compare; by default it is secured (cluster.Config.Insecure).
 	Insecure bool `json:"insecure,omitempty"`
+	// Backend runs the nodes: "process" (default) or "docker" (containers
+	// on a network of the run's own, the relay mesh in a tcp-relay
+	// container built from RelayBinary, default the one beside ServerBin).
+	Backend string `json:"backend,omitempty"`
 }
 
 // Duration is a time.Duration that reads and writes as "1m30s" in JSON.
@@ -211,26 +215,30 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 	if killed, _ := reg.Reap(); len(killed) > 0 {
 		fmt.Fprintf(out, "  reaped leftovers of an earlier run: %s\n", strings.Join(killed, ", "))
 	}
-	procs, err := process.NewBackend(bin, reg)
-	if err != nil {
-		return nil, err
-	}
-	var backend cluster.Backend = procs
-	if opts.Backend != nil {
-		backend = opts.Backend(backend)
-	}
-	// Every process exit is recorded from here on, with whether the
-	// harness asked for it: the nodes checker's evidence.
-	watch := newExitWatch(backend)
 	relayBin := cfg.RelayBinary
 	if relayBin != "" {
 		if relayBin, err = filepath.Abs(relayBin); err != nil {
 			return nil, err
 		}
 	}
-	c, err := cluster.New(cluster.Config{Nodes: cfg.Nodes, Backend: watch, Dir: run.NodesDir(), Flags: cfg.ServerFlags, Logger: log, RelayBinary: relayBin,
-		WALSegmentSize: cfg.WALSegmentSize, Insecure: cfg.Insecure, CertsDir: filepath.Join(run.Dir(), "certs")})
+	backend, newNetwork, err := startBackend(ctx, cfg, bin, relayBin, reg, run.NodesDir(), log)
 	if err != nil {
+		return nil, err
+	}
+	if opts.Backend != nil {
+		backend = opts.Backend(backend)
+	}
+	// Every process exit is recorded from here on, with whether the
+	// harness asked for it: the nodes checker's evidence.
+	watch := newExitWatch(backend)
+	ccfg := cluster.Config{Nodes: cfg.Nodes, Backend: watch, Dir: run.NodesDir(), Flags: cfg.ServerFlags, Logger: log, RelayBinary: relayBin,
+		WALSegmentSize: cfg.WALSegmentSize, Insecure: cfg.Insecure, CertsDir: filepath.Join(run.Dir(), "certs")}
+	if newNetwork != nil {
+		ccfg.NewNetwork, ccfg.RelayBinary = newNetwork, ""
+	}
+	c, err := cluster.New(ccfg)
+	if err != nil {
+		backend.Close()
 		return nil, err
 	}
 	watch.arm()

@@ -96,6 +96,10 @@ func toAPIError(err error) *Error {
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error(), RetryAfter: 1}
 	case errors.Is(err, replica.ErrNoLeader):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error(), RetryAfter: 1}
+	case errors.Is(err, replica.ErrConfChangeDropped):
+		// Another membership change was still being applied: this one was
+		// certainly not made, and will be taken once that one is applied.
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error(), RetryAfter: 1}
 	case errors.Is(err, replica.ErrUnknownOutcome):
 		return &Error{Status: http.StatusGatewayTimeout, Code: CodeTimeout, Message: err.Error() + "; retry with the same ids"}
 	case errors.Is(err, replica.ErrStopped), errors.Is(err, replica.ErrFenced), errors.Is(err, replica.ErrRemoved):

@@ -1,6 +1,6 @@
 // Package peer is the gRPC transport between tidal-server nodes. It moves
-// opaque, already-marshalled raft messages; it never looks inside them
-// except to know a snapshot from the rest.
+// already-marshalled raft messages and reads only their header (type, to,
+// from, term) to decide whether raft may see them.
 //
 // One sender goroutine per peer drains a bounded queue and coalesces what
 // it finds into one stream message (bounded by count and bytes), so a busy
@@ -10,25 +10,43 @@
 // the Ready loop of the whole node. Snapshots go on their own stream in
 // chunks, and raft learns the outcome through ReportSnapshot.
 //
-// Failures are logged on transitions — the first failure, every 100th
-// after it, and the recovery — never a line per retry.
+// Security (see docs/ARCHITECTURE.md, "Peer plane"). With ServerTLS and
+// ClientTLS set the plane is mutual TLS: a peer's certificate, verified
+// against the cluster CA, proves its member id, and a dialer accepts only
+// the member it meant to reach. Every inbound message is admitted only if
+// its From is the member the connection proved (in insecure mode nothing
+// is proved, so From is taken at its word), From is a member in this
+// node's view (or vouched for by one: see membership.go), and To is this
+// node. Anything else is dropped and counted in
+// tidal_peer_messages_dropped_total{reason}. Snapshots are spooled to
+// disk as they arrive, capped, and handed to raft only once complete and
+// admitted (snapshot.go). Nodes also measure their clock offsets to each
+// other (clock.go).
+//
+// Failures are logged on transitions — the first failure, every Nth after
+// it, and the recovery — never a line per retry or per dropped message.
 package peer
 
 import (
+	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tidaldb/tidal/tidal-server/replica"
 	"github.com/tidaldb/tidal/tidal-server/server"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 )
 
@@ -44,6 +62,43 @@ type Options struct {
 	// would wait forever. Defaults 1s / 2s.
 	KeepaliveTime    time.Duration
 	KeepaliveTimeout time.Duration
+
+	// ServerTLS and ClientTLS turn on mutual TLS; both or neither.
+	// ServerTLS must require and verify a client certificate naming a
+	// member (certs.Store.PeerServerTLS); ClientTLS(id) must present this
+	// node's certificate and accept only member id's
+	// (certs.Store.PeerClientTLS). Neither: plaintext, for loopback
+	// development, where a message's From is taken at its word.
+	ServerTLS *tls.Config
+	ClientTLS func(peer uint64) *tls.Config
+
+	// Membership is this node's view of an id: a voter or learner of its
+	// applied membership, removed, or unknown. Nil: the address book of
+	// SetPeer/RemovePeer stands in, which is close but not exact (a
+	// removed member listed in --peers is seeded again at every restart;
+	// a member without a peer address is missing), so a server passes
+	// its replicated table.
+	Membership func(id uint64) MemberStatus
+
+	// SpoolDir receives snapshots as they stream in; files left by an
+	// earlier run are removed by New. The server passes a directory under
+	// its data dir. "": the system's temporary directory (each file is
+	// removed once handled; one a crash cuts short stays).
+	SpoolDir string
+	// MaxSnapshotBytes caps one inbound snapshot (--max-snapshot-bytes);
+	// a longer stream is cut with ResourceExhausted. Default 1 GiB.
+	MaxSnapshotBytes int64
+	// MaxConcurrentSnapshots bounds inbound snapshot streams at once (and
+	// so spool space: this times MaxSnapshotBytes); more are refused with
+	// ResourceExhausted. Raft sends a follower one at a time. Default 2.
+	MaxConcurrentSnapshots int
+
+	// ClockInterval is the period of clock probes per peer; default 1s.
+	ClockInterval time.Duration
+	// ClockOffset is added to this node's reading of its own clock, in
+	// the clock probes only. TEST ONLY: it lets tests and the harness
+	// simulate a skewed node; never set it in production.
+	ClockOffset time.Duration
 }
 
 func (o *Options) setDefaults() {
@@ -68,43 +123,39 @@ func (o *Options) setDefaults() {
 	if o.KeepaliveTimeout == 0 {
 		o.KeepaliveTimeout = 2 * time.Second
 	}
+	if o.MaxSnapshotBytes == 0 {
+		o.MaxSnapshotBytes = 1 << 30
+	}
+	if o.MaxConcurrentSnapshots == 0 {
+		o.MaxConcurrentSnapshots = 2
+	}
+	if o.ClockInterval == 0 {
+		o.ClockInterval = time.Second
+	}
 }
+
+// maxMessageBytes bounds one gRPC message either way: a batch, or a
+// snapshot chunk. It is the most the receiver holds per stream.
+func (o *Options) maxMessageBytes() int { return o.BatchMaxBytes + (8 << 20) }
 
 // Factory returns a server.TransportFactory building this transport.
 func Factory(opts Options) server.TransportFactory {
 	return func(self uint64, lis net.Listener, inbound server.Inbound, reg prometheus.Registerer, log *slog.Logger) (replica.Transport, func(), error) {
-		t := New(self, inbound, opts, reg, log)
+		t, err := New(self, inbound, opts, reg, log)
+		if err != nil {
+			return nil, nil, err
+		}
 		go t.Serve(lis)
 		return t, t.Stop, nil
 	}
 }
 
-// rawCodec passes []byte through: the payloads are already marshalled.
-type rawCodec struct{}
-
-func (rawCodec) Marshal(v any) ([]byte, error) {
-	b, ok := v.(*[]byte)
-	if !ok {
-		return nil, fmt.Errorf("peer codec: expected *[]byte, found %T", v)
-	}
-	return *b, nil
-}
-
-func (rawCodec) Unmarshal(data []byte, v any) error {
-	b, ok := v.(*[]byte)
-	if !ok {
-		return fmt.Errorf("peer codec: expected *[]byte, found %T", v)
-	}
-	*b = append((*b)[:0], data...)
-	return nil
-}
-
-func (rawCodec) Name() string { return "tidal-raw" }
-
 const (
 	serviceName     = "tidal.peer.Raft"
 	methodMessages  = "Messages"
 	methodSnapshots = "Snapshot"
+	methodClock     = "Clock"
+	methodMember    = "Member"
 )
 
 // Transport is the gRPC peer transport. It implements replica.Transport.
@@ -115,35 +166,92 @@ type Transport struct {
 	log     *slog.Logger
 	metrics *metrics
 	grpc    *grpc.Server
+	drops   *dropLog
+
+	spoolDir     string
+	snapshotSlot chan struct{} // inbound snapshot streams at once
+	handoff      sync.Mutex    // one snapshot in memory at a time
+
+	vouches     vouches
+	vouchRounds atomic.Int64 // finished rounds (tests wait on it)
+	clocks      clocks
 
 	mu      sync.Mutex
 	senders map[uint64]*sender
+	removed map[uint64]bool // RemovePeer'd: the address book's "removed"
 	stopped bool
 	wg      sync.WaitGroup
 }
 
 // New creates a transport; call Serve to accept peers.
-func New(self uint64, inbound server.Inbound, opts Options, reg prometheus.Registerer, log *slog.Logger) *Transport {
+func New(self uint64, inbound server.Inbound, opts Options, reg prometheus.Registerer, log *slog.Logger) (*Transport, error) {
 	opts.setDefaults()
+	if (opts.ServerTLS == nil) != (opts.ClientTLS == nil) {
+		return nil, errors.New("peer transport: TLS needs both a server and a client configuration, found only one")
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	t := &Transport{self: self, inbound: inbound, opts: opts, log: log, metrics: newMetrics(reg), senders: map[uint64]*sender{}}
-	t.grpc = grpc.NewServer(
+	t := &Transport{self: self, inbound: inbound, opts: opts, log: log, metrics: newMetrics(reg),
+		senders: map[uint64]*sender{}, removed: map[uint64]bool{},
+		snapshotSlot: make(chan struct{}, opts.MaxConcurrentSnapshots),
+		drops:        newDropLog(log, dropLogEvery, dropLogQuiet)}
+	t.vouches.m = map[uint64]*vouch{}
+	t.clocks.peers = map[uint64][]clockProbe{}
+	if err := t.openSpool(); err != nil {
+		return nil, err
+	}
+	sopts := []grpc.ServerOption{
 		grpc.ForceServerCodec(rawCodec{}),
-		grpc.MaxRecvMsgSize(opts.BatchMaxBytes+(8<<20)),
+		grpc.MaxRecvMsgSize(opts.maxMessageBytes()),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: opts.KeepaliveTime / 2, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: opts.KeepaliveTime, Timeout: opts.KeepaliveTimeout}),
-	)
+	}
+	if opts.ServerTLS != nil {
+		sopts = append(sopts, grpc.Creds(countingCreds{credentials.NewTLS(opts.ServerTLS), t.noteHandshakeFailure}))
+	}
+	t.grpc = grpc.NewServer(sopts...)
 	t.grpc.RegisterService(&grpc.ServiceDesc{
 		ServiceName: serviceName,
 		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{
+			{MethodName: methodClock, Handler: t.handleClock},
+			{MethodName: methodMember, Handler: t.handleMember},
+		},
 		Streams: []grpc.StreamDesc{
 			{StreamName: methodMessages, Handler: t.serveMessages, ClientStreams: true},
 			{StreamName: methodSnapshots, Handler: t.serveSnapshot, ClientStreams: true},
 		},
 	}, struct{}{})
-	return t
+	return t, nil
+}
+
+// openSpool prepares the snapshot spool directory and removes what an
+// earlier run left in it (a snapshot cut by a crash is never resumed).
+// Without SpoolDir, spool files go to the system's temporary directory,
+// where nothing is removed at start: other nodes' files may be there.
+func (t *Transport) openSpool() error {
+	if t.opts.SpoolDir == "" {
+		t.spoolDir = os.TempDir()
+		return nil
+	}
+	t.spoolDir = t.opts.SpoolDir
+	if err := os.MkdirAll(t.spoolDir, 0o700); err != nil {
+		return fmt.Errorf("peer transport: snapshot spool %s: %w", t.spoolDir, err)
+	}
+	stale, err := filepath.Glob(filepath.Join(t.spoolDir, spoolPattern))
+	if err != nil {
+		return err
+	}
+	for _, f := range stale {
+		if err := os.Remove(f); err != nil {
+			return fmt.Errorf("peer transport: removing stale snapshot spool file: %w", err)
+		}
+	}
+	if len(stale) > 0 {
+		t.log.Info("removed snapshot spool files of an earlier run", "dir", t.spoolDir, "files", len(stale))
+	}
+	return nil
 }
 
 // Serve accepts peer connections on lis until Stop.
@@ -161,6 +269,7 @@ func (t *Transport) Stop() {
 	}
 	t.grpc.Stop()
 	t.wg.Wait()
+	t.drops.stop()
 }
 
 // SetPeer adds or re-addresses a peer.
@@ -173,6 +282,7 @@ func (t *Transport) SetPeer(id uint64, addr string) {
 	if t.stopped {
 		return
 	}
+	delete(t.removed, id)
 	if s, ok := t.senders[id]; ok {
 		if s.addr == addr {
 			return
@@ -193,10 +303,15 @@ func (t *Transport) RemovePeer(id uint64) {
 	t.mu.Lock()
 	s, ok := t.senders[id]
 	delete(t.senders, id)
+	t.removed[id] = true
 	t.mu.Unlock()
 	if ok {
 		s.stop()
 	}
+	t.clocks.forget(id)
+	label := strconv.FormatUint(id, 10)
+	t.metrics.clockOffset.DeleteLabelValues(label)
+	t.metrics.clockUncertainty.DeleteLabelValues(label)
 }
 
 // Send queues messages without blocking.
@@ -221,6 +336,52 @@ func (t *Transport) Send(msgs []replica.Outbound) {
 		s.enqueue(m.Data)
 	}
 }
+
+func (t *Transport) handleClock(_ any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+	t2 := t.now()
+	var req []byte
+	if err := dec(&req); err != nil {
+		return nil, err
+	}
+	resp := t.serveClock(t2)
+	return &resp, nil
+}
+
+func (t *Transport) handleMember(_ any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+	var req []byte
+	if err := dec(&req); err != nil {
+		return nil, err
+	}
+	resp, err := t.serveMember(req)
+	if err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// rawCodec passes []byte through: the payloads are already marshalled.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) {
+	b, ok := v.(*[]byte)
+	if !ok {
+		return nil, fmt.Errorf("peer codec: expected *[]byte, found %T", v)
+	}
+	return *b, nil
+}
+
+// Unmarshal reuses the destination's capacity: a receive loop that keeps
+// one buffer holds one message, however many it reads.
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	b, ok := v.(*[]byte)
+	if !ok {
+		return fmt.Errorf("peer codec: expected *[]byte, found %T", v)
+	}
+	*b = append((*b)[:0], data...)
+	return nil
+}
+
+func (rawCodec) Name() string { return "tidal-raw" }
 
 // A batch on the Messages stream is: u32 count | count × (u32 len | message).
 func encodeBatch(msgs [][]byte) []byte {
@@ -263,45 +424,4 @@ func decodeBatch(b []byte) ([][]byte, error) {
 		return nil, fmt.Errorf("batch has %d trailing bytes", len(b)-off)
 	}
 	return out, nil
-}
-
-func (t *Transport) serveMessages(_ any, stream grpc.ServerStream) error {
-	for {
-		var buf []byte
-		if err := stream.RecvMsg(&buf); err != nil {
-			if errors.Is(err, io.EOF) {
-				return stream.SendMsg(&[]byte{})
-			}
-			return err
-		}
-		msgs, err := decodeBatch(buf)
-		if err != nil {
-			return err
-		}
-		for _, m := range msgs {
-			if err := t.inbound.Receive(stream.Context(), m); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-func (t *Transport) serveSnapshot(_ any, stream grpc.ServerStream) error {
-	var data []byte
-	for {
-		var chunk []byte
-		err := stream.RecvMsg(&chunk)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		data = append(data, chunk...)
-	}
-	t.log.Info("received snapshot", "bytes", len(data))
-	if err := t.inbound.Receive(stream.Context(), data); err != nil {
-		return err
-	}
-	return stream.SendMsg(&[]byte{})
 }

@@ -2,12 +2,16 @@ package peer
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
 	"strconv"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 )
@@ -22,6 +26,11 @@ type sender struct {
 	ctx   context.Context
 	stopF context.CancelFunc
 	done  chan struct{}
+	// conn is nil when the address is unusable (logged by run). It is
+	// shared by the message stream, clock probes and member questions;
+	// snapshots dial their own.
+	conn    *grpc.ClientConn
+	dialErr error
 
 	// failure bookkeeping for transition logging; sender goroutine only,
 	// except drops, which are counted by Send under t.mu.
@@ -31,8 +40,11 @@ type sender struct {
 
 func newSender(t *Transport, id uint64, addr string) *sender {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &sender{t: t, id: id, addr: addr, label: strconv.FormatUint(id, 10), queue: make(chan []byte, t.opts.QueueSize),
+	s := &sender{t: t, id: id, addr: addr, label: strconv.FormatUint(id, 10), queue: make(chan []byte, t.opts.QueueSize),
 		ctx: ctx, stopF: cancel, done: make(chan struct{})}
+	// grpc.NewClient does not connect: it only checks the address.
+	s.conn, s.dialErr = s.dial()
+	return s
 }
 
 func (s *sender) stop() {
@@ -52,11 +64,17 @@ func (s *sender) enqueue(m []byte) {
 	}
 }
 
+// dial makes a connection to the peer: mutual TLS accepting only member
+// s.id when the transport is secured, plaintext otherwise.
 func (s *sender) dial() (*grpc.ClientConn, error) {
 	o := s.t.opts
+	creds := insecure.NewCredentials()
+	if o.ClientTLS != nil {
+		creds = credentials.NewTLS(o.ClientTLS(s.id))
+	}
 	return grpc.NewClient(s.addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}), grpc.MaxCallSendMsgSize(o.BatchMaxBytes+(8<<20))),
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}), grpc.MaxCallSendMsgSize(o.maxMessageBytes()), grpc.MaxCallRecvMsgSize(o.maxMessageBytes())),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout, PermitWithoutStream: true}),
 		// gRPC's default reconnect backoff grows to 120s: a peer restarted
 		// after a minute down would stay unreachable for another minute.
@@ -73,13 +91,19 @@ var snapshotDesc = &grpc.StreamDesc{StreamName: methodSnapshots, ClientStreams: 
 
 func (s *sender) run() {
 	defer close(s.done)
-	conn, err := s.dial()
-	if err != nil {
-		s.t.log.Error("peer address unusable", "peer", s.id, "addr", s.addr, "err", err)
+	if s.dialErr != nil {
+		s.t.log.Error("peer address unusable", "peer", s.id, "addr", s.addr, "err", s.dialErr)
 		<-s.ctx.Done()
 		return
 	}
+	conn := s.conn
 	defer conn.Close()
+	clockDone := make(chan struct{})
+	go func() {
+		defer close(clockDone)
+		s.clockLoop()
+	}()
+	defer func() { <-clockDone }()
 	backoff := s.t.opts.DialBackoff
 	for s.ctx.Err() == nil {
 		err := s.stream(conn)
@@ -181,7 +205,13 @@ func (s *sender) sendSnapshot(data []byte) {
 	for off := 0; off < len(data); off += s.t.opts.ChunkSize {
 		chunk := data[off:min(off+s.t.opts.ChunkSize, len(data))]
 		if err := st.SendMsg(&chunk); err != nil {
-			s.t.log.Warn("snapshot send: chunk", "peer", s.id, "offset", off, "err", err)
+			if errors.Is(err, io.EOF) {
+				// The peer ended the stream: its status says why (a
+				// snapshot over its --max-snapshot-bytes, say).
+				var ack []byte
+				err = st.RecvMsg(&ack)
+			}
+			s.t.log.Warn("snapshot send: chunk", "peer", s.id, "offset", off, "bytes", len(data), "err", err)
 			return
 		}
 	}
@@ -198,32 +228,18 @@ func (s *sender) sendSnapshot(data []byte) {
 	s.t.log.Info("snapshot sent", "peer", s.id, "bytes", len(data), "took", time.Since(start))
 }
 
-type metrics struct {
-	batchSize     *prometheus.HistogramVec
-	sendSeconds   *prometheus.HistogramVec
-	queueDepth    *prometheus.GaugeVec
-	failures      *prometheus.CounterVec
-	dropped       *prometheus.CounterVec
-	snapshotsSent *prometheus.CounterVec
-}
-
-func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
-		batchSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tidal_transport_batch_messages",
-			Help: "Raft messages per gRPC stream send, per peer.", Buckets: prometheus.ExponentialBuckets(1, 2, 11)}, []string{"peer"}),
-		sendSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tidal_transport_send_duration_seconds",
-			Help: "Time to hand one batch to the stream, per peer.", Buckets: prometheus.ExponentialBuckets(10e-6, 2, 16)}, []string{"peer"}),
-		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tidal_transport_queue_depth",
-			Help: "Messages waiting in the per-peer send queue."}, []string{"peer"}),
-		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tidal_transport_send_failures_total",
-			Help: "Stream failures per peer (each followed by a reconnect)."}, []string{"peer"}),
-		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tidal_transport_dropped_total",
-			Help: "Messages dropped because the peer's queue was full or the peer unknown."}, []string{"peer"}),
-		snapshotsSent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tidal_transport_snapshots_sent_total",
-			Help: "Snapshots streamed to each peer."}, []string{"peer"}),
+// askMember asks the peer what it knows of id (see membership.go).
+func (s *sender) askMember(ctx context.Context, id uint64) (MemberStatus, error) {
+	if s.conn == nil {
+		return MemberUnknown, s.dialErr
 	}
-	if reg != nil {
-		reg.MustRegister(m.batchSize, m.sendSeconds, m.queueDepth, m.failures, m.dropped, m.snapshotsSent)
+	req := binary.BigEndian.AppendUint64(nil, id)
+	var resp []byte
+	if err := s.conn.Invoke(ctx, "/"+serviceName+"/"+methodMember, &req, &resp); err != nil {
+		return MemberUnknown, err
 	}
-	return m
+	if len(resp) != 1 || MemberStatus(resp[0]) > MemberRemoved {
+		return MemberUnknown, fmt.Errorf("member answer from member %d: expected one status byte, found %x", s.id, resp)
+	}
+	return MemberStatus(resp[0]), nil
 }

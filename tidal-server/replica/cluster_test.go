@@ -28,6 +28,8 @@ import (
 
 	"github.com/tidaldb/tidal/tidal-server/replica"
 	"github.com/tidaldb/tidal/tidal-server/wal"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // ---------------------------------------------------------------------
@@ -134,6 +136,11 @@ type linkFaults struct {
 	delay, jitter time.Duration
 	loss          float64 // probability a message is dropped
 	reorder       bool    // deliver each message on its own timer, so later ones overtake
+	// dropAppends drops log replication (MsgApp, MsgSnap) and delivers the
+	// rest: the receiver keeps hearing the leader's heartbeats, so it keeps
+	// its leader and forwards proposals to it, but it falls behind — the
+	// lagging follower of issue 9, without depending on timing.
+	dropAppends bool
 }
 
 type queued struct {
@@ -338,10 +345,14 @@ func (n *network) deliver(l link, item queued) {
 	n.mu.Lock()
 	dst := n.nodes[l.to]
 	drop := n.cut[l] || dst == nil
-	if f := n.faults[l]; !drop && f.loss > 0 && n.rng.Float64() < f.loss {
+	f := n.faults[l]
+	if !drop && f.loss > 0 && n.rng.Float64() < f.loss {
 		drop = true
 	}
 	n.mu.Unlock()
+	if !drop && f.dropAppends {
+		drop = isAppend(item.m.Data)
+	}
 	if drop {
 		n.dropped.Add(1)
 		n.report(item.ep, item.m, false)
@@ -356,6 +367,15 @@ func (n *network) deliver(l link, item queued) {
 	if item.m.Snapshot {
 		n.report(item.ep, item.m, true)
 	}
+}
+
+// isAppend reports whether a marshalled raft message replicates the log.
+func isAppend(data []byte) bool {
+	m := &raftpb.Message{}
+	if err := proto.Unmarshal(data, m); err != nil {
+		return false
+	}
+	return m.GetType() == raftpb.MsgApp || m.GetType() == raftpb.MsgSnap
 }
 
 // report tells the sender how a message fared, as the real transport does:
@@ -493,6 +513,12 @@ func newCluster(t testing.TB, n int, mutate func(*replica.Config)) *cluster {
 // state machine, which the replica must rebuild from its snapshot and WAL.
 func (c *cluster) start(id uint64, join bool) *testNode {
 	c.t.Helper()
+	return c.startWith(id, join, nil)
+}
+
+// startWith is start with mutate applied to this node's config.
+func (c *cluster) startWith(id uint64, join bool, mutate func(*replica.Config)) *testNode {
+	c.t.Helper()
 	nd, ok := c.nodes[id]
 	if !ok {
 		nd = &testNode{id: id, dir: c.t.TempDir()}
@@ -511,6 +537,9 @@ func (c *cluster) start(id uint64, join bool) *testNode {
 	cfg.Transport = nd.ep
 	cfg.StateMachine = nd.sm
 	cfg.Logger = cfg.Logger.With("node", id)
+	if mutate != nil {
+		mutate(&cfg)
+	}
 	r, err := replica.Start(cfg)
 	if err != nil {
 		c.t.Fatalf("start node %d: %v", id, err)
@@ -557,22 +586,45 @@ func (c *cluster) propose(id uint64, payload string, timeout time.Duration) (rep
 	return c.node(id).r.Propose(ctx, []byte(payload))
 }
 
-// mustPropose proposes on id, retrying only the errors that say the write
-// was certainly not made (no leader yet, overloaded).
+// retryable reports whether err says the request was certainly not made
+// and may be retried as is: no leader (an election, perhaps a spurious one
+// on a loaded machine), overload, a membership change dropped by raft.
+func retryable(err error) bool {
+	return errors.Is(err, replica.ErrNoLeader) || errors.Is(err, replica.ErrOverloaded) || errors.Is(err, replica.ErrConfChangeDropped)
+}
+
+// retrying calls do until it returns an error that is not retryable, for at
+// most 30s, backing off a little between attempts.
+func retrying(do func() error) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := do()
+		if !retryable(err) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// proposeRetrying proposes on id, retrying only the errors that say the
+// write was certainly not made.
+func (c *cluster) proposeRetrying(id uint64, payload string, timeout time.Duration) (replica.Applied, error) {
+	var a replica.Applied
+	err := retrying(func() (err error) {
+		a, err = c.propose(id, payload, timeout)
+		return err
+	})
+	return a, err
+}
+
+// mustPropose is proposeRetrying that fails the test on any other error.
 func (c *cluster) mustPropose(id uint64, payload string) replica.Applied {
 	c.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		a, err := c.propose(id, payload, 5*time.Second)
-		if err == nil {
-			return a
-		}
-		if (errors.Is(err, replica.ErrNoLeader) || errors.Is(err, replica.ErrOverloaded)) && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-			continue
-		}
+	a, err := c.proposeRetrying(id, payload, 30*time.Second)
+	if err != nil {
 		c.t.Fatalf("propose %q on node %d: %v", payload, id, err)
 	}
+	return a
 }
 
 // waitFor polls cond until it holds or timeout passes; cond describes what
@@ -594,6 +646,30 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool
 	}
 }
 
+// durableIndex is the leader id's own durable last index, as its raft
+// progress shows it.
+func durableIndex(c *cluster, id uint64) uint64 {
+	for _, m := range c.node(id).r.Status().Members {
+		if m.ID == id {
+			return m.Match
+		}
+	}
+	return 0
+}
+
+// waitPromotionRounds waits until the current leader has run n learner
+// promotion rounds from now.
+func waitPromotionRounds(t testing.TB, c *cluster, n uint64) {
+	t.Helper()
+	lead := c.waitLeader()
+	r := c.node(lead).r
+	base := replica.PromotionRounds(r)
+	waitFor(t, 30*time.Second, fmt.Sprintf("%d promotion rounds on leader %d", n, lead), func() (bool, string) {
+		got := replica.PromotionRounds(r) - base
+		return got >= n, fmt.Sprintf("%d rounds", got)
+	})
+}
+
 // waitLeader waits until every node in ids names the same leader, which is
 // one of ids and sees itself as leader; it returns that leader.
 func (c *cluster) waitLeader(ids ...uint64) uint64 {
@@ -602,7 +678,7 @@ func (c *cluster) waitLeader(ids ...uint64) uint64 {
 		ids = c.running()
 	}
 	var lead uint64
-	waitFor(c.t, 10*time.Second, fmt.Sprintf("one leader among %v", ids), func() (bool, string) {
+	waitFor(c.t, 30*time.Second, fmt.Sprintf("one leader among %v", ids), func() (bool, string) {
 		var seen []string
 		lead = 0
 		agree := true
@@ -640,7 +716,7 @@ func (c *cluster) waitConverged(ids ...uint64) smState {
 		ids = c.running()
 	}
 	var st smState
-	waitFor(c.t, 15*time.Second, fmt.Sprintf("nodes %v to converge", ids), func() (bool, string) {
+	waitFor(c.t, 60*time.Second, fmt.Sprintf("nodes %v to converge", ids), func() (bool, string) {
 		var seen []string
 		ok := true
 		var first smState

@@ -14,12 +14,19 @@
 //     Ready's Messages depends on an unfinished local write: raft attaches
 //     those (a follower's MsgAppResp, a vote, the leader's own append
 //     acknowledgement) to the write's MsgStorageAppend as Responses. For
-//     each MsgStorageAppend it writes a received snapshot to its own
-//     CRC-protected file (fsynced), stages snapshot mark, entries and
-//     HardState in the WAL as one batch (fdatasync'd when entries, term or
-//     vote changed) without waiting for it, and updates raft.MemoryStorage.
+//     each MsgStorageAppend it stages snapshot mark, entries and HardState
+//     in the WAL as one batch (fdatasync'd when entries, term or vote
+//     changed) without waiting for it, and updates raft.MemoryStorage.
 //     The next batch is thus staged while this one syncs, and shares the
-//     next fsync. Each MsgStorageApply goes to the apply goroutine.
+//     next fsync. A MsgStorageAppend carrying a snapshot received from the
+//     leader goes instead to the lane goroutine, which first writes the
+//     snapshot to its own CRC-protected file (fsynced) and then stages it
+//     the same way; appends after it follow it through the lane, in order,
+//     until the lane is empty. A large snapshot on a slow disk thus never
+//     stops the Ready loop: it keeps ticking, answering heartbeats and
+//     following leader changes. Each MsgStorageApply goes to the apply
+//     goroutine. Learner promotion runs on its own goroutine too: it
+//     proposes and waits for the outcome.
 //  2. the sync goroutine waits for each staged batch in order, and only
 //     then steps its Responses into raft or sends them to peers. The
 //     leader's own acknowledgement is among them, so a commit never counts
@@ -49,7 +56,16 @@
 //     plus the WAL suffix, so apply must be deterministic.
 //   - A proposal's waiter is woken only by the entry carrying its own
 //     request id, so an entry that replaced it after a leader change cannot
-//     acknowledge it; such a waiter times out (outcome unknown).
+//     acknowledge it; such a waiter times out (outcome unknown). The one
+//     exception is not an acknowledgement: a membership change is proposed
+//     behind a marker entry carrying its request id, and the empty entry
+//     raft puts right after that marker (same term) in place of a change
+//     it refused answers the waiter with ErrConfChangeDropped.
+//   - Request ids are never reused by a node, across restarts too: their
+//     high bits are an epoch persisted and raised at every start.
 //   - Node ids are never reused: the membership table remembers removed ids
-//     and it is part of every snapshot.
+//     and it is part of every snapshot. A change that reaches the log
+//     against the table (re-adding a removed id, adding a member as a
+//     learner) is applied with its NodeId zeroed, which raft skips, on
+//     every node alike.
 package replica

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 // Member is one node of the cluster as the replicated membership table
@@ -59,6 +61,28 @@ func (m *membership) checkAdd(id uint64) error {
 		return fmt.Errorf("member id %d is already a member", id)
 	}
 	return nil
+}
+
+// refuse reports why the membership table refuses a change that reached
+// the log, or "". The proposer checked the same things, but against its own
+// applied table, which may lag (a follower that has not yet applied a
+// removal) or race another change (a promotion racing a removal), so apply
+// decides again, identically on every node.
+func (m *membership) refuse(typ raftpb.ConfChangeType, id uint64) string {
+	if id == 0 {
+		return ""
+	}
+	switch typ {
+	case raftpb.ConfChangeType_ConfChangeAddNode, raftpb.ConfChangeType_ConfChangeAddLearnerNode:
+		if m.Removed[id] {
+			return fmt.Sprintf("member id %d was removed earlier; ids are never reused", id)
+		}
+		// Adding a voter as a learner would demote it.
+		if _, ok := m.Members[id]; ok && typ == raftpb.ConfChangeType_ConfChangeAddLearnerNode {
+			return fmt.Sprintf("member id %d is already a member", id)
+		}
+	}
+	return ""
 }
 
 // encodeSnapshot frames the membership table ahead of the state machine's

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,10 @@ var (
 	ErrStopped        = errors.New("replica: stopped")
 	ErrFenced         = errors.New("replica: fenced after a failed write to the WAL")
 	ErrRemoved        = errors.New("replica: this node was removed from the cluster")
+	// ErrConfChangeDropped: raft dropped a membership change because another
+	// one was not yet applied (or a new leader had not yet applied its
+	// predecessor's log). Certainly not applied; retry shortly.
+	ErrConfChangeDropped = errors.New("replica: membership change dropped by raft while another change was pending; it was not applied, retry")
 )
 
 // StateMachine is the application state raft replicates. Apply and
@@ -102,6 +107,10 @@ type Config struct {
 	StateMachine StateMachine
 	Logger       *slog.Logger
 	Metrics      *Metrics
+
+	// beforeSnapshotWrite, when set, runs before the file of a snapshot
+	// received from the leader is written: tests make the disk slow with it.
+	beforeSnapshotWrite func(index uint64)
 }
 
 func (c *Config) setDefaults() {
@@ -140,6 +149,9 @@ func (c *Config) setDefaults() {
 	}
 }
 
+// wallClock is the replica's only reading of the wall clock; tests step it.
+var wallClock = time.Now
+
 // Applied is what a successful proposal returns: where its entry landed
 // and what the state machine said.
 type Applied struct {
@@ -158,7 +170,7 @@ type Replica struct {
 	snaps   *snapStore
 	sm      StateMachine
 
-	nextRequest atomic.Uint64
+	ids *requestIDs
 
 	mu        sync.Mutex // guards the fields below
 	proposals map[uint64]chan Applied
@@ -180,10 +192,11 @@ type Replica struct {
 	appliedTerm    uint64
 	appliedWaiters []appliedWaiter
 
-	leader atomic.Uint64
-	term   atomic.Uint64
-	commit atomic.Uint64
-	role   atomic.Value // raft.StateType
+	readies atomic.Uint64 // Readys taken by the Ready loop
+	leader  atomic.Uint64
+	term    atomic.Uint64
+	commit  atomic.Uint64
+	role    atomic.Value // raft.StateType
 
 	// snapMu serializes the two writers of snapshot files and WAL marks:
 	// the snapshot goroutine (periodic and on-demand snapshots) and the
@@ -196,8 +209,17 @@ type Replica struct {
 	// added, and the newest snapshot's ConfState does not know it.
 	snapForMember atomic.Bool
 	prevHS        wal.HardState // last HardState staged; Ready loop only
+	confMarker    confMarker    // apply goroutine only
 	snapq         chan snapJob
 	promoting     map[uint64]time.Time // guarded by mu
+	// laneq takes appends off the Ready loop from one carrying a received
+	// snapshot until the lane is empty again; laneBusy counts those handed
+	// over and not yet queued for sync.
+	laneq    chan *raftpb.Message
+	laneBusy atomic.Int64
+	// promoteKick wakes the promote goroutine (every 5 ticks).
+	promoteKick     chan struct{}
+	promotionRounds atomic.Uint64
 
 	// The pipeline (see doc.go): Ready loop (stages WAL batches) -> syncq
 	// -> sync goroutine; Ready loop and sync goroutine -> applyq -> apply
@@ -269,18 +291,21 @@ func Start(cfg Config) (*Replica, error) {
 		syncq:       make(chan syncItem, pipelineDepth),
 		applyq:      make(chan applyItem, pipelineDepth),
 		snapq:       make(chan snapJob, 2),
+		laneq:       make(chan *raftpb.Message, pipelineDepth),
+		promoteKick: make(chan struct{}, 1),
 		stopc:       make(chan struct{}),
 		done:        make(chan struct{}),
 	}
 	r.haltCtx, r.haltCancel = context.WithCancel(context.Background())
-	// Request ids only need to differ from those of earlier incarnations
-	// of this node whose entries may still commit; a clock-seeded counter
-	// gives that without persisting anything.
-	r.nextRequest.Store(uint64(time.Now().UnixNano()))
 	r.role.Store(raft.StateFollower)
 
 	var err error
 	if r.snaps, err = newSnapStore(filepath.Join(cfg.DataDir, "snap"), cfg.Logger); err != nil {
+		return nil, err
+	}
+	// Before raft starts: no id may be handed out from an epoch an earlier
+	// incarnation of this node used (requestid.go).
+	if r.ids, err = openRequestIDs(cfg.DataDir); err != nil {
 		return nil, err
 	}
 	walOpts := cfg.WAL
@@ -381,11 +406,13 @@ func Start(cfg Config) (*Replica, error) {
 			"entries", len(rec.Entries), "commit", rec.HardState.Commit, "join", cfg.Join && fresh)
 		r.node = raft.RestartNode(rc)
 	}
-	r.wg.Add(4)
+	r.wg.Add(6)
 	go r.run()
+	go r.laneLoop()
 	go r.snapshotLoop()
 	go r.syncLoop()
 	go r.applyLoop()
+	go r.promoteLoop()
 	go func() {
 		r.wg.Wait()
 		r.node.Stop()
@@ -448,10 +475,14 @@ func (r *Replica) run() {
 			r.node.Tick()
 			ticks++
 			if ticks%5 == 0 {
-				r.maybePromoteLearners()
+				select {
+				case r.promoteKick <- struct{}{}:
+				default: // a round is still running
+				}
 				r.updateMetrics()
 			}
 		case rd := <-r.node.Ready():
+			r.readies.Add(1)
 			if !r.route(rd) {
 				return
 			}
@@ -491,6 +522,20 @@ func (r *Replica) route(rd raft.Ready) bool {
 	r.send(peers)
 	for _, m := range local {
 		if m.GetTo() == raft.LocalAppendThread {
+			if r.laneBusy.Load() > 0 || !raft.IsEmptySnap(m.GetSnapshot()) {
+				// Writing a received snapshot's file (it may be large,
+				// the disk slow) goes to the lane, and every append after
+				// it follows it there until the lane is empty: the WAL
+				// must name the snapshot before any entry above it. This
+				// loop goes on ticking and sending meanwhile.
+				r.laneBusy.Add(1)
+				select {
+				case r.laneq <- m:
+				case <-r.stopc:
+					return false
+				}
+				continue
+			}
 			// Staging only encodes and queues (the WAL's writer does the
 			// I/O), so it stays on this goroutine: one hand-off fewer on
 			// every write's path than a separate append goroutine.
@@ -542,6 +587,9 @@ func (r *Replica) stageAppend(m *raftpb.Message, prev *wal.HardState) (syncItem,
 		// slip an older mark in between.
 		r.snapMu.Lock()
 		defer r.snapMu.Unlock()
+		if r.cfg.beforeSnapshotWrite != nil {
+			r.cfg.beforeSnapshotWrite(snap.GetMetadata().GetIndex())
+		}
 		if err := r.snaps.save(snap); err != nil {
 			return it, fmt.Errorf("save received snapshot: %w", err)
 		}
@@ -597,6 +645,34 @@ func (r *Replica) stageAppend(m *raftpb.Message, prev *wal.HardState) (syncItem,
 		}
 	}
 	return it, nil
+}
+
+// laneLoop stages the appends the Ready loop hands it — one carrying a
+// received snapshot, whose file it writes first, and those behind it —
+// in order, then queues them for the sync goroutine exactly as the Ready
+// loop would. laneBusy falls only once an item is queued, so when the Ready
+// loop sees it at zero, everything handed over is already in syncq and it
+// may stage inline again (the atomic orders prevHS between the two).
+func (r *Replica) laneLoop() {
+	defer r.wg.Done()
+	for {
+		select {
+		case m := <-r.laneq:
+			it, err := r.stageAppend(m, &r.prevHS)
+			if err != nil {
+				r.halt(err)
+				return
+			}
+			select {
+			case r.syncq <- it:
+			case <-r.stopc:
+				return
+			}
+			r.laneBusy.Add(-1)
+		case <-r.stopc:
+			return
+		}
+	}
 }
 
 // syncLoop waits for each staged batch in order and only then releases what
@@ -655,14 +731,18 @@ func (r *Replica) deliver(resps []*raftpb.Message) bool {
 }
 
 // applyLoop applies committed entries in log order, installs received
-// snapshots in that same order, and takes snapshots — all off the Ready
-// loop, so a slow apply or a large snapshot never holds up persistence.
+// snapshots in that same order, and encodes snapshots — all off the Ready
+// loop and off the WAL's path, so a slow apply or a large snapshot never
+// holds up persistence: the snapshot goroutine writes periodic snapshots,
+// the lane writes received ones (laneLoop), and the Ready loop only ever
+// stages (and can wait for neither).
 func (r *Replica) applyLoop() {
 	defer r.wg.Done()
 	for {
 		select {
 		case it := <-r.applyq:
 			if it.snap != nil {
+				r.confMarker = confMarker{} // the log it was followed by is gone
 				if err := r.restoreSnapshot(it.snap); err != nil {
 					r.halt(err)
 					return
@@ -725,9 +805,13 @@ func (r *Replica) send(msgs []*raftpb.Message) {
 //	u8 version(1) | u64 origin node | u64 request id | application data
 //
 // so that only the proposer's own entry can wake its waiter.
+//
+// A membership change is proposed behind a marker entry framed the same way
+// with version 2 and no data (see proposeConfChange).
 const (
-	envelopeVersion = 1
-	envelopeHeader  = 1 + 8 + 8
+	envelopeVersion   = 1
+	confMarkerVersion = 2
+	envelopeHeader    = 1 + 8 + 8
 )
 
 func (r *Replica) apply(ents []*raftpb.Entry) error {
@@ -736,10 +820,26 @@ func (r *Replica) apply(ents []*raftpb.Entry) error {
 		if idx <= r.appliedIndex() {
 			continue
 		}
+		// The entry right after a conf change marker is that change, or
+		// the empty entry raft put in its place.
+		marker := r.confMarker
+		r.confMarker = confMarker{}
 		switch e.GetType() {
 		case raftpb.EntryNormal:
 			data := e.GetData()
 			if len(data) == 0 {
+				r.sm.SetApplied(idx)
+				if marker.droppedAt(e) && marker.origin == r.cfg.ID {
+					r.wake(marker.request, Applied{Index: idx, Term: e.GetTerm(), Result: ErrConfChangeDropped})
+				}
+				break
+			}
+			if len(data) >= envelopeHeader && data[0] == confMarkerVersion {
+				r.confMarker = confMarker{
+					index: idx, term: e.GetTerm(),
+					origin:  binary.BigEndian.Uint64(data[1:9]),
+					request: binary.BigEndian.Uint64(data[9:17]),
+				}
 				r.sm.SetApplied(idx)
 				break
 			}
@@ -754,13 +854,7 @@ func (r *Replica) apply(ents []*raftpb.Entry) error {
 			req := binary.BigEndian.Uint64(data[9:17])
 			result := r.sm.Apply(idx, e.GetTerm(), data[envelopeHeader:])
 			if origin == r.cfg.ID {
-				r.mu.Lock()
-				ch, ok := r.proposals[req]
-				delete(r.proposals, req)
-				r.mu.Unlock()
-				if ok {
-					ch <- Applied{Index: idx, Term: e.GetTerm(), Result: result}
-				}
+				r.wake(req, Applied{Index: idx, Term: e.GetTerm(), Result: result})
 			}
 		case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
 			if err := r.applyConfChange(e); err != nil {
@@ -771,6 +865,33 @@ func (r *Replica) apply(ents []*raftpb.Entry) error {
 		r.setApplied(idx, e.GetTerm())
 	}
 	return nil
+}
+
+// wake hands a to the waiter of request req on this node, if any.
+func (r *Replica) wake(req uint64, a Applied) {
+	r.mu.Lock()
+	ch, ok := r.proposals[req]
+	delete(r.proposals, req)
+	r.mu.Unlock()
+	if ok {
+		ch <- a
+	}
+}
+
+// confMarker is the last applied entry when it was a conf change marker
+// (see proposeConfChange); the apply goroutine owns it.
+type confMarker struct {
+	index, term     uint64
+	origin, request uint64
+}
+
+// droppedAt reports whether e, an empty normal entry, is what raft left in
+// place of the change proposed behind this marker. raft appends the marker
+// and the change of one proposal together, at consecutive indexes of one
+// term, and replaces a change it refuses by an empty normal entry; a new
+// leader's own empty entry (at the start of its term) has another term.
+func (m confMarker) droppedAt(e *raftpb.Entry) bool {
+	return m.index != 0 && e.GetIndex() == m.index+1 && e.GetTerm() == m.term
 }
 
 func (r *Replica) applyConfChange(e *raftpb.Entry) error {
@@ -795,24 +916,31 @@ func (r *Replica) applyConfChange(e *raftpb.Entry) error {
 	}
 
 	r.mu.Lock()
-	valid := true
+	// A change the membership table refuses is applied with its NodeId
+	// zeroed, raft's own convention for "decided downstream not to apply
+	// this": confchange.Changer skips such changes. Deterministic on every
+	// node, since the table is replicated state. (Replacing the whole change
+	// by an empty ConfChangeV2 — what this did before — means "leave the
+	// joint config" to raft, which panics outside one; the entry stays in
+	// the log, so every node panicked at that index on every restart:
+	// issue 9 item 1.)
+	var refused []string
 	for _, ch := range cc.GetChanges() {
-		id := ch.GetNodeId()
-		switch ch.GetType() {
-		case raftpb.ConfChangeType_ConfChangeAddNode, raftpb.ConfChangeType_ConfChangeAddLearnerNode:
-			if r.members.Removed[id] {
-				valid = false
-			}
+		if why := r.members.refuse(ch.GetType(), ch.GetNodeId()); why != "" {
+			refused = append(refused, why)
+			ch.NodeId = proto.Uint64(raft.None)
 		}
 	}
 	var applyErr error
-	if !valid {
-		// Deterministic on every node: the change is applied as empty.
-		applyErr = fmt.Errorf("conf change at index %d re-adds a removed id", e.GetIndex())
-		cc = &raftpb.ConfChangeV2{}
+	if len(refused) > 0 {
+		applyErr = &MembershipError{Msg: strings.Join(refused, "; ") + " (the change reached the log and was applied as a no-op)"}
+		r.log.Warn("membership change refused at apply", "index", e.GetIndex(), "why", strings.Join(refused, "; "))
 	}
 	for _, ch := range cc.GetChanges() {
 		id := ch.GetNodeId()
+		if id == raft.None {
+			continue
+		}
 		switch ch.GetType() {
 		case raftpb.ConfChangeType_ConfChangeAddNode, raftpb.ConfChangeType_ConfChangeAddLearnerNode:
 			m, known := r.members.Members[id]
@@ -845,20 +973,28 @@ func (r *Replica) applyConfChange(e *raftpb.Entry) error {
 			}
 		}
 	}
+	joint := len(r.confState.GetVotersOutgoing()) > 0
+	cs := r.confState
 	r.mu.Unlock()
 
-	cs := r.node.ApplyConfChange(cc)
+	if len(cc.GetChanges()) == 0 && !joint {
+		// An empty ConfChangeV2 means "leave the joint config", and raft
+		// panics when there is none to leave. raft's proposal validation
+		// keeps such an entry out of the log (it logs an empty normal
+		// entry instead), and this package never enters a joint config;
+		// should a log hold one anyway, the node applies it as the no-op it
+		// is rather than panicking at the same index on every restart.
+		// (Logs of builds that blanked refused changes hold the original
+		// change, which refuse() above now zeroes.)
+		r.log.Warn("skipping an empty membership change outside a joint config", "index", e.GetIndex())
+	} else {
+		cs = r.node.ApplyConfChange(cc)
+	}
 	r.mu.Lock()
 	r.confState = cs
-	ch, ok := r.proposals[cctx.Request]
-	if cctx.Origin == r.cfg.ID && ok {
-		delete(r.proposals, cctx.Request)
-	} else {
-		ok = false
-	}
 	r.mu.Unlock()
-	if ok {
-		ch <- Applied{Index: e.GetIndex(), Term: e.GetTerm(), Result: applyErr}
+	if cctx.Origin == r.cfg.ID && cctx.Request != 0 {
+		r.wake(cctx.Request, Applied{Index: e.GetIndex(), Term: e.GetTerm(), Result: applyErr})
 	}
 	r.log.Info("applied membership change", "index", e.GetIndex(), "changes", raftpb.ConfChangesToString(cc.GetChanges()),
 		"voters", cs.GetVoters(), "learners", cs.GetLearners())
@@ -1106,7 +1242,10 @@ func (r *Replica) Propose(ctx context.Context, data []byte) (Applied, error) {
 	if r.leader.Load() == raft.None {
 		return Applied{}, ErrNoLeader
 	}
-	req := r.nextRequest.Add(1)
+	req, err := r.ids.next()
+	if err != nil {
+		return Applied{}, err
+	}
 	buf := make([]byte, envelopeHeader+len(data))
 	buf[0] = envelopeVersion
 	binary.BigEndian.PutUint64(buf[1:], r.cfg.ID)
@@ -1193,7 +1332,10 @@ func (r *Replica) ReadIndex(ctx context.Context) (uint64, error) {
 	if r.leader.Load() == raft.None {
 		return 0, ErrNoLeader
 	}
-	id := r.nextRequest.Add(1)
+	id, err := r.ids.next()
+	if err != nil {
+		return 0, err
+	}
 	rctx := make([]byte, 8)
 	binary.BigEndian.PutUint64(rctx, id)
 	ch := make(chan uint64, 1)
@@ -1365,16 +1507,47 @@ type MembershipError struct {
 
 func (e *MembershipError) Error() string { return e.Msg }
 
+// proposeConfChange proposes one membership change and waits until this
+// node has applied it.
+//
+// raft refuses a change proposed while another is not yet applied (which
+// includes every change a new leader takes before it has applied its
+// predecessor's log), and it does so silently: it logs an empty normal entry
+// in the change's place. To tell that entry from any other, the change is
+// proposed behind a marker entry carrying this node's request id, in one
+// MsgProp; raft appends both at consecutive indexes of one term. An empty
+// entry right after our marker is our change, dropped: the caller hears
+// ErrConfChangeDropped at once (certainly not applied; 503) instead of
+// waiting out its deadline for an outcome it would then call unknown.
 func (r *Replica) proposeConfChange(ctx context.Context, typ raftpb.ConfChangeType, m Member) error {
 	if err := r.checkRunning(); err != nil {
 		return err
 	}
-	req := r.nextRequest.Add(1)
+	// As in Propose: raft would hold the proposal until the deadline.
+	if r.leader.Load() == raft.None {
+		return ErrNoLeader
+	}
+	req, err := r.ids.next()
+	if err != nil {
+		return err
+	}
 	cctx, _ := json.Marshal(confContext{Member: m, Request: req, Origin: r.cfg.ID})
-	cc := &raftpb.ConfChangeV2{
+	cc, err := proto.Marshal(&raftpb.ConfChangeV2{
 		Changes: []*raftpb.ConfChangeSingle{{Type: &typ, NodeId: proto.Uint64(m.ID)}},
 		Context: cctx,
+	})
+	if err != nil {
+		return fmt.Errorf("encode membership change: %w", err)
 	}
+	marker := make([]byte, envelopeHeader)
+	marker[0] = confMarkerVersion
+	binary.BigEndian.PutUint64(marker[1:], r.cfg.ID)
+	binary.BigEndian.PutUint64(marker[9:], req)
+	prop := &raftpb.Message{Type: raftpb.MsgProp.Enum(), Entries: []*raftpb.Entry{
+		{Type: raftpb.EntryNormal.Enum(), Data: marker},
+		{Type: raftpb.EntryConfChangeV2.Enum(), Data: cc},
+	}}
+
 	ch := make(chan Applied, 1)
 	r.mu.Lock()
 	r.proposals[req] = ch
@@ -1384,24 +1557,49 @@ func (r *Replica) proposeConfChange(ctx context.Context, typ raftpb.ConfChangeTy
 		delete(r.proposals, req)
 		r.mu.Unlock()
 	}
-	if err := r.node.ProposeConfChange(ctx, cc); err != nil {
+	// Step, as node.ProposeConfChange does: it returns once raft took the
+	// message (a follower forwards it to the leader).
+	if err := r.node.Step(ctx, prop); err != nil {
 		forget()
 		return r.proposeErr(err)
 	}
 	select {
 	case a := <-ch:
 		if err, _ := a.Result.(error); err != nil {
-			return &MembershipError{Msg: err.Error()}
+			return err
 		}
 		return nil
 	case <-ctx.Done():
 		forget()
+		r.metrics.ProposalsTimedOut.Inc()
 		return ErrUnknownOutcome
 	case <-r.done:
 		forget()
 		return fmt.Errorf("%w: %w", ErrUnknownOutcome, r.stoppedErr())
 	}
 }
+
+// promoteLoop runs learner promotion rounds off the Ready loop: a round
+// proposes changes and waits for their outcome.
+func (r *Replica) promoteLoop() {
+	defer r.wg.Done()
+	for {
+		select {
+		case <-r.promoteKick:
+			r.maybePromoteLearners()
+		case <-r.stopc:
+			return
+		}
+	}
+}
+
+const (
+	// promoteRetry spaces promotions of one learner whose outcome is not
+	// known to have failed.
+	promoteRetry = 5 * time.Second
+	// promoteWait bounds the wait for one promotion's outcome.
+	promoteWait = 5 * time.Second
+)
 
 // maybePromoteLearners runs on the leader: a learner whose match index is
 // close enough to commit is proposed as a voter. Promoting earlier would
@@ -1410,6 +1608,7 @@ func (r *Replica) maybePromoteLearners() {
 	if r.leader.Load() != r.cfg.ID {
 		return
 	}
+	defer r.promotionRounds.Add(1)
 	st := r.node.Status()
 	commit := st.HardState.GetCommit()
 	for id, pr := range st.Progress {
@@ -1420,23 +1619,31 @@ func (r *Replica) maybePromoteLearners() {
 			continue
 		}
 		r.mu.Lock()
-		if t, ok := r.promoting[id]; ok && time.Since(t) < 5*time.Second {
+		if t, ok := r.promoting[id]; ok && wallClock().Sub(t) < promoteRetry {
 			r.mu.Unlock()
 			continue
 		}
-		r.promoting[id] = time.Now()
-		m := r.members.Members[id]
+		r.promoting[id] = wallClock()
+		m, ok := r.members.Members[id]
 		r.mu.Unlock()
-		typ := raftpb.ConfChangeType_ConfChangeAddNode
-		cctx, _ := json.Marshal(confContext{Member: m})
-		cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: &typ, NodeId: proto.Uint64(id)}}, Context: cctx}
-		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.TickInterval)
-		if err := r.node.ProposeConfChange(ctx, cc); err != nil {
-			r.log.Warn("promote learner", "id", id, "err", err)
-		} else {
-			r.log.Info("promoting learner to voter", "id", id, "match", pr.Match, "commit", commit)
+		if !ok {
+			continue
 		}
+		r.log.Info("promoting learner to voter", "id", id, "match", pr.Match, "commit", commit)
+		ctx, cancel := context.WithTimeout(r.haltCtx, promoteWait)
+		err := r.proposeConfChange(ctx, raftpb.ConfChangeType_ConfChangeAddNode, m)
 		cancel()
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrConfChangeDropped), errors.Is(err, ErrNoLeader), errors.Is(err, ErrOverloaded):
+			// Certainly not made: the next round tries again.
+			r.mu.Lock()
+			delete(r.promoting, id)
+			r.mu.Unlock()
+			r.log.Info("learner promotion not made; retrying next round", "id", id, "err", err)
+		default:
+			r.log.Warn("promote learner", "id", id, "err", err)
+		}
 	}
 }
 

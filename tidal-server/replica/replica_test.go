@@ -52,6 +52,7 @@ func TestProposeOnEveryNodeAppliesInSameOrder(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var acks []ack
+	unknown := map[string]bool{}
 	var wg sync.WaitGroup
 	for _, id := range []uint64{1, 2, 3} {
 		for w := 0; w < 2; w++ {
@@ -60,7 +61,15 @@ func TestProposeOnEveryNodeAppliesInSameOrder(t *testing.T) {
 				defer wg.Done()
 				for i := 0; i < perNode; i++ {
 					p := fmt.Sprintf("n%d-w%d-%d", id, w, i)
-					a, err := c.propose(id, p, 5*time.Second)
+					// A spurious election on a loaded machine may leave a
+					// write's outcome unknown; that is no ordering bug.
+					a, err := c.proposeRetrying(id, p, 30*time.Second)
+					if errors.Is(err, replica.ErrUnknownOutcome) {
+						mu.Lock()
+						unknown[p] = true
+						mu.Unlock()
+						continue
+					}
 					if err != nil {
 						t.Errorf("propose %q on node %d: %v", p, id, err)
 						return
@@ -77,12 +86,22 @@ func TestProposeOnEveryNodeAppliesInSameOrder(t *testing.T) {
 		return
 	}
 	st := c.waitConverged(1, 2, 3)
-	if len(st.Entries) != len(acks) {
-		t.Fatalf("state holds %d entries, %d writes were acknowledged (each exactly once expected)", len(st.Entries), len(acks))
+	if len(st.Entries) < len(acks) || len(st.Entries) > len(acks)+len(unknown) {
+		t.Fatalf("state holds %d entries; %d writes were acknowledged and %d ended unknown (each at most once expected)", len(st.Entries), len(acks), len(unknown))
 	}
 	byIndex := map[uint64]string{}
 	for _, e := range st.Entries {
+		if _, dup := byIndex[e.Index]; dup {
+			t.Fatalf("index %d applied twice", e.Index)
+		}
 		byIndex[e.Index] = e.Data
+	}
+	applied := map[string]bool{}
+	for _, e := range st.Entries {
+		if applied[e.Data] {
+			t.Errorf("%q applied twice", e.Data)
+		}
+		applied[e.Data] = true
 	}
 	for _, k := range acks {
 		if got := byIndex[k.a.Index]; got != k.payload {
@@ -111,16 +130,27 @@ func TestLeaderPartitionedAway(t *testing.T) {
 	}
 	commitAtCut := c.node(old).r.Status().Commit
 
-	c.net.partition([]uint64{old}, rest)
+	// The stale proposals reach the old leader's log before it loses its
+	// followers, however slow the machine: replication stops first
+	// (heartbeats keep it leader), then they land, then the cut.
+	for _, id := range rest {
+		c.net.setFaults(old, id, linkFaults{dropAppends: true})
+	}
+	before := durableIndex(c, old)
 	errs := make([]error, 6)
 	var wg sync.WaitGroup
 	for i := range errs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = c.propose(old, fmt.Sprintf("stale-%d", i), 1500*time.Millisecond)
+			_, errs[i] = c.propose(old, fmt.Sprintf("stale-%d", i), 3*time.Second)
 		}()
 	}
+	waitFor(t, 30*time.Second, "the stale proposals to reach the old leader's log", func() (bool, string) {
+		got := durableIndex(c, old)
+		return got >= before+uint64(len(errs)), fmt.Sprintf("durable index %d, %d before them", got, before)
+	})
+	c.net.partition([]uint64{old}, rest)
 
 	lead := c.waitLeader(rest...)
 	if lead == old {
@@ -143,8 +173,8 @@ func TestLeaderPartitionedAway(t *testing.T) {
 			t.Errorf("proposal stale-%d on node %d: unexpected error %v", i, old, err)
 		}
 	}
-	if unknown == 0 {
-		t.Errorf("no proposal on the cut-off leader ended as ErrUnknownOutcome (errors: %v); raft should have taken the first ones before CheckQuorum deposed it", errs)
+	if unknown != len(errs) {
+		t.Errorf("%d of %d proposals in the cut-off leader's log ended as ErrUnknownOutcome (errors: %v); raft had taken them all", unknown, len(errs), errs)
 	}
 	if got := c.node(old).r.Status().Commit; got != commitAtCut {
 		t.Errorf("partitioned node %d moved its commit index from %d to %d alone", old, commitAtCut, got)
@@ -194,7 +224,7 @@ func TestRestartRebuildsFromSnapshotAndWAL(t *testing.T) {
 	// Isolated: everything it gets back must come from its own disk.
 	c.net.partition([]uint64{2}, []uint64{1, 3})
 	nd = c.start(2, false)
-	waitFor(t, 5*time.Second, "node 2 to replay its log", func() (bool, string) {
+	waitFor(t, 30*time.Second, "node 2 to replay its log", func() (bool, string) {
 		s := nd.sm.state()
 		return s.Applied >= before.Applied, fmt.Sprintf("applied %d of %d", s.Applied, before.Applied)
 	})
@@ -278,7 +308,7 @@ func TestDownPastCompactionCatchesUpBySnapshot(t *testing.T) {
 	}
 	c.net.partition([]uint64{down}, others)
 	nd = c.start(down, false)
-	waitFor(t, 5*time.Second, "the node that installed a snapshot to replay it after restart", func() (bool, string) {
+	waitFor(t, 30*time.Second, "the node that installed a snapshot to replay it after restart", func() (bool, string) {
 		s := nd.sm.state()
 		return s.Applied >= want.Applied, fmt.Sprintf("applied %d of %d", s.Applied, want.Applied)
 	})
@@ -313,9 +343,13 @@ func TestReadIndexOnFollowerSeesAckedWrite(t *testing.T) {
 		if _, ok := c.node(follower).sm.has(p); !ok {
 			lagged++
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		idx, err := c.node(follower).r.ReadIndex(ctx)
-		cancel()
+		var idx uint64
+		err := retrying(func() (err error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			idx, err = c.node(follower).r.ReadIndex(ctx)
+			return err
+		})
 		if err != nil {
 			t.Fatalf("ReadIndex on follower %d after %q: %v", follower, p, err)
 		}
@@ -343,9 +377,11 @@ func TestAddLearnerPromotedAfterCatchUp(t *testing.T) {
 	if via == lead {
 		via = 2
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	err := c.node(via).r.AddMember(ctx, replica.Member{ID: 4, PeerAddr: peerAddr(4)})
-	cancel()
+	err := retrying(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return c.node(via).r.AddMember(ctx, replica.Member{ID: 4, PeerAddr: peerAddr(4)})
+	})
 	if err != nil {
 		t.Fatalf("AddMember(4) through follower %d: %v", via, err)
 	}
@@ -357,8 +393,10 @@ func TestAddLearnerPromotedAfterCatchUp(t *testing.T) {
 		}
 		return "absent"
 	}
-	// Several promotion rounds (every 5 ticks) pass while node 4 is down.
-	time.Sleep(300 * time.Millisecond)
+	// Several promotion rounds pass on the leader while node 4 is down.
+	// (Item 17 of issue 9: this was a sleep, which a loaded machine can
+	// outrun with no round at all.)
+	waitPromotionRounds(t, c, 3)
 	if r := roleOf(4); r != "learner" {
 		t.Fatalf("node 4, added but never started, is %q on the leader; expected learner", r)
 	}
@@ -369,7 +407,7 @@ func TestAddLearnerPromotedAfterCatchUp(t *testing.T) {
 	}
 
 	c.start(4, true)
-	waitFor(t, 10*time.Second, "node 4 to be promoted to voter", func() (bool, string) {
+	waitFor(t, 30*time.Second, "node 4 to be promoted to voter", func() (bool, string) {
 		r := roleOf(4)
 		return r == "follower" || r == "leader", "role " + r
 	})
@@ -397,19 +435,21 @@ func TestLearnerNeverHeardFromIsNotPromoted(t *testing.T) {
 	c := newCluster(t, 1, nil)
 	c.waitLeader(1)
 	c.mustPropose(1, "alone")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	err := c.node(1).r.AddMember(ctx, replica.Member{ID: 2, PeerAddr: peerAddr(2)})
-	cancel()
+	err := retrying(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return c.node(1).r.AddMember(ctx, replica.Member{ID: 2, PeerAddr: peerAddr(2)})
+	})
 	if err != nil {
 		t.Fatalf("AddMember(2): %v", err)
 	}
-	time.Sleep(300 * time.Millisecond) // several promotion rounds
+	waitPromotionRounds(t, c, 3)
 	for _, m := range c.node(1).r.Status().Members {
 		if m.ID == 2 && m.Role != "learner" {
 			t.Errorf("member 2 has never been started, yet it is %q (match %d): a learner must have caught up before it votes", m.Role, m.Match)
 		}
 	}
-	if _, err := c.propose(1, "still-writable", time.Second); err != nil {
+	if _, err := c.proposeRetrying(1, "still-writable", 30*time.Second); err != nil {
 		t.Errorf("single-node cluster with a learner that is not running cannot commit: %v", err)
 	}
 }
@@ -431,16 +471,16 @@ func TestRemoveMember(t *testing.T) {
 		}
 	}
 	c.mustPropose(lead, "before-remove")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := c.node(rest[0]).r.RemoveMember(ctx, victim); err != nil {
+	if err := retrying(func() error { return c.node(rest[0]).r.RemoveMember(ctx, victim) }); err != nil {
 		t.Fatalf("RemoveMember(%d) on node %d: %v", victim, rest[0], err)
 	}
 	removed := c.node(victim).r
 	select {
 	case <-removed.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatalf("removed node %d still running 5s after its removal committed; Err() = %v", victim, removed.Err())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("removed node %d still running 30s after its removal committed; Err() = %v", victim, removed.Err())
 	}
 	if err := removed.Err(); !errors.Is(err, replica.ErrRemoved) {
 		t.Fatalf("removed node %d: Err() = %v, expected ErrRemoved", victim, err)
@@ -511,10 +551,10 @@ func TestTransferLeader(t *testing.T) {
 			asker = id
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// Asked on a node that is neither the leader nor the target.
-	if err := c.node(asker).r.TransferLeader(ctx, target); err != nil {
+	if err := retrying(func() error { return c.node(asker).r.TransferLeader(ctx, target) }); err != nil {
 		t.Fatalf("TransferLeader(%d) via node %d (leader %d): %v", target, asker, lead, err)
 	}
 	if got := c.waitLeader(); got != target {
@@ -532,16 +572,20 @@ func TestTransferLeader(t *testing.T) {
 func TestProposeWithoutLeaderFailsFast(t *testing.T) {
 	c := newCluster(t, 3, nil)
 	c.net.partition([]uint64{1}, []uint64{2}, []uint64{3})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	// A leader elected before the cut keeps its office until CheckQuorum
+	// deposes it, and a proposal it takes meanwhile has an unknown outcome.
+	waitFor(t, 30*time.Second, "nodes 1 and 2, each cut off, to know no leader", func() (bool, string) {
+		l1, l2 := c.node(1).r.Leader(), c.node(2).r.Leader()
+		return l1 == 0 && l2 == 0, fmt.Sprintf("node 1 follows %d, node 2 follows %d", l1, l2)
+	})
+	// A deadline far away: waiting for it would end in ErrUnknownOutcome,
+	// so ErrNoLeader itself shows the answer did not wait for it — no
+	// timed assert.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	start := time.Now()
 	_, err := c.node(1).r.Propose(ctx, []byte("nobody-leads"))
-	took := time.Since(start)
 	if !errors.Is(err, replica.ErrNoLeader) {
-		t.Errorf("Propose with every link cut: %v after %v, expected ErrNoLeader (503) at once", err, took.Round(time.Millisecond))
-	} else if took > 1500*time.Millisecond {
-		// Loose: the behaviour under test is "not at the deadline".
-		t.Errorf("ErrNoLeader took %v; expected well before the 3s deadline", took)
+		t.Errorf("Propose with every link cut: %v, expected ErrNoLeader (503) at once", err)
 	}
 	if _, err := c.node(2).r.ReadIndex(ctx); !errors.Is(err, replica.ErrNoLeader) {
 		t.Errorf("ReadIndex with every link cut: %v, expected ErrNoLeader", err)
@@ -559,10 +603,7 @@ func TestProposeWithoutLeaderFailsFast(t *testing.T) {
 // MaxUncommittedBytes are pending: ErrOverloaded, which says certainly not
 // applied.
 func TestUncommittedLimitGivesOverloaded(t *testing.T) {
-	c := newCluster(t, 3, func(cfg *replica.Config) {
-		cfg.MaxUncommittedBytes = 1024
-		cfg.ElectionTicks = 50 // time to fill the window before CheckQuorum deposes it
-	})
+	c := newCluster(t, 3, func(cfg *replica.Config) { cfg.MaxUncommittedBytes = 1024 })
 	lead := c.waitLeader()
 	c.mustPropose(lead, "x")
 	c.waitConverged()
@@ -572,7 +613,12 @@ func TestUncommittedLimitGivesOverloaded(t *testing.T) {
 			rest = append(rest, id)
 		}
 	}
-	c.net.partition([]uint64{lead}, rest)
+	// Nothing replicates, but heartbeats keep the leader in office: it
+	// cannot commit for as long as the test likes. (A partition instead
+	// raced CheckQuorum deposing it on a loaded machine.)
+	for _, id := range rest {
+		c.net.setFaults(lead, id, linkFaults{dropAppends: true})
+	}
 	payload := strings.Repeat("p", 200)
 	errs := make([]error, 20)
 	var wg sync.WaitGroup
@@ -601,8 +647,8 @@ func TestUncommittedLimitGivesOverloaded(t *testing.T) {
 	if overloaded == 0 {
 		t.Errorf("no ErrOverloaded among 20 proposals of 200 bytes against a 1024-byte uncommitted limit (unknown outcome: %d)", unknown)
 	}
-	if unknown == 0 || unknown > 10 {
-		t.Errorf("%d proposals were taken by raft; expected a few (about 1024/217)", unknown)
+	if unknown == 0 || unknown > 5 {
+		t.Errorf("%d proposals were taken by raft; expected about 1024/217", unknown)
 	}
 	c.net.heal()
 	c.waitLeader()
@@ -673,7 +719,7 @@ func TestWALFailureFencesReplica(t *testing.T) {
 	big := strings.Repeat("b", 1500)
 	var fencedAt int
 	for i := 0; i < 20; i++ {
-		_, err := c.propose(lead, fmt.Sprintf("%02d-%s", i, big), 2*time.Second)
+		_, err := c.proposeRetrying(lead, fmt.Sprintf("%02d-%s", i, big), 2*time.Second)
 		if err == nil {
 			continue
 		}
@@ -685,7 +731,7 @@ func TestWALFailureFencesReplica(t *testing.T) {
 	}
 	select {
 	case <-nd.r.Done():
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatalf("leader %d did not stop after its WAL directory became unusable (20 proposals of 1.5 KiB into 4 KiB segments)", lead)
 	}
 	err := nd.r.Err()
@@ -786,15 +832,15 @@ func TestRemoveLeader(t *testing.T) {
 	c := newCluster(t, 3, nil)
 	lead := c.waitLeader()
 	c.mustPropose(lead, "x")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := c.node(lead).r.RemoveMember(ctx, lead); err != nil {
+	if err := retrying(func() error { return c.node(lead).r.RemoveMember(ctx, lead) }); err != nil {
 		t.Fatalf("leader %d removing itself: %v", lead, err)
 	}
 	select {
 	case <-c.node(lead).r.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatalf("removed leader %d still running", lead)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("removed leader %d still running 30s after its removal", lead)
 	}
 	if err := c.node(lead).r.Err(); !errors.Is(err, replica.ErrRemoved) {
 		t.Fatalf("removed leader: Err() = %v, expected ErrRemoved", err)
@@ -821,13 +867,23 @@ func TestStopAnswersPendingProposals(t *testing.T) {
 			rest = append(rest, id)
 		}
 	}
-	c.net.partition([]uint64{lead}, rest)
+	// The leader keeps its followers (heartbeats) but replicates nothing,
+	// so the proposal stays in its log, uncommitted.
+	for _, id := range rest {
+		c.net.setFaults(lead, id, linkFaults{dropAppends: true})
+	}
+	before := durableIndex(c, lead)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := c.propose(lead, "pending", 20*time.Second)
+		_, err := c.propose(lead, "pending", 60*time.Second)
 		errc <- err
 	}()
-	time.Sleep(30 * time.Millisecond) // let raft take it
+	// Raft has it once it is in the leader's durable log. (Item 17 of
+	// issue 9: this was a 30ms sleep.)
+	waitFor(t, 30*time.Second, "the pending proposal to reach the leader's log", func() (bool, string) {
+		got := durableIndex(c, lead)
+		return got > before, fmt.Sprintf("durable index %d, %d before the proposal", got, before)
+	})
 	start := time.Now()
 	c.stop(lead)
 	select {
@@ -838,8 +894,8 @@ func TestStopAnswersPendingProposals(t *testing.T) {
 		if err != nil && !strings.Contains(err.Error(), replica.ErrStopped.Error()) {
 			t.Errorf("pending proposal after Stop: %v, expected it to say the replica stopped", err)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatalf("pending proposal not answered 5s after Stop (took %v so far)", time.Since(start))
+	case <-time.After(30 * time.Second):
+		t.Fatalf("pending proposal not answered 30s after Stop (its deadline is 60s; took %v so far)", time.Since(start))
 	}
 }
 
@@ -869,7 +925,7 @@ func TestSnapshotOnDemand(t *testing.T) {
 	want := c.node(1).sm.state()
 	c.stop(1)
 	nd := c.start(1, false)
-	waitFor(t, 5*time.Second, "restart to rebuild the state", func() (bool, string) {
+	waitFor(t, 30*time.Second, "restart to rebuild the state", func() (bool, string) {
 		s := nd.sm.state()
 		return s.Applied >= want.Applied, fmt.Sprintf("applied %d of %d", s.Applied, want.Applied)
 	})

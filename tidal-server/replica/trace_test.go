@@ -17,15 +17,34 @@ package replica_test
 //	cluster n=3 [snapshot-every=N] [catch-up=N] [election-ticks=N]
 //	wait-leader as=VAR [nodes=A,B]      leader among nodes (default: running)
 //	pick as=VAR not=A,B                 lowest running id not listed
-//	propose node=A data=S [timeout=D]   prints the outcome class
+//	propose node=A data=S [timeout=D]   prints the outcome class; retries
+//	                                    no-leader and overloaded
 //	propose-async node=A data=S as=VAR [timeout=D]
 //	await VAR                           outcome of a propose-async
 //	partition A|B,C|rest                groups separated by |
-//	heal
+//	drop-appends from=A to=B            drop log replication A->B; heartbeats
+//	                                    pass, so B keeps its leader but lags
+//	heal                                undoes partitions and drop-appends
 //	stop node=A / start node=A
-//	sleep D / tick N                    N tick intervals
+//	join node=N                         start N, added earlier, with --join
+//	wait-role node=A id=N role=R        until A sees member N as R (voter,
+//	                                    learner, absent)
 //	check-converged [nodes=A,B]         payloads in log order, one line
 //	absent data=S                       "absent" unless some node applied S
+//	add-member node=A id=N [timeout=D]  add learner N through A; the outcome
+//	                                    (retries as propose, and dropped-retry)
+//	add-member-async node=A id=N as=VAR [timeout=D]
+//	remove-member node=A id=N [timeout=D]
+//	members node=A                      voters and learners as A applied them
+//	mark-log node=A as=VAR              VAR = the leader A's own durable last
+//	                                    index
+//	wait-log node=A above=VAR [by=N]    until that index is at least VAR+N
+//	settle node=A                       until raft on A knows of everything A
+//	                                    applied (so no conf change of A's is
+//	                                    pending any more)
+//
+// There is no sleep: a script waits on conditions (wait-leader,
+// check-converged, await), never on time.
 
 import (
 	"bufio"
@@ -219,7 +238,11 @@ func (tr *tracer) run(tc traceCase, path string) string {
 		}
 		return fail("no running node outside %s", args["not"])
 	case "propose":
-		_, err := tr.c.propose(tr.id(args["node"], fail), args["data"], dur("timeout", 5*time.Second))
+		// Retried while the answer is "certainly not made, retry" (no
+		// leader for a moment, overloaded): a spurious election on a loaded
+		// machine must not change a script's output. propose-async is one
+		// attempt.
+		_, err := tr.c.proposeRetrying(tr.id(args["node"], fail), args["data"], dur("timeout", 5*time.Second))
 		return outcome(err)
 	case "propose-async":
 		ch := make(chan error, 1)
@@ -274,19 +297,86 @@ func (tr *tracer) run(tc traceCase, path string) string {
 	case "start":
 		tr.c.start(tr.id(args["node"], fail), false)
 		return "ok"
-	case "sleep":
-		d, err := time.ParseDuration(pos[0])
-		if err != nil {
-			return fail("%v", err)
-		}
-		time.Sleep(d)
+	case "drop-appends":
+		tr.c.net.setFaults(tr.id(args["from"], fail), tr.id(args["to"], fail), linkFaults{dropAppends: true})
 		return "ok"
-	case "tick":
-		n, err := strconv.Atoi(pos[0])
-		if err != nil {
-			return fail("%v", err)
+	case "add-member", "add-member-async", "remove-member":
+		r := tr.c.node(tr.id(args["node"], fail)).r
+		id := uint64(num("id", 0))
+		if id == 0 {
+			return fail("id=N (N > 0) is required")
 		}
-		time.Sleep(time.Duration(n) * tr.c.cfg.TickInterval)
+		timeout := dur("timeout", 5*time.Second)
+		change := func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			if fields[0] == "remove-member" {
+				return r.RemoveMember(ctx, id)
+			}
+			return r.AddMember(ctx, replica.Member{ID: id, PeerAddr: peerAddr(id)})
+		}
+		if fields[0] != "add-member-async" {
+			// Retried like propose; a new leader, for one, drops
+			// changes until it has applied its predecessor's log.
+			return outcome(retrying(change))
+		}
+		ch := make(chan error, 1)
+		go func() { ch <- change() }()
+		tr.async[args["as"]] = ch
+		return "ok"
+	case "members":
+		var voters, learners []string
+		for _, m := range tr.c.node(tr.id(args["node"], fail)).r.Status().Members {
+			if m.Role == "learner" {
+				learners = append(learners, strconv.FormatUint(m.ID, 10))
+			} else {
+				voters = append(voters, strconv.FormatUint(m.ID, 10))
+			}
+		}
+		return fmt.Sprintf("voters=%s learners=%s", strings.Join(voters, ","), strings.Join(learners, ","))
+	case "mark-log", "wait-log":
+		id := tr.id(args["node"], fail)
+		durable := func() uint64 { return durableIndex(tr.c, id) }
+		if fields[0] == "mark-log" {
+			tr.vars[args["as"]] = durable()
+			return "ok"
+		}
+		base, ok := tr.vars[args["above"]]
+		if !ok {
+			return fail("no mark-log named %s", args["above"])
+		}
+		want := base + uint64(num("by", 1))
+		waitFor(tr.t, 30*time.Second, fmt.Sprintf("%s: node %d's durable log to reach %d", where, id, want), func() (bool, string) {
+			got := durable()
+			return got >= want, fmt.Sprint(got)
+		})
+		return "ok"
+	case "settle":
+		r := tr.c.node(tr.id(args["node"], fail)).r
+		applied := r.Applied()
+		waitFor(tr.t, 30*time.Second, fmt.Sprintf("%s: raft to know of applied index %d", where, applied), func() (bool, string) {
+			got := replica.RaftApplied(r)
+			return got >= applied, fmt.Sprintf("raft applied %d", got)
+		})
+		return "ok"
+	case "join":
+		tr.c.start(tr.id(args["node"], fail), true)
+		return "ok"
+	case "wait-role":
+		r := tr.c.node(tr.id(args["node"], fail)).r
+		id, want := uint64(num("id", 0)), args["role"]
+		waitFor(tr.t, 30*time.Second, fmt.Sprintf("%s: member %d to be %s", where, id, want), func() (bool, string) {
+			role := "absent"
+			for _, m := range r.Status().Members {
+				if m.ID == id {
+					role = "voter"
+					if m.Role == "learner" {
+						role = "learner"
+					}
+				}
+			}
+			return role == want, role
+		})
 		return "ok"
 	case "check-converged":
 		var ids []uint64
@@ -339,13 +429,20 @@ func (tr *tracer) ids(s string, fail func(string, ...any) string) []uint64 {
 // outcome names an error's class; these are what the HTTP layer maps to
 // status codes, so a trace asserts on what a client would see.
 func outcome(err error) string {
+	var me *replica.MembershipError
 	switch {
 	case err == nil:
 		return "ok"
+	case errors.As(err, &me) && me.NotFound:
+		return "not-found: " + me.Msg
+	case errors.As(err, &me):
+		return "conflict: " + me.Msg
 	case errors.Is(err, replica.ErrUnknownOutcome):
 		return "unknown-outcome"
 	case errors.Is(err, replica.ErrNoLeader):
 		return "no-leader"
+	case errors.Is(err, replica.ErrConfChangeDropped):
+		return "dropped-retry"
 	case errors.Is(err, replica.ErrOverloaded):
 		return "overloaded"
 	case errors.Is(err, replica.ErrFenced):

@@ -1,0 +1,164 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+
+	"github.com/tidaldb/tidal/tidal-server/auth"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	grpcpeer "google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// Reasons a message is dropped (the reason label of
+// tidal_peer_messages_dropped_total).
+const (
+	// The connection's certificate proves one member, From names another.
+	reasonSenderMismatch = "sender_mismatch"
+	// From is this node itself: never sent over the network.
+	reasonFromSelf = "from_self"
+	// To is another node (a misrouted link, or a forgery).
+	reasonWrongRecipient = "wrong_recipient"
+	// From is not a member in this node's view, and no member vouched.
+	reasonNotMember = "not_member"
+	// From was removed from the cluster.
+	reasonRemovedMember = "removed_member"
+	// The bytes are not a raft message.
+	reasonMalformed = "malformed"
+	// A TLS stream without a verified member certificate (cannot happen
+	// with a ServerTLS that requires one; counted if it does).
+	reasonUnauthenticated = "unauthenticated"
+	// A message on the snapshot stream that is not a MsgSnap.
+	reasonNotSnapshot = "not_snapshot"
+	// A snapshot stream past MaxSnapshotBytes.
+	reasonSnapshotTooLarge = "snapshot_too_large"
+	// A snapshot stream beyond MaxConcurrentSnapshots.
+	reasonSnapshotBusy = "snapshot_busy"
+)
+
+func (t *Transport) secure() bool { return t.opts.ServerTLS != nil }
+
+// authenticate returns the member the stream's TLS certificate proves;
+// 0 in insecure mode, where nothing is proved.
+func (t *Transport) authenticate(ctx context.Context) (uint64, error) {
+	if !t.secure() {
+		return 0, nil
+	}
+	p, ok := grpcpeer.FromContext(ctx)
+	if !ok {
+		return 0, errors.New("no peer information on the stream")
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return 0, errors.New("stream is not over TLS")
+	}
+	return auth.MemberFromState(&info.State)
+}
+
+func remoteAddr(ctx context.Context) string {
+	if p, ok := grpcpeer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
+}
+
+// admit decides whether raft may see a message with header h that came
+// on a stream authenticated as member authID (0: insecure). "" admits;
+// anything else is the reason to drop it.
+func (t *Transport) admit(authID uint64, h header) string {
+	if t.secure() && h.From != authID {
+		return reasonSenderMismatch
+	}
+	if h.From == t.self {
+		return reasonFromSelf
+	}
+	if h.To != t.self {
+		return reasonWrongRecipient
+	}
+	if h.From == 0 {
+		return reasonNotMember
+	}
+	switch t.memberStatus(h.From) {
+	case MemberCurrent:
+		return ""
+	case MemberRemoved:
+		return reasonRemovedMember
+	}
+	if t.admitUnknown(h.From) {
+		return ""
+	}
+	return reasonNotMember
+}
+
+// drop counts a refused message and logs it on transitions.
+func (t *Transport) drop(reason string, authID uint64, h header, remote string) {
+	t.metrics.messagesDropped.WithLabelValues(reason).Inc()
+	t.drops.note("dropping peer messages", reason, "remote", remote, "authenticated_member", authID,
+		"from", h.From, "to", h.To, "type", h.Type.String(), "term", h.Term)
+}
+
+func (t *Transport) serveMessages(_ any, stream grpc.ServerStream) error {
+	ctx := stream.Context()
+	remote := remoteAddr(ctx)
+	authID, err := t.authenticate(ctx)
+	if err != nil {
+		t.metrics.messagesDropped.WithLabelValues(reasonUnauthenticated).Inc()
+		t.drops.note("refusing peer stream", reasonUnauthenticated, "remote", remote, "err", err)
+		return status.Error(codes.Unauthenticated, err.Error())
+	}
+	for {
+		var buf []byte
+		if err := stream.RecvMsg(&buf); err != nil {
+			if errors.Is(err, io.EOF) {
+				return stream.SendMsg(&[]byte{})
+			}
+			return err
+		}
+		msgs, err := decodeBatch(buf)
+		if err != nil {
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+		for _, m := range msgs {
+			h, err := parseHeader(m)
+			if err != nil {
+				t.drop(reasonMalformed, authID, h, remote)
+				continue
+			}
+			if reason := t.admit(authID, h); reason != "" {
+				t.drop(reason, authID, h, remote)
+				continue
+			}
+			if err := t.inbound.Receive(ctx, m); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// countingCreds counts and logs failed server handshakes: a peer without
+// a certificate, with one from another CA, or speaking plaintext.
+type countingCreds struct {
+	credentials.TransportCredentials
+	onFailure func(net.Conn, error)
+}
+
+func (c countingCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	out, info, err := c.TransportCredentials.ServerHandshake(conn)
+	if err != nil {
+		c.onFailure(conn, err)
+	}
+	return out, info, err
+}
+
+func (c countingCreds) Clone() credentials.TransportCredentials {
+	return countingCreds{c.TransportCredentials.Clone(), c.onFailure}
+}
+
+func (t *Transport) noteHandshakeFailure(conn net.Conn, err error) {
+	t.metrics.handshakeFailures.Inc()
+	t.drops.note("refusing peer connections: TLS handshake failed", "handshake", "remote", conn.RemoteAddr().String(), "err", err)
+}

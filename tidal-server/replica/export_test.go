@@ -1,0 +1,30 @@
+package replica
+
+import (
+	"testing"
+	"time"
+)
+
+// SetWallClock makes the package read now instead of time.Now until the
+// test ends: a clock that steps back across a restart.
+func SetWallClock(t testing.TB, now func() time.Time) {
+	prev := wallClock
+	wallClock = now
+	t.Cleanup(func() { wallClock = prev })
+}
+
+// SetSlowSnapshotDisk makes the replica started with cfg call hook before it
+// writes the file of a snapshot received from the leader, on the goroutine
+// that writes it: hook stands for a disk as slow as the test wants.
+func SetSlowSnapshotDisk(cfg *Config, hook func(index uint64)) { cfg.beforeSnapshotWrite = hook }
+
+// ReadiesHandled is how many Readys r's Ready loop has taken from raft.
+func ReadiesHandled(r *Replica) uint64 { return r.readies.Load() }
+
+// PromotionRounds is how many learner promotion rounds r has run as leader.
+func PromotionRounds(r *Replica) uint64 { return r.promotionRounds.Load() }
+
+// RaftApplied is the applied index raft itself has been told of, which
+// trails the replica's own by the time it takes to step the apply response
+// back; raft judges whether a conf change is pending by it.
+func RaftApplied(r *Replica) uint64 { return r.node.Status().Applied }
