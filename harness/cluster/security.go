@@ -168,6 +168,19 @@ func (c *Cluster) ClientAs(name, role string, viaToken bool, opts ...client.Opti
 	return c.Client(name, append(base, opts...)...)
 }
 
+// AdminClientWith is a new client of name's own address (not through the
+// mesh) presenting the admin's certificate on a secured cluster, with
+// opts (retries, timeouts) after; unlike AdminClient it is not cached.
+func (c *Cluster) AdminClientWith(name string, opts ...client.Option) *client.Client {
+	c.mu.Lock()
+	n, err := c.node(name)
+	c.mu.Unlock()
+	if err != nil {
+		return client.New("127.0.0.1:1")
+	}
+	return client.New(n.ClientAddr, append(c.clientOptions(RoleAdmin), opts...)...)
+}
+
 // URL is the base URL of a node address: https:// on a secured cluster.
 func (c *Cluster) URL(addr string) string {
 	if c.sec != nil {

@@ -163,7 +163,7 @@ stage with at most 1% errors and p99 within --slo-p99.`,
 	f.StringVar(&rampSpec, "ramp", "", "start:step:stages:stage-duration, e.g. 1000:1000:10:5s; a step of x2 doubles each stage (instead of --rate)")
 	f.DurationVar(&duration, "duration", 10*time.Second, "how long --rate runs")
 	f.IntVar(&cfg.MaxInFlight, "max-inflight", 4096, "ops outstanding at most; ops due beyond it are shed (and reported as such)")
-	f.IntVar(&cfg.Connections, "connections", 64, "connections per target: the concurrency cap per node (ops beyond it wait, and the wait counts as latency)")
+	f.IntVar(&cfg.Connections, "connections", 64, "connections per target: over HTTP/1.1 the concurrency cap per node (ops beyond it wait, and the wait counts as latency); over HTTP/2 each carries up to the node's --http2-max-streams")
 	f.DurationVar(&cfg.Timeout, "timeout", 10*time.Second, "per-op timeout")
 	f.DurationVar(&cfg.SLO.P99, "slo-p99", 0, "p99 latency a stage must stay within (0: none)")
 	f.Float64Var(&maxErrorPct, "max-error-pct", 1, "percent of ops (shed included) a stage may lose and still meet the SLO")
