@@ -179,13 +179,9 @@ underscores (client_addr, data_dir, ...).
 					return err
 				}
 			}
-			// The peer plane is mutual TLS with the same store: the
-			// transport verifies that each peer's certificate names a
-			// member and that a dialled peer is the member meant.
-			popts := peer.Options{}
-			if cfg.Certs != nil {
-				popts.ServerTLS, popts.ClientTLS = cfg.Certs.PeerServerTLS(), cfg.Certs.PeerClientTLS
-				cfg.PeerTLS = true
+			popts, err := peerOptions(&cfg)
+			if err != nil {
+				return err
 			}
 			cfg.Transport = peer.Factory(popts)
 			srv, err := server.Start(cfg, log)
@@ -258,12 +254,44 @@ underscores (client_addr, data_dir, ...).
 	f.DurationVar(&cfg.HTTPStreamTimeout, "http-stream-timeout", server.DefaultHTTPStreamTimeout, "time to write a streamed answer (GET /admin/backup, /v1/audit/events)")
 	f.IntVar(&cfg.MaxConns, "max-conns", server.DefaultMaxConns, "client connections open at once; past it requests get 503, past twice it connections are closed")
 	f.IntVar(&cfg.HTTP2MaxStreams, "http2-max-streams", server.DefaultHTTP2MaxStreams, "HTTP/2: concurrent requests per connection")
+	f.Int64Var(&cfg.MaxSnapshotBytes, "max-snapshot-bytes", 1<<30, "cap on one snapshot received from a peer, spooled to <data-dir>/snap-spool as it arrives; a longer stream is cut (must exceed the largest snapshot)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	f.StringVar(&logFile, "log-file", "", "write logs to this file instead of stderr")
 	f.DurationVar(&drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long to wait for in-flight requests")
 	return cmd
 }
+
+// peerOptions configures the peer transport from cfg.
+//
+//   - The plane is mutual TLS with the client plane's certificate store:
+//     the transport verifies that each peer's certificate names a member
+//     and that a dialled peer is the member meant.
+//   - Membership is left nil: peer.Factory then admits raft messages by
+//     the server's replicated membership (replica.Replica.MemberStatus,
+//     through server.Inbound), voters and learners current, removed ids
+//     refused for good.
+//   - Inbound snapshots are spooled under the data dir, and cut past
+//     --max-snapshot-bytes.
+func peerOptions(cfg *server.Config) (peer.Options, error) {
+	if cfg.MaxSnapshotBytes < 0 {
+		// 0 (a --config file without the key) is the transport's default.
+		return peer.Options{}, fmt.Errorf("--max-snapshot-bytes: expected a size in bytes > 0, found %d", cfg.MaxSnapshotBytes)
+	}
+	o := peer.Options{
+		SpoolDir:         filepath.Join(cfg.DataDir, snapshotSpoolDir),
+		MaxSnapshotBytes: cfg.MaxSnapshotBytes,
+	}
+	if cfg.Certs != nil {
+		o.ServerTLS, o.ClientTLS = cfg.Certs.PeerServerTLS(), cfg.Certs.PeerClientTLS
+		cfg.PeerTLS = true
+	}
+	return o, nil
+}
+
+// snapshotSpoolDir is where, under the data dir, inbound snapshots are
+// written as they stream in (the transport empties it at start).
+const snapshotSpoolDir = "snap-spool"
 
 // stopAfterReplica shuts down a node whose replica stopped by itself and
 // picks the exit status that says why: removed from the cluster (expected;
@@ -383,6 +411,8 @@ func mergeConfig(file, flags server.Config, set *pflag.FlagSet) server.Config {
 			out.MaxConns = flags.MaxConns
 		case "http2-max-streams":
 			out.HTTP2MaxStreams = flags.HTTP2MaxStreams
+		case "max-snapshot-bytes":
+			out.MaxSnapshotBytes = flags.MaxSnapshotBytes
 		}
 	})
 	return out

@@ -262,3 +262,49 @@ func TestSecurityFlagsOverrideTheConfigFile(t *testing.T) {
 		t.Fatal("--open-probes must default to true (an absent config key keeps it)")
 	}
 }
+
+// Issue 10 item 2: run hands the peer transport a spool under the data dir
+// and --max-snapshot-bytes (from the flag, or the --config file, whose
+// absent key keeps the transport's default of 1 GiB).
+func TestPeerOptionsFromTheRunFlags(t *testing.T) {
+	cmd := newRunCommand()
+	if err := cmd.Flags().Parse([]string{"--data-dir", "d1", "--max-snapshot-bytes", "67108864"}); err != nil {
+		t.Fatal(err)
+	}
+	var flags server.Config
+	flags.DataDir, flags.MaxSnapshotBytes = "d1", 64<<20
+	cfg := mergeConfig(server.DefaultConfig(), flags, cmd.Flags())
+	o, err := peerOptions(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.SpoolDir != filepath.Join("d1", "snap-spool") || o.MaxSnapshotBytes != 64<<20 {
+		t.Errorf("peer options: spool %q, max snapshot %d; expected d1/snap-spool and %d", o.SpoolDir, o.MaxSnapshotBytes, 64<<20)
+	}
+	if o.Membership != nil {
+		t.Error("run must leave Membership to peer.Factory (the server's replicated table), found one set")
+	}
+	if o.ServerTLS != nil || cfg.PeerTLS {
+		t.Error("without certificates the peer plane must be plaintext")
+	}
+	if def := newRunCommand().Flags().Lookup("max-snapshot-bytes").DefValue; def != "1073741824" {
+		t.Errorf("--max-snapshot-bytes defaults to %s, expected 1 GiB", def)
+	}
+
+	file := filepath.Join(t.TempDir(), "tidal.yaml")
+	if err := os.WriteFile(file, []byte("max_snapshot_bytes: 1048576\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fromFile, err := loadConfigFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fromFile.MaxSnapshotBytes != 1<<20 {
+		t.Errorf("max_snapshot_bytes from the config file: %d, expected %d", fromFile.MaxSnapshotBytes, 1<<20)
+	}
+
+	cfg.MaxSnapshotBytes = -1
+	if _, err := peerOptions(&cfg); err == nil || !strings.Contains(err.Error(), "--max-snapshot-bytes") {
+		t.Errorf("a negative --max-snapshot-bytes: %v, expected an error naming the flag", err)
+	}
+}

@@ -25,8 +25,9 @@ func (c *countingInbound) Receive(context.Context, []byte) error {
 	}
 	return nil
 }
-func (c *countingInbound) ReportUnreachable(uint64)    {}
-func (c *countingInbound) ReportSnapshot(uint64, bool) {}
+func (c *countingInbound) ReportUnreachable(uint64)         {}
+func (c *countingInbound) ReportSnapshot(uint64, bool)      {}
+func (c *countingInbound) MemberStatus(uint64) (bool, bool) { return false, false }
 
 // BenchmarkTransport streams 1 KiB-entry appends (16 entries each) from
 // member 1 to member 2 over loopback, plaintext and mutual TLS, through

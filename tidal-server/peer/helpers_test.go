@@ -81,6 +81,10 @@ func (r *recorder) ReportSnapshot(id uint64, ok bool) {
 	r.mu.Unlock()
 }
 
+// MemberStatus: the tests give the transport its view through
+// Options.Membership or the address book, never through the recorder.
+func (r *recorder) MemberStatus(uint64) (current, removed bool) { return false, false }
+
 func (r *recorder) received() []*raftpb.Message {
 	r.mu.Lock()
 	defer r.mu.Unlock()

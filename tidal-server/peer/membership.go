@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/tidaldb/tidal/tidal-server/server"
 )
 
 // MemberStatus is what a node knows of a raft id.
@@ -31,6 +33,20 @@ func (s MemberStatus) String() string {
 		return "removed"
 	}
 	return "unknown"
+}
+
+// InboundMembership is the server's replicated membership (current,
+// removed, or neither) as an Options.Membership.
+func InboundMembership(inbound server.Inbound) func(id uint64) MemberStatus {
+	return func(id uint64) MemberStatus {
+		switch current, removed := inbound.MemberStatus(id); {
+		case current:
+			return MemberCurrent
+		case removed:
+			return MemberRemoved
+		}
+		return MemberUnknown
+	}
 }
 
 // Vouching. A node admits raft messages only from members. But its view

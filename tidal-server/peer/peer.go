@@ -139,8 +139,14 @@ func (o *Options) setDefaults() {
 func (o *Options) maxMessageBytes() int { return o.BatchMaxBytes + (8 << 20) }
 
 // Factory returns a server.TransportFactory building this transport.
+// Without Options.Membership, the transport's view of who may send is the
+// server's replicated membership (server.Inbound.MemberStatus), not the
+// address book.
 func Factory(opts Options) server.TransportFactory {
 	return func(self uint64, lis net.Listener, inbound server.Inbound, reg prometheus.Registerer, log *slog.Logger) (replica.Transport, func(), error) {
+		if opts.Membership == nil {
+			opts.Membership = InboundMembership(inbound)
+		}
 		t, err := New(self, inbound, opts, reg, log)
 		if err != nil {
 			return nil, nil, err

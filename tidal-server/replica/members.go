@@ -102,3 +102,29 @@ func unmarshalMembership(b []byte) (*membership, error) {
 	}
 	return m, nil
 }
+
+// MemberStatus is what this node's applied membership says of id, for the
+// peer transport's admission (who may send raft messages): current (a
+// voter or a learner), removed (for good: ids are never reused), or
+// neither. While the table is empty — a --join node before its first
+// snapshot, or any node before it applied its bootstrap entries — the ids
+// of Config.Peers count as current: they are the cluster this node was
+// told it belongs to, and the one that will fill the table.
+func (r *Replica) MemberStatus(id uint64) (current, removed bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.members.Members[id]; ok {
+		return true, false
+	}
+	if r.members.Removed[id] {
+		return false, true
+	}
+	if len(r.members.Members) == 0 {
+		for _, p := range r.cfg.Peers {
+			if p.ID == id {
+				return true, false
+			}
+		}
+	}
+	return false, false
+}

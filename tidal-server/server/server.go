@@ -101,6 +101,12 @@ type Config struct {
 	// unless Insecure.
 	PeerTLS bool `yaml:"-"`
 
+	// MaxSnapshotBytes caps one snapshot received from a peer: a longer
+	// stream is cut (the peer transport's Options.MaxSnapshotBytes; the
+	// caller wires it). It must exceed the cluster's largest snapshot, or
+	// a follower that needs one can never catch up.
+	MaxSnapshotBytes int64 `yaml:"max_snapshot_bytes"`
+
 	// Transport carries raft messages to other nodes; nil with more than
 	// one peer is an error. package peer provides the gRPC one.
 	Transport TransportFactory `yaml:"-"`
@@ -110,11 +116,17 @@ type Config struct {
 // transport delivers inbound messages to it) and serves it on lis.
 type TransportFactory func(self uint64, lis net.Listener, inbound Inbound, reg prometheus.Registerer, log *slog.Logger) (replica.Transport, func(), error)
 
-// Inbound is what the transport hands received messages to.
+// Inbound is the node as its transport sees it: where received messages
+// go, and who may send them.
 type Inbound interface {
 	Receive(ctx context.Context, data []byte) error
 	ReportUnreachable(id uint64)
 	ReportSnapshot(id uint64, ok bool)
+	// MemberStatus is this node's replicated membership's word on id
+	// (replica.Replica.MemberStatus): a current member (voter or learner),
+	// removed for good, or neither. The transport admits raft messages
+	// only from current members.
+	MemberStatus(id uint64) (current, removed bool)
 }
 
 // DefaultConfig is a single node on 127.0.0.1:7070 with data in ./tidal-data.
@@ -318,6 +330,7 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 	s.sm.noteRestart(cfg.DataDir)
 
 	var transport replica.Transport
+	s.inbound.peers = peers
 	if s.peerLis != nil {
 		transport, s.stopPeer, err = cfg.Transport(cfg.ID, s.peerLis, &s.inbound, reg, log.With("component", "peer"))
 		if err != nil {
@@ -450,6 +463,8 @@ func (s *Server) closeListeners() {
 type inboundProxy struct {
 	mu sync.RWMutex
 	r  *replica.Replica
+	// peers are --peers' ids: the membership until the replica runs.
+	peers []replica.Member
 
 	watchExcept atomic.Uint64 // the new leader; 0 when not watching
 	lastOther   atomic.Int64  // unix nanoseconds
@@ -491,4 +506,19 @@ func (p *inboundProxy) ReportSnapshot(id uint64, ok bool) {
 	if r := p.get(); r != nil {
 		r.ReportSnapshot(id, ok)
 	}
+}
+
+// MemberStatus asks the replica; before it runs (recovering its WAL) the
+// --peers count as current, as they do for a replica whose table is still
+// empty. Nothing reaches raft then anyway: Receive refuses.
+func (p *inboundProxy) MemberStatus(id uint64) (current, removed bool) {
+	if r := p.get(); r != nil {
+		return r.MemberStatus(id)
+	}
+	for _, m := range p.peers {
+		if m.ID == id {
+			return true, false
+		}
+	}
+	return false, false
 }
