@@ -19,6 +19,8 @@
 # TIDAL_PORTS="client1 peer1 client2 peer2 ..." (port numbers, one pair per
 # slot) overrides them; the suite passes ports it found free.
 #
+# Needs Linux (bash, setsid, GNU date) and curl.
+#
 # Other settings read from the environment when the file is written:
 #   TIDAL_BIN    directory holding tidal-server (default: the repository's bin/)
 #   TIDAL_FLAGS  extra `tidal-server run` flags for every node

@@ -50,11 +50,16 @@ func (o *observer) statusClient(name string) *client.Client {
 	cl := o.clients[name]
 	if cl == nil {
 		s, _ := o.c.Slot(name)
-		cl = client.New(s.ClientAddr, client.WithRetries(0), client.WithTimeout(o.interval))
+		cl = client.New(s.ClientAddr, client.WithRetries(0), client.WithTimeout(o.timeout()))
 		o.clients[name] = cl
 	}
 	return cl
 }
+
+// timeout bounds one status request: at least a second, so that a node
+// slowed by a loaded machine still counts as answering (a poll that takes
+// longer only delays the next one).
+func (o *observer) timeout() time.Duration { return max(o.interval, time.Second) }
 
 // run polls until ctx ends.
 func (o *observer) run(ctx context.Context) {
@@ -83,7 +88,7 @@ func (o *observer) poll(ctx context.Context) {
 		wg.Add(1)
 		go func(n string) {
 			defer wg.Done()
-			pctx, cancel := context.WithTimeout(ctx, o.interval)
+			pctx, cancel := context.WithTimeout(ctx, o.timeout())
 			defer cancel()
 			st, err := o.statusClient(n).Status(pctx)
 			if err == nil {

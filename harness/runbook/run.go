@@ -11,7 +11,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/tidaldb/tidal/harness/checker"
@@ -162,6 +161,19 @@ func (c *Config) setDefaults() error {
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
+	def := checker.DefaultSLO()
+	if c.SLO.P99 <= 0 {
+		c.SLO.P99 = def.P99
+	}
+	if c.SLO.CatchUp <= 0 {
+		c.SLO.CatchUp = def.CatchUp
+	}
+	if c.SLO.CaughtUpEntries == 0 {
+		c.SLO.CaughtUpEntries = def.CaughtUpEntries
+	}
+	if c.SLO.CaughtUpLag <= 0 {
+		c.SLO.CaughtUpLag = def.CaughtUpLag
+	}
 	var err error
 	c.Workload, err = c.Workload.WithDefaults()
 	return err
@@ -237,6 +249,11 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		defer close(workDone)
 		workErr = w.Run(workCtx)
 	}()
+	// On an early return, the workload stops before the history closes.
+	defer func() {
+		stopWork()
+		<-workDone
+	}()
 
 	// Warm up: the runbook starts on a cluster that is taking writes.
 	if err := waitFor(ctx, time.Minute, func() bool { return w.Progress().Total().OK >= int64(cfg.Warmup) }); err != nil {
@@ -245,6 +262,9 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	}
 
 	if cfg.Scenario.Inject != nil {
+		if err := waitFor(ctx, 30*time.Second, func() bool { return obs.Leader(ctx) != "" }); err != nil {
+			return nil, fmt.Errorf("runbook: no leader seen before the scenario: %w", err)
+		}
 		leader := obs.Leader(ctx)
 		inv := rec.Invoke(history.Nemesis, FSetup, history.FaultValue{Kind: cfg.Scenario.Name}, "")
 		target, err := cfg.Scenario.Inject(ctx, lc, leader, obs.Names())
@@ -291,9 +311,6 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	// what was committed when the page ended (the catch-up the lag checker
 	// times) and a few more writes were acknowledged, bounded by the SLO.
 	slo := cfg.SLO
-	if slo.CatchUp == 0 {
-		slo.CatchUp = checker.DefaultSLO().CatchUp
-	}
 	endCommit, okAtEnd := obs.Commit(), w.Progress().Total().OK
 	if err := waitFor(ctx, slo.CatchUp+10*time.Second, func() bool {
 		return obs.caughtUpTo(endCommit) && w.Progress().Total().OK >= okAtEnd+20 || deadMember(lc, obs) != ""
@@ -510,7 +527,6 @@ func collect(ctx context.Context, lc *LocalCluster, run *report.Run, members map
 	digests := map[string]checker.DigestSample{}
 	ev.AuditErrors, ev.DigestErrors = map[string]string{}, map[string]string{}
 	hc := &http.Client{Timeout: time.Minute}
-	var mu sync.Mutex
 	for name := range members {
 		s, _ := lc.Slot(name)
 		if !lc.Alive(s) {
@@ -529,9 +545,7 @@ func collect(ctx context.Context, lc *LocalCluster, run *report.Run, members map
 			defer cancel()
 			d, err := client.New(s.ClientAddr, client.WithRetries(0)).Digest(dctx)
 			if err == nil {
-				mu.Lock()
 				digests[name] = checker.DigestSample{AppliedIndex: d.AppliedIndex, Digest: d.Digest}
-				mu.Unlock()
 			}
 			return err
 		}); err != nil {
