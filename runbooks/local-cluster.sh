@@ -110,21 +110,48 @@ tidal_status() {
 	return 1
 }
 
-# tidal_members [I]: one line per member as node I (or the first node that
-# answers) reports it: "ID ROLE PEER MATCH LAG REACHABLE". ROLE is leader,
-# follower or learner; MATCH and LAG (commit index - match) are the
-# leader's view, "-" where it is unknown. These are the rows of the status
-# table without its CLIENT column, which is not always known.
+# tidal_members [I]: one line per member, "ID ROLE PEER MATCH LAG
+# REACHABLE" (the status table without its CLIENT column, which is not
+# always known). ROLE is leader, follower or learner. MATCH, LAG (commit
+# index - match) and REACHABLE are the leader's view: without I, they are
+# what the current leader reports (waiting up to 30s for a node that says
+# it leads); with I, what node I reports, and "-" unless node I leads.
 tidal_members() {
+	local out n=0
+	if [ $# -gt 0 ]; then
+		out=$(tidal_status "$1") || return 1
+	else
+		while :; do
+			out=$(tidal_status "$(tidal_leader)" 2>/dev/null) &&
+				[ "$(echo "$out" | awk 'NR == 1 { print ($2 == $4) }')" = 1 ] && break
+			n=$((n + 1))
+			if [ $n -ge 150 ]; then
+				echo "tidal_members: no node answered as leader in 30s" >&2
+				return 1
+			fi
+			sleep 0.2
+		done
+	fi
+	echo "$out" | awk '
+		NR == 1 { leads = ($2 == $4) }
+		$1 ~ /^[0-9]+$/ && NF >= 6 {
+			if (leads) print $1, $2, $3, $(NF-2), $(NF-1), $NF
+			else print $1, $2, $3, "-", "-", "-"
+		}'
+}
+
+# _tidal_rows: "ID ROLE PEER" of every member, from the first node that
+# answers (what the lookups below need; no leader required).
+_tidal_rows() {
 	local out
-	out=$(tidal_status "$@") || return 1
-	echo "$out" | awk '$1 ~ /^[0-9]+$/ && NF >= 6 { print $1, $2, $3, $(NF-2), $(NF-1), $NF }'
+	out=$(tidal_status) || return 1
+	echo "$out" | awk '$1 ~ /^[0-9]+$/ && NF >= 6 { print $1, $2, $3 }'
 }
 
 # tidal_id_of I: the member id of slot I (the member at its peer address).
 tidal_id_of() {
 	local p="TIDAL_PEER$1" id
-	id=$(tidal_members | awk -v p="${!p}" '$3 == p { print $1 }')
+	id=$(_tidal_rows | awk -v p="${!p}" '$3 == p { print $1 }')
 	if [ -z "$id" ]; then
 		echo "tidal_id_of: no member has node $1's peer address ${!p}" >&2
 		return 1
@@ -135,7 +162,7 @@ tidal_id_of() {
 # tidal_slot_of ID: the slot whose peer address member ID has.
 tidal_slot_of() {
 	local peer i p
-	peer=$(tidal_members | awk -v id="$1" '$1 == id { print $3 }')
+	peer=$(_tidal_rows | awk -v id="$1" '$1 == id { print $3 }')
 	for i in $(seq 1 "$TIDAL_SLOTS"); do
 		p="TIDAL_PEER$i"
 		if [ -n "$peer" ] && [ "${!p}" = "$peer" ]; then
@@ -207,7 +234,7 @@ tidal_start() {
 			echo "tidal_start: --peers needs --id" >&2
 			return 1
 		fi
-	elif members=$(tidal_members 2>/dev/null) && [ -n "$members" ]; then
+	elif members=$(_tidal_rows 2>/dev/null) && [ -n "$members" ]; then
 		peers=$(echo "$members" | awk '{ printf "%s%s=%s", sep, $1, $3; sep = "," }')
 		if [ -z "$id" ]; then
 			id=$(echo "$members" | awk -v p="$peer" '$3 == p { print $1 }')

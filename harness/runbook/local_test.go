@@ -13,11 +13,15 @@ import (
 	"github.com/tidaldb/tidal/harness/report"
 )
 
-// fakeServer stands in for tidal-server: no node ever answers `status`,
-// and `run` waits for SIGTERM and exits 0, or, given --crash, panics.
+// fakeServer stands in for tidal-server: `status` prints $FAKE_STATUS (for
+// every address) or fails as if no node answered, and `run` waits for
+// SIGTERM and exits 0, or, given --crash, panics.
 const fakeServer = `#!/bin/sh
 case "$1" in
-status) exit 1 ;;
+status)
+	if [ -n "${FAKE_STATUS:-}" ]; then cat "$FAKE_STATUS"; exit 0; fi
+	exit 1
+	;;
 run)
 	for a in "$@"; do
 		if [ "$a" = --crash ]; then echo "panic: boom"; exit 2; fi
@@ -176,5 +180,44 @@ func TestReapKillsOnlyTheNodesOfDeadRuns(t *testing.T) {
 	}
 	if !live.Alive(liveSlot) {
 		t.Fatal("Reap killed the node of a run whose owner still runs")
+	}
+}
+
+// tidal_members reads the status table of the CLI as it is (CLIENT empty
+// for members whose client address is unknown) and as it is becoming (a
+// note line, "-" for what is unknown), keeps the leader's progress and
+// blanks a follower's, and never takes the header for a member.
+func TestMembersReadsTheStatusTable(t *testing.T) {
+	c := newFakeCluster(t)
+	s := c.Slots()
+	leaderTable := "node 1   leader 1   term 2   commit 57   applied 57\n\n" +
+		"ID  ROLE      PEER  CLIENT  MATCH  LAG  REACHABLE\n" +
+		"1   leader    " + s[0].PeerAddr + "  " + s[0].ClientAddr + "  57  0  true\n" +
+		"2   follower  " + s[1].PeerAddr + "  55  2  true\n" +
+		"7   learner   " + s[2].PeerAddr + "  3  54  false\n"
+	followerTable := "node 2   leader 1   term 2   commit 57   applied 57\n" +
+		"match, lag and reachability as leader 1 at " + s[0].ClientAddr + " reports them\n\n" +
+		"ID  ROLE      PEER  CLIENT  MATCH  LAG  REACHABLE\n" +
+		"1   leader    " + s[0].PeerAddr + "  " + s[0].ClientAddr + "  57  0  true\n" +
+		"2   follower  " + s[1].PeerAddr + "  -  -  -  -\n"
+	for _, tc := range []struct {
+		name, table, code, want string
+	}{
+		{"the leader's table", leaderTable, "tidal_members",
+			"1 leader " + s[0].PeerAddr + " 57 0 true\n2 follower " + s[1].PeerAddr + " 55 2 true\n7 learner " + s[2].PeerAddr + " 3 54 false\n"},
+		{"a follower's table", followerTable, "tidal_members 2",
+			"1 leader " + s[0].PeerAddr + " - - -\n2 follower " + s[1].PeerAddr + " - - -\n"},
+		{"lookups", leaderTable, "echo $(tidal_leader) $(tidal_id_of 3) $(tidal_slot_of 2)", "1 7 2\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := filepath.Join(t.TempDir(), "status")
+			if err := os.WriteFile(f, []byte(tc.table), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out := exec1(t, c, "export FAKE_STATUS="+f+"\n"+tc.code+"\n")
+			if out != tc.want {
+				t.Errorf("%s: found\n%s\nexpected\n%s", tc.code, out, tc.want)
+			}
+		})
 	}
 }
