@@ -117,15 +117,14 @@ tidal_status() {
 # what the current leader reports (waiting up to 30s for a node that says
 # it leads); with I, what node I reports, and "-" unless node I leads.
 tidal_members() {
-	local out n=0
+	local out slot deadline=$((SECONDS + 30))
 	if [ $# -gt 0 ]; then
 		out=$(tidal_status "$1") || return 1
 	else
 		while :; do
-			out=$(tidal_status "$(tidal_leader)" 2>/dev/null) &&
+			slot=$(tidal_leader 2>/dev/null) && out=$(tidal_status "$slot" 2>/dev/null) &&
 				[ "$(echo "$out" | awk 'NR == 1 { print ($2 == $4) }')" = 1 ] && break
-			n=$((n + 1))
-			if [ $n -ge 150 ]; then
+			if [ $SECONDS -ge $deadline ]; then
 				echo "tidal_members: no node answered as leader in 30s" >&2
 				return 1
 			fi
@@ -146,6 +145,29 @@ _tidal_rows() {
 	local out
 	out=$(tidal_status) || return 1
 	echo "$out" | awk '$1 ~ /^[0-9]+$/ && NF >= 6 { print $1, $2, $3 }'
+}
+
+# _tidal_leader_rows: _tidal_rows as the node named leader reports them, if
+# it answers and says it leads (a node that is behind may not know the
+# newest members yet).
+_tidal_leader_rows() {
+	local id slot out
+	id=$(tidal_status 2>/dev/null | awk 'NR == 1 { print $4 }')
+	[ -n "$id" ] && [ "$id" != 0 ] || return 1
+	slot=$(tidal_slot_of "$id" 2>/dev/null) || return 1
+	out=$(tidal_status "$slot" 2>/dev/null) || return 1
+	[ "$(echo "$out" | awk 'NR == 1 { print ($2 == $4) }')" = 1 ] || return 1
+	echo "$out" | awk '$1 ~ /^[0-9]+$/ && NF >= 6 { print $1, $2, $3 }'
+}
+
+# _tidal_initial_peers: the initial cluster 1..TIDAL_NODES as --peers.
+_tidal_initial_peers() {
+	local j p peers=
+	for j in $(seq 1 "$TIDAL_NODES"); do
+		p="TIDAL_PEER$j"
+		peers="$peers${peers:+,}$j=${!p}"
+	done
+	echo "$peers"
 }
 
 # tidal_id_of I: the member id of slot I (the member at its peer address).
@@ -177,7 +199,7 @@ tidal_slot_of() {
 # tidal_leader: the slot of the current leader, once the node named leader
 # says so itself (waits up to 30s).
 tidal_leader() {
-	local n=0 id slot
+	local id slot deadline=$((SECONDS + 30))
 	while :; do
 		id=$(tidal_status 2>/dev/null | awk 'NR == 1 { print $4 }') || true
 		if [ -n "$id" ] && [ "$id" != 0 ] && slot=$(tidal_slot_of "$id" 2>/dev/null) &&
@@ -185,8 +207,7 @@ tidal_leader() {
 			echo "$slot"
 			return 0
 		fi
-		n=$((n + 1))
-		if [ $n -ge 150 ]; then
+		if [ $SECONDS -ge $deadline ]; then
 			echo "tidal_leader: no leader after 30s" >&2
 			return 1
 		fi
@@ -234,7 +255,7 @@ tidal_start() {
 			echo "tidal_start: --peers needs --id" >&2
 			return 1
 		fi
-	elif members=$(_tidal_rows 2>/dev/null) && [ -n "$members" ]; then
+	elif members=$(_tidal_leader_rows 2>/dev/null || _tidal_rows 2>/dev/null) && [ -n "$members" ]; then
 		peers=$(echo "$members" | awk '{ printf "%s%s=%s", sep, $1, $3; sep = "," }')
 		if [ -z "$id" ]; then
 			id=$(echo "$members" | awk -v p="$peer" '$3 == p { print $1 }')
@@ -246,12 +267,7 @@ tidal_start() {
 	else
 		# No node answers: the initial cluster seeds the address book (a
 		# node with data keeps the membership it stored).
-		local j p
-		peers=
-		for j in $(seq 1 "$TIDAL_NODES"); do
-			p="TIDAL_PEER$j"
-			peers="$peers${peers:+,}$j=${!p}"
-		done
+		peers=$(_tidal_initial_peers)
 		if [ -z "$id" ]; then
 			echo "tidal_start: no node answers, so node $i's member id is unknown; give it: tidal_start $i --id ID" >&2
 			return 1
@@ -265,7 +281,8 @@ tidal_start() {
 	echo "$*" >"$dir/cmdline"
 	echo "node $i: $*"
 	# The wrapper waits for the node so that its exit status is recorded.
-	setsid bash -c '
+	# It must not source anything a caller's BASH_ENV names.
+	BASH_ENV= setsid bash -c '
 		dir=$1; shift
 		echo "=== $(date -u +%FT%T.%NZ) start $*" >>"$dir/stdout.log"
 		"$@" >>"$dir/stdout.log" 2>&1 </dev/null &
@@ -314,20 +331,23 @@ tidal_stop() {
 	echo "node $i stopped (pid $pid)"
 }
 
-# tidal_cluster_up: start nodes 1..TIDAL_NODES and wait (60s at most) until
-# every one answers /readyz.
+# tidal_cluster_up: start nodes 1..TIDAL_NODES as the initial cluster and
+# wait (${TIDAL_UP_TIMEOUT:-60} seconds at most) until every one answers
+# /readyz. Every node is given the whole initial cluster as --peers: a node
+# that has just bootstrapped may report only part of it while it applies.
 tidal_cluster_up() {
-	local i n
+	local i n peers
+	peers=$(_tidal_initial_peers)
 	for i in $(seq 1 "$TIDAL_NODES"); do
-		tidal_alive "$i" || tidal_start "$i" --id "$i"
+		tidal_alive "$i" || tidal_start "$i" --id "$i" --peers "$peers"
 	done
 	for i in $(seq 1 "$TIDAL_NODES"); do
 		n=0
 		until curl -sf "$(tidal_url "$i")/readyz" >/dev/null; do
 			sleep 0.2
 			n=$((n + 1))
-			if [ $n -ge 300 ]; then
-				echo "tidal_cluster_up: node $i not ready after 60s; see $TIDAL_WORK/n$i/node.log" >&2
+			if [ $n -ge $((${TIDAL_UP_TIMEOUT:-60} * 5)) ]; then
+				echo "tidal_cluster_up: node $i not ready after ${TIDAL_UP_TIMEOUT:-60}s; see $TIDAL_WORK/n$i/node.log" >&2
 				return 1
 			fi
 		done

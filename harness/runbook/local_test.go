@@ -221,3 +221,37 @@ func TestMembersReadsTheStatusTable(t *testing.T) {
 		})
 	}
 }
+
+// Regression: tidal_cluster_up started each node with the membership the
+// first node reported, which a node that has just bootstrapped applies one
+// member at a time: node 2 was once given only members 1 and 2, bootstrapped
+// a different cluster, never heard from member 3, and the cluster lost its
+// quorum as soon as node 1 went down.
+func TestClusterUpGivesEveryNodeTheWholeInitialCluster(t *testing.T) {
+	c := newFakeCluster(t)
+	s := c.Slots()
+	partial := filepath.Join(t.TempDir(), "status")
+	table := "node 1   leader 1   term 2   commit 2   applied 2\n\n" +
+		"ID  ROLE      PEER  CLIENT  MATCH  LAG  REACHABLE\n" +
+		"1   leader    " + s[0].PeerAddr + "  " + s[0].ClientAddr + "  2  0  true\n" +
+		"2   follower  " + s[1].PeerAddr + "  0  2  false\n"
+	if err := os.WriteFile(partial, []byte(table), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The fake nodes never answer /readyz: cluster_up fails after a second,
+	// having started all three.
+	r := c.Exec(context.Background(), "export FAKE_STATUS="+partial+" TIDAL_UP_TIMEOUT=1\ntidal_cluster_up\n", time.Minute)
+	if r.Err == nil {
+		t.Fatalf("expected tidal_cluster_up to fail on the fake nodes' readiness: %s", r.Output)
+	}
+	want := "--peers 1=" + s[0].PeerAddr + ",2=" + s[1].PeerAddr + ",3=" + s[2].PeerAddr + " "
+	for _, slot := range s[:3] {
+		b, err := os.ReadFile(filepath.Join(slot.Dir, "cmdline"))
+		if err != nil {
+			t.Fatalf("%s was not started: %v\n%s", slot.Name, err, r.Output)
+		}
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s started with %s\nexpected %q in it", slot.Name, b, want)
+		}
+	}
+}

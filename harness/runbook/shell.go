@@ -59,6 +59,9 @@ type StepResult struct {
 // saves the lowercase variables and the working directory on exit, for
 // the next block.
 const prelude = `# sourced before every runbook block (see harness/runbook/shell.go)
+# Only the block's own shell: a bash the block runs must not load the
+# state, nor save its own over it when it exits.
+unset BASH_ENV
 . "$TIDAL_ENV"
 [ -f "$TIDAL_STATE/vars.sh" ] && . "$TIDAL_STATE/vars.sh"
 __tidal_save() {

@@ -111,3 +111,35 @@ func alive(pid string) bool {
 	b, err := os.ReadFile(filepath.Join("/proc", pid, "cmdline"))
 	return err == nil && len(b) > 0
 }
+
+// Regression: a bash that a block starts (the wrapper tidal_start puts
+// around a node, in its own session) inherited BASH_ENV: it loaded the
+// session's state and, when it exited — long after the block, when its node
+// stopped — saved its own over it, or raced the next block's save ("mv:
+// cannot stat vars.sh.tmp").
+func TestShellChildBashDoesNotTouchTheSession(t *testing.T) {
+	sh := newTestShell(t)
+	ctx := context.Background()
+	pidFile := filepath.Join(t.TempDir(), "child-pid")
+	r := sh.Run(ctx, block("x=from-block\nsetsid bash -c 'echo $$ >"+pidFile+"; child=was-here; sleep 0.3' >/dev/null 2>&1 &\n"))
+	if r.Err != nil {
+		t.Fatalf("%v\n%s", r.Err, r.Output)
+	}
+	// Wait until the child bash has written its pid and exited (its exit
+	// is when it would save).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(pidFile)
+		if err == nil && len(b) > 0 && !alive(strings.TrimSpace(string(b))) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the child bash never finished")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r = sh.Run(ctx, block("echo \"[$x] [${child:-}]\"\n"))
+	if r.Err != nil || r.Output != "[from-block] []\n" {
+		t.Fatalf("next block: err %v, output %q; expected the block's variable and nothing of the child's", r.Err, r.Output)
+	}
+}
