@@ -261,10 +261,27 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 			w.Progress().Total().OK, cfg.Warmup, err)
 	}
 
-	if cfg.Scenario.Inject != nil {
-		if err := waitFor(ctx, 30*time.Second, func() bool { return obs.Leader(ctx) != "" }); err != nil {
-			return nil, fmt.Errorf("runbook: no leader seen before the scenario: %w", err)
+	// The page starts on a healthy cluster: a leader, and every initial
+	// node a member that has applied what was committed by now. A node
+	// that bootstrapped wrong must not be blamed on the page.
+	var target uint64 // the commit index every member must reach
+	if err := waitFor(ctx, time.Minute, func() bool {
+		members := obs.Members()
+		for _, s := range lc.Slots()[:lc.Initial()] {
+			if _, ok := members[s.Name]; !ok {
+				return false
+			}
 		}
+		if target == 0 {
+			target = obs.Commit()
+		}
+		return obs.Leader(ctx) != "" && target > 0 && obs.caughtUpTo(target)
+	}); err != nil {
+		return nil, fmt.Errorf("runbook: the cluster was not healthy after the warm-up (leader %q, members %v, commit %d): %w",
+			obs.Leader(ctx), obs.Members(), obs.Commit(), err)
+	}
+
+	if cfg.Scenario.Inject != nil {
 		leader := obs.Leader(ctx)
 		inv := rec.Invoke(history.Nemesis, FSetup, history.FaultValue{Kind: cfg.Scenario.Name}, "")
 		target, err := cfg.Scenario.Inject(ctx, lc, leader, obs.Names())
