@@ -284,14 +284,14 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if cfg.Scenario.Inject != nil {
 		leader := obs.Leader(ctx)
 		inv := rec.Invoke(history.Nemesis, FSetup, history.FaultValue{Kind: cfg.Scenario.Name}, "")
-		target, err := cfg.Scenario.Inject(ctx, lc, leader, obs.Names())
+		affected, err := cfg.Scenario.Inject(ctx, lc, leader, obs.Names())
 		if err != nil {
 			rec.Complete(inv, history.Info, nil, err, 0, 0)
 			return nil, fmt.Errorf("runbook: scenario %s: %w", cfg.Scenario.Name, err)
 		}
-		o.Target = target
-		rec.Complete(inv, history.OK, history.FaultValue{Kind: cfg.Scenario.Name, Targets: []string{target}}, nil, 0, 0)
-		fmt.Fprintf(out, "  scenario %s on %s\n", cfg.Scenario.Name, target)
+		o.Target = affected
+		rec.Complete(inv, history.OK, history.FaultValue{Kind: cfg.Scenario.Name, Targets: []string{affected}}, nil, 0, 0)
+		fmt.Fprintf(out, "  scenario %s on %s\n", cfg.Scenario.Name, affected)
 	}
 
 	steps, err := os.Create(run.Path("steps.log"))
