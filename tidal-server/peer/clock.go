@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/tidaldb/tidal/tidal-server/server"
 )
 
 // ClockSample is this node's best recent estimate of a peer's clock.
@@ -91,6 +93,19 @@ func (t *Transport) ClockOffsets() map[uint64]ClockSample {
 	}
 	return out
 }
+
+// ClockReadings is ClockOffsets as the server's clock admission reads it
+// (server.ClockMeter).
+func (t *Transport) ClockReadings() map[uint64]server.ClockReading {
+	offsets := t.ClockOffsets()
+	out := make(map[uint64]server.ClockReading, len(offsets))
+	for id, s := range offsets {
+		out[id] = server.ClockReading{Offset: s.Offset, Uncertainty: s.Uncertainty, Age: s.Age}
+	}
+	return out
+}
+
+var _ server.ClockMeter = (*Transport)(nil)
 
 // now is this node's clock as it reports it to peers and reads it for
 // offsets: the wall clock plus the test-only Options.ClockOffset.

@@ -42,6 +42,10 @@ func TestClockOffsetMeasured(t *testing.T) {
 	}
 	check(n2, 1, skew)
 	check(n1, 2, -skew)
+	// What the server's clock admission reads is the same estimate.
+	if r, ok := n2.t.ClockReadings()[1]; !ok || (r.Offset-skew).Abs() > r.Uncertainty+time.Microsecond || r.Uncertainty >= time.Second || r.Age < 0 {
+		t.Errorf("ClockReadings()[1] = %+v (%v); expected the offset %v within its uncertainty (< 1s)", r, ok, skew)
+	}
 
 	n1.t.RemovePeer(2)
 	if _, ok := n1.t.ClockOffsets()[2]; ok {

@@ -128,3 +128,12 @@ func (r *Replica) MemberStatus(id uint64) (current, removed bool) {
 	}
 	return false, false
 }
+
+// Voters are the voting members of this node's applied configuration,
+// itself included when it votes (the clock check counts a majority of
+// them).
+func (r *Replica) Voters() []uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]uint64(nil), r.confState.GetVoters()...)
+}

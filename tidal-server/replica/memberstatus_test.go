@@ -52,6 +52,9 @@ func TestMemberStatus(t *testing.T) {
 	}
 	for _, on := range rest {
 		r := c.node(on).r
+		if v := fmt.Sprint(r.Voters()); v != fmt.Sprint(rest) {
+			t.Errorf("node %d: Voters() = %s, expected %v (learner 4 does not vote, %d was removed)", on, v, rest, victim)
+		}
 		want := map[uint64]string{rest[0]: "current", rest[1]: "current", 4: "current", victim: "removed", 9: "unknown", 0: "unknown"}
 		for id, w := range want {
 			if got := status(r, id); got != w {

@@ -1,0 +1,219 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Clock admission (issue 10 item 5; docs/ARCHITECTURE.md, "Bounded
+// clocks"). The node that takes a write stamps it with its clock, so a
+// node whose clock is far off would fold wrong times into every replica.
+// Nodes measure their offsets to each other over the peer plane; a node
+// whose clock is, beyond doubt, more than --max-clock-skew away from a
+// majority of the voters stops taking writes (503 with the reason, and
+// /readyz says why) until a majority of the voters is within the bound
+// again. It cannot tell its own clock from theirs, but a majority agreeing
+// that it is off is the best evidence there is, and the majority keeps
+// taking writes.
+
+// ClockReading is a peer's clock as this node measured it (package peer's
+// ClockSample).
+type ClockReading struct {
+	// Offset is the peer's clock minus this node's.
+	Offset time.Duration
+	// Uncertainty bounds the measurement's error: the true offset is
+	// within Offset ± Uncertainty (half the probe's round trip).
+	Uncertainty time.Duration
+	// Age is the time since the reading was taken.
+	Age time.Duration
+}
+
+// ClockMeter is a transport that measures its peers' clocks (package
+// peer's does). Start gates writes on what it measures.
+type ClockMeter interface {
+	ClockReadings() map[uint64]ClockReading
+}
+
+// clockVerdict is what the readings say about this node's clock.
+type clockVerdict struct {
+	// decided: a majority of the voters is either certainly beyond the
+	// bound (ok false) or not (ok true). Otherwise (peers unmeasured or
+	// their readings stale) the readings settle nothing.
+	decided bool
+	ok      bool
+	reason  string
+}
+
+// judgeClock decides whether this node's clock is in bounds. A voter is
+// "beyond" when its reading is fresh (Age <= maxAge) and its offset,
+// less the reading's uncertainty, exceeds bound: the clocks certainly
+// differ by more. It is "within" when its reading is fresh and not
+// beyond; this node is within of itself when it votes. The clock is out of
+// bounds when the voters beyond are a majority of the voters, in bounds
+// when those within are; neither (too few fresh readings) is undecided.
+func judgeClock(self uint64, voters []uint64, readings map[uint64]ClockReading, bound, maxAge time.Duration) clockVerdict {
+	if len(voters) == 0 {
+		return clockVerdict{reason: "no voters known yet"}
+	}
+	quorum := len(voters)/2 + 1
+	var beyond []string
+	within, stale := 0, 0
+	for _, id := range voters {
+		if id == self {
+			within++
+			continue
+		}
+		r, ok := readings[id]
+		if !ok || r.Age > maxAge {
+			stale++
+			continue
+		}
+		if abs(r.Offset)-r.Uncertainty > bound {
+			beyond = append(beyond, fmt.Sprintf("member %d %s ±%v", id, signed(r.Offset.Round(time.Millisecond)), r.Uncertainty.Round(time.Millisecond)))
+			continue
+		}
+		within++
+	}
+	switch {
+	case len(beyond) >= quorum:
+		return clockVerdict{decided: true, reason: fmt.Sprintf(
+			"this node's clock offset to %d of %d voters exceeds --max-clock-skew %v (peer clock minus this node's: %s)",
+			len(beyond), len(voters), bound, strings.Join(beyond, ", "))}
+	case within >= quorum:
+		return clockVerdict{decided: true, ok: true}
+	}
+	return clockVerdict{reason: fmt.Sprintf("clock offsets measured to too few voters: %d of %d within --max-clock-skew %v, %d beyond, %d not measured recently (within %v)",
+		within, len(voters), bound, len(beyond), stale, maxAge)}
+}
+
+// signed shows a positive offset with its +: a peer ahead.
+func signed(d time.Duration) string {
+	if d > 0 {
+		return "+" + d.String()
+	}
+	return d.String()
+}
+
+func abs(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}
+
+// Clock guard defaults.
+const (
+	// clockCheckInterval is how often the guard judges the readings
+	// (peers are probed every second).
+	clockCheckInterval = 500 * time.Millisecond
+	// clockReadingMaxAge: an older reading is stale. The transport keeps
+	// the best of its last 8 probes (one a second), so a live peer's
+	// reading can be 8-9 s old.
+	clockReadingMaxAge = 30 * time.Second
+	// clockStartGrace: a node refuses writes from its start until the
+	// readings decide, or this long. Without it a node started with a
+	// clock far off would take writes until its first probes answered;
+	// with no end to it, a node whose peers cannot answer probes (an
+	// older binary during an upgrade) would never take writes.
+	clockStartGrace = 10 * time.Second
+)
+
+// clockGuard judges the clock in the background and answers the API's
+// admission check (api.Options.ClockHealthy) from its last verdict, which
+// holds until the readings decide otherwise: a node found off stays
+// refused while its peers are unreachable, and one found in bounds keeps
+// taking writes.
+type clockGuard struct {
+	self     uint64
+	bound    time.Duration
+	maxAge   time.Duration
+	grace    time.Duration
+	readings func() map[uint64]ClockReading
+	voters   func() []uint64
+	log      *slog.Logger
+	inBounds prometheus.Gauge
+	started  time.Time
+
+	state atomic.Pointer[clockState]
+}
+
+type clockState struct {
+	ok      bool
+	reason  string
+	decided bool // a verdict was reached at least once
+	graced  bool // the start grace ended undecided
+}
+
+func newClockGuard(self uint64, bound time.Duration, readings func() map[uint64]ClockReading, voters func() []uint64,
+	reg prometheus.Registerer, log *slog.Logger) *clockGuard {
+	g := &clockGuard{self: self, bound: bound, maxAge: clockReadingMaxAge, grace: clockStartGrace,
+		readings: readings, voters: voters, log: log, started: time.Now(),
+		inBounds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tidal_clock_in_bounds",
+			Help: "1 while this node takes writes by the clock check (its clock within --max-clock-skew of a majority of the voters), 0 while it refuses them."})}
+	if reg != nil {
+		reg.MustRegister(g.inBounds)
+	}
+	g.state.Store(&clockState{reason: fmt.Sprintf("measuring this node's clock offsets to its peers (writes start once a majority of the voters is within --max-clock-skew %v, or after %v)", bound, g.grace)})
+	return g
+}
+
+// healthy is api.Options.ClockHealthy: cheap, it reads the last verdict.
+func (g *clockGuard) healthy() (bool, string) {
+	s := g.state.Load()
+	return s.ok, s.reason
+}
+
+// run judges every clockCheckInterval until ctx ends.
+func (g *clockGuard) run(ctx context.Context) {
+	t := time.NewTicker(clockCheckInterval)
+	defer t.Stop()
+	for {
+		g.check(time.Now())
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// check judges the readings once and logs a change of verdict: refusing
+// writes, taking them again, or giving up waiting for a first verdict.
+func (g *clockGuard) check(now time.Time) {
+	prev := g.state.Load()
+	v := judgeClock(g.self, g.voters(), g.readings(), g.bound, g.maxAge)
+	next := *prev
+	switch {
+	case v.decided:
+		next = clockState{ok: v.ok, reason: v.reason, decided: true}
+	case !prev.decided && !prev.graced && now.Sub(g.started) >= g.grace:
+		next = clockState{ok: true, graced: true}
+		g.log.Warn("clock check: offsets to a majority of the voters not measured since start; taking writes until they are",
+			"waited", g.grace, "last", v.reason)
+	}
+	if next == *prev {
+		return
+	}
+	g.state.Store(&next)
+	// Transitions only: while refused, the reason's figures change at
+	// every check.
+	switch {
+	case !next.ok && (prev.ok || !prev.decided):
+		g.log.Error("clock out of bounds: refusing writes until a majority of the voters is within --max-clock-skew again", "reason", next.reason)
+	case next.ok && !prev.ok && prev.decided:
+		g.log.Info("clock back within bounds: taking writes again", "max_clock_skew", g.bound)
+	case next.ok && !prev.ok && v.decided:
+		g.log.Info("clock check: within --max-clock-skew of a majority of the voters; taking writes", "max_clock_skew", g.bound)
+	}
+	if next.ok {
+		g.inBounds.Set(1)
+	} else {
+		g.inBounds.Set(0)
+	}
+}
