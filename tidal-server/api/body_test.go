@@ -124,7 +124,7 @@ func TestBytesInFlightBoundHoldsWhateverClientsSend(t *testing.T) {
 	)
 	e := newEnv(t, Options{MaxBodyBytes: 1 << 20, MaxInflightBytes: budget, BodyReadTimeout: time.Minute, MinBodyRate: -1})
 	srv := httptest.NewServer(e.h)
-	defer srv.Close()
+	t.Cleanup(srv.Close) // registered first, so it runs after dialRaw has closed the conns
 
 	var admitted, shed []*rawConn
 	for i := 0; i < clients; i++ {
@@ -189,7 +189,7 @@ func TestBytesInFlightBoundHoldsWhateverClientsSend(t *testing.T) {
 func TestUndeclaredLengthIsChargedAsItArrives(t *testing.T) {
 	e := newEnv(t, Options{MaxBodyBytes: 1 << 20, MaxInflightBytes: 1 << 20})
 	srv := httptest.NewServer(e.h)
-	defer srv.Close()
+	t.Cleanup(srv.Close) // registered first, so it runs after dialRaw has closed the conns
 	post := func(body []byte) (*http.Response, []byte) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/signals", io.MultiReader(strings.NewReader(string(body))))
@@ -239,7 +239,7 @@ func TestUndeclaredLengthIsChargedAsItArrives(t *testing.T) {
 func TestSlowBodyIsCutByTheMinimumRate(t *testing.T) {
 	e := newEnv(t, Options{MinBodyRate: 1000, BodyRateGrace: 300 * time.Millisecond, BodyReadTimeout: 10 * time.Minute})
 	srv := httptest.NewServer(e.h)
-	defer srv.Close()
+	t.Cleanup(srv.Close) // registered first, so it runs after dialRaw has closed the conns
 	c := dialRaw(t, srv)
 	c.head("/v1/signals", 100<<10)
 	if err := c.send([]byte("          ")); err != nil {
@@ -269,7 +269,7 @@ func TestSlowBodyIsCutByTheMinimumRate(t *testing.T) {
 func TestBodyDeadlineCutsAFastStartThatStalls(t *testing.T) {
 	e := newEnv(t, Options{MinBodyRate: 1000, BodyRateGrace: time.Second, BodyReadTimeout: 500 * time.Millisecond})
 	srv := httptest.NewServer(e.h)
-	defer srv.Close()
+	t.Cleanup(srv.Close) // registered first, so it runs after dialRaw has closed the conns
 	c := dialRaw(t, srv)
 	c.head("/v1/signals", 1<<20)
 	if err := c.send(make([]byte, 512<<10)); err != nil {
@@ -293,7 +293,7 @@ func TestBodyDeadlineCutsAFastStartThatStalls(t *testing.T) {
 func TestBodyThatKeepsPaceIsServed(t *testing.T) {
 	e := newEnv(t, Options{MinBodyRate: 8 << 10, BodyRateGrace: 100 * time.Millisecond})
 	srv := httptest.NewServer(e.h)
-	defer srv.Close()
+	t.Cleanup(srv.Close) // registered first, so it runs after dialRaw has closed the conns
 	c := dialRaw(t, srv)
 	body := paddedBatch("paced", 64<<10)
 	c.head("/v1/signals", len(body))
@@ -317,7 +317,7 @@ func TestBodyThatKeepsPaceIsServed(t *testing.T) {
 func TestBodyDeadlineEndsWithTheBody(t *testing.T) {
 	e := newEnv(t, Options{BodyReadTimeout: 200 * time.Millisecond, MinBodyRate: 1 << 20, BodyRateGrace: time.Millisecond})
 	srv := httptest.NewServer(e.h)
-	defer srv.Close()
+	t.Cleanup(srv.Close) // registered first, so it runs after dialRaw has closed the conns
 	e.fake.onWrite = func(ctx context.Context) error {
 		// Outlive both body bounds and the deadline floor.
 		select {
@@ -346,7 +346,7 @@ func TestSlowBodyIsCutOverHTTP2(t *testing.T) {
 	srv.Config.Protocols = new(http.Protocols)
 	srv.Config.Protocols.SetUnencryptedHTTP2(true)
 	srv.Start()
-	defer srv.Close()
+	t.Cleanup(srv.Close)
 	tr := &http.Transport{Protocols: new(http.Protocols), TLSClientConfig: &tls.Config{}}
 	tr.Protocols.SetUnencryptedHTTP2(true)
 	defer tr.CloseIdleConnections()
