@@ -24,18 +24,16 @@ import (
 //     read deadline (http.ResponseController), so a client that sends
 //     nothing at all is cut as surely as one that sends slowly.
 //
-// The deadline is cleared once the body is read: net/http cancels the
-// request's context when a read on the connection fails, and a write
-// waiting for commit must not be cancelled by the body's deadline.
+// The deadline ends with the body: a write waiting for commit must not be
+// cut by it. On HTTP/1.1 net/http clears the connection's read deadline
+// itself when the body reaches EOF (before its background read, whose
+// failure would cancel the request's context); finish clears it for
+// HTTP/2 streams and for bodies that end without EOF being seen.
 
 // unreadDrainTime bounds how long net/http may spend discarding a small
 // body the handler refused without reading (it does so to keep the
 // connection); a larger one closes the connection instead.
 const unreadDrainTime = time.Second
-
-// deadlineFloor is the least time a read deadline is set ahead (see
-// bodyReader.Read).
-const deadlineFloor = time.Second
 
 // errBodyTooSlow is a body cut by its deadline or its minimum rate.
 type errBodyTooSlow struct {
@@ -94,15 +92,6 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	d, byRate := b.deadline()
 	if !time.Now().Before(d) {
 		return 0, b.tooSlow(byRate)
-	}
-	// The connection's deadline is never less than deadlineFloor away:
-	// the read that completes the body makes net/http start its
-	// background read of the connection, which cancels the request's
-	// context if the deadline fires before finish clears it. So a body
-	// that stalls is cut up to deadlineFloor late; one that trickles is
-	// cut at the first read past its bound (checked above).
-	if floor := time.Now().Add(deadlineFloor); d.Before(floor) {
-		d = floor
 	}
 	if b.deadlines && !d.Equal(b.set) {
 		if err := b.rc.SetReadDeadline(d); err != nil {

@@ -309,32 +309,46 @@ func TestBodyThatKeepsPaceIsServed(t *testing.T) {
 	}
 }
 
-// Regression (issue 10 item 4): the body's read deadline is on the
-// connection, and net/http cancels a request's context when a read of its
-// connection fails — the read it starts once the body is complete
-// included. A deadline left in place after the body would cancel a write
-// waiting for commit and turn it into an unknown outcome.
+// TestBodyDeadlineEndsWithTheBody: the body's read deadline is on the
+// connection (HTTP/1.1) or the stream (HTTP/2), and a failed read of an
+// HTTP/1.1 connection cancels the request's context. A deadline that
+// outlived the body would cancel a write waiting for commit and turn it
+// into an unknown outcome; over both protocols, a write that waits past
+// its body's deadline is acknowledged.
 func TestBodyDeadlineEndsWithTheBody(t *testing.T) {
-	e := newEnv(t, Options{BodyReadTimeout: 200 * time.Millisecond, MinBodyRate: 1 << 20, BodyRateGrace: time.Millisecond})
-	srv := httptest.NewServer(e.h)
-	t.Cleanup(srv.Close) // registered first, so it runs after dialRaw has closed the conns
-	e.fake.onWrite = func(ctx context.Context) error {
-		// Outlive both body bounds and the deadline floor.
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(deadlineFloor + 500*time.Millisecond):
-			return nil
-		}
-	}
-	resp, err := srv.Client().Post(srv.URL+"/v1/signals", "application/json", strings.NewReader(`{"events":[`+goodEvents(1)[0]+`]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("a write that waited past its body's deadline answered %d %s, want 204", resp.StatusCode, b)
+	for _, major := range []int{1, 2} {
+		t.Run(fmt.Sprintf("HTTP/%d", major), func(t *testing.T) {
+			e := newEnv(t, Options{BodyReadTimeout: 200 * time.Millisecond, MinBodyRate: 1 << 20, BodyRateGrace: time.Millisecond})
+			srv := httptest.NewUnstartedServer(e.h)
+			client := &http.Client{}
+			if major == 2 {
+				srv.Config.Protocols = new(http.Protocols)
+				srv.Config.Protocols.SetUnencryptedHTTP2(true)
+				tr := &http.Transport{Protocols: new(http.Protocols), TLSClientConfig: &tls.Config{}}
+				tr.Protocols.SetUnencryptedHTTP2(true)
+				defer tr.CloseIdleConnections()
+				client.Transport = tr
+			}
+			srv.Start()
+			t.Cleanup(srv.Close)
+			e.fake.onWrite = func(ctx context.Context) error {
+				select { // outlive both body bounds
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(700 * time.Millisecond):
+					return nil
+				}
+			}
+			resp, err := client.Post(srv.URL+"/v1/signals", "application/json", strings.NewReader(`{"events":[`+goodEvents(1)[0]+`]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNoContent || resp.ProtoMajor != major {
+				t.Fatalf("a write that waited past its body's deadline answered %s %d %s, want HTTP/%d 204", resp.Proto, resp.StatusCode, b, major)
+			}
+		})
 	}
 }
 
