@@ -159,7 +159,7 @@ underscores (client_addr, data_dir, ...).
 				return err
 			}
 			defer closeLog()
-			cfg.Transport = peer.Factory(peer.Options{})
+			cfg.Transport = peer.Factory(peer.Options{ClockOffset: cfg.TestClockOffset})
 			srv, err := server.Start(cfg, log)
 			if err != nil {
 				return err
@@ -210,6 +210,13 @@ underscores (client_addr, data_dir, ...).
 	f.DurationVar(&cfg.WriteTimeout, "write-timeout", 5*time.Second, "time a write may wait for commit before 504 (outcome unknown)")
 	f.IntVar(&cfg.IDsPerGeneration, "ids-per-generation", 500000, "event id memory: a retry is recognised within this many later ids")
 	f.BoolVar(&cfg.EnablePprof, "enable-pprof", false, "serve Go's /debug/pprof/ on the client address")
+	// Per-request bounds of the client API (docs/ARCHITECTURE.md, API details).
+	f.Int64Var(&cfg.MaxInflightBytes, "max-inflight-bytes", 64<<20, "request body bytes held at once; a body that does not fit gets 503 + Retry-After before it is read")
+	f.DurationVar(&cfg.BodyReadTimeout, "body-read-timeout", 30*time.Second, "time to receive one request body; slower gets 408 and the connection closed")
+	f.Int64Var(&cfg.MinBodyRate, "min-body-rate", 64<<10, "bytes/s a request body must average after a 5s grace; slower gets 408 (negative: no minimum)")
+	f.DurationVar(&cfg.MaxWriteWait, "max-write-wait", 0, "shed a write (503 + Retry-After) expected to wait longer for commit (0: half of --write-timeout)")
+	f.DurationVar(&cfg.MaxClockSkew, "max-clock-skew", time.Minute, "refuse (400, events[i].ts) an event whose ts is further ahead of this node's clock")
+	f.DurationVar(&cfg.TestClockOffset, "test-clock-offset", 0, "TEST ONLY: shift this node's clock (stamping, skew check, clock probes) to simulate skew")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	f.StringVar(&logFile, "log-file", "", "write logs to this file instead of stderr")
@@ -313,6 +320,18 @@ func mergeConfig(file, flags server.Config, set *pflag.FlagSet) server.Config {
 			out.EnablePprof = flags.EnablePprof
 		case "ids-per-generation":
 			out.IDsPerGeneration = flags.IDsPerGeneration
+		case "max-inflight-bytes":
+			out.MaxInflightBytes = flags.MaxInflightBytes
+		case "body-read-timeout":
+			out.BodyReadTimeout = flags.BodyReadTimeout
+		case "min-body-rate":
+			out.MinBodyRate = flags.MinBodyRate
+		case "max-write-wait":
+			out.MaxWriteWait = flags.MaxWriteWait
+		case "max-clock-skew":
+			out.MaxClockSkew = flags.MaxClockSkew
+		case "test-clock-offset":
+			out.TestClockOffset = flags.TestClockOffset
 		}
 	})
 	return out
