@@ -103,9 +103,15 @@ func (e *errExpectedWait) retryAfter() int {
 	return min(10, max(1, int(math.Ceil(e.wait.Seconds()))))
 }
 
-// ewmaWeight is the weight of each new latency sample in the per-write
-// cost estimate: about the last 20 completions count.
-const ewmaWeight = 0.05
+// The per-write cost estimate is a moving average that rises faster than
+// it falls: a slowdown (a busy disk, a starved CPU) must shed before the
+// writes it would strand time out, while a recovery can afford to be
+// believed a little later (a write shed costs a retry; one stranded, an
+// unknown outcome).
+const (
+	ewmaRise = 0.3  // weight of a sample above the estimate
+	ewmaFall = 0.05 // weight of a sample below it
+)
 
 // writeQueue bounds the writes waiting for commit on this node, by count
 // and by expected wait (see the Admission comment above).
@@ -193,10 +199,13 @@ func (t *writeTicket) done(timed bool) {
 	now := q.now()
 	q.lastDone = now
 	cost := now.Sub(t.admitted).Seconds() / float64(t.depth+1)
-	if q.perWrite == 0 {
+	switch {
+	case q.perWrite == 0:
 		q.perWrite = cost
-	} else {
-		q.perWrite += ewmaWeight * (cost - q.perWrite)
+	case cost > q.perWrite:
+		q.perWrite += ewmaRise * (cost - q.perWrite)
+	default:
+		q.perWrite += ewmaFall * (cost - q.perWrite)
 	}
 }
 
