@@ -287,7 +287,10 @@ func (h *handler) propose(r *http.Request, write func(ctx context.Context) (Writ
 	ctx, cancel := context.WithTimeout(r.Context(), h.opts.WriteTimeout)
 	defer cancel()
 	ack, err := write(ctx)
-	ticket.done(err == nil || toAPIError(err).Status != http.StatusServiceUnavailable)
+	// A write refused before it was proposed (503) says nothing about how
+	// long commit takes, and one whose client went away only that it
+	// takes at least this long.
+	ticket.done(r.Context().Err() == nil && (err == nil || toAPIError(err).Status != http.StatusServiceUnavailable))
 	return ack, err
 }
 
