@@ -4,7 +4,7 @@ GO        ?= go
 BIN       := $(CURDIR)/bin
 GINKGO    := $(GO) tool ginkgo
 # Packages with unit tests (the suites under suites/ run real binaries).
-UNIT_PKGS := ./buildinfo/... ./tidal-server/... ./tcp-relay/... ./harness/... ./bench/...
+UNIT_PKGS := ./buildinfo/... ./tidal-server/... ./tcp-relay/... ./harness/... ./bench/... ./deploy/...
 FUZZTIME  ?= 10s
 # --version of every binary: `git describe`, or "dev" outside a checkout.
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -24,14 +24,16 @@ build:
 
 # make test: lint, unit tests under the race detector, a short run of every
 # fuzz target, then the fast suites on real processes: multiproc, lifecycle
-# and the specs labelled smoke — the chaos smoke run, and one planted-bug
-# run, so every CI run shows a checker saying false on a real cluster.
+# and the specs labelled smoke — the chaos smoke run, one planted-bug run
+# (so every CI run shows a checker saying false on a real cluster), and the
+# shortest runbook page (so the runbook parser and runner never rot).
 test: lint unit fuzz suites
 
 # The tidalbugs build's own tests (tidal-server/bugs/on_test.go) need the tag.
 unit:
 	$(GO) test -race -count=1 -timeout 15m $(UNIT_PKGS)
 	$(GO) test -race -count=1 -tags tidalbugs ./tidal-server/bugs/...
+	cd bench/storeload && $(GO) vet ./... && $(GO) test -count=1 ./...   # its own module (etcd's client)
 
 fuzz:
 	@./ci/fuzz $(FUZZTIME)
@@ -45,16 +47,33 @@ chaos: build
 	@mkdir -p store/junit
 	$(GINKGO) -r --keep-going --procs=1 --timeout=40m --label-filter='chaos' --output-dir=$(CURDIR)/store/junit --junit-report=chaos.xml ./suites
 
-# Until these suites land the targets fail: a CI job calling them must not
-# pass for having run nothing.
-runbook:
-	@echo "make runbook: the runbook suite has not landed yet, nothing was run (see suites/runbook/README.md)" >&2; exit 1
+# make images: tidal-server and tcp-relay images FROM scratch around the
+# static binaries, tagged :$(VERSION), :dev and by content (bin-<hash>).
+# Needs only a Docker daemon: the legacy builder, nothing pulled.
+.PHONY: images
+images: build
+	$(GO) run ./harness/cmd/tidal-images --version '$(VERSION)' --server $(BIN)/tidal-server --relay $(BIN)/tcp-relay
 
+# make runbook: every page of runbooks/ executed block by block against a
+# live cluster under load, judged by the checkers and the page's own
+# availability budget (suites/runbook). JUnit report in
+# store/junit/runbook.xml, the summary table in store/runbook-suite/summary.txt.
+runbook: build
+	@mkdir -p store/junit
+	$(GINKGO) -r --keep-going --procs=1 --timeout=20m --label-filter='runbook' --output-dir=$(CURDIR)/store/junit --junit-report=runbook.xml ./suites/runbook
+
+# Until this suite lands the target fails: a CI job calling it must not
+# pass for having run nothing.
 e2e:
 	@echo "make e2e: the e2e suite has not landed yet, nothing was run (see suites/e2e/README.md)" >&2; exit 1
 
 bench: build
 	@./ci/bench
+
+# tidal vs etcd and tcp-relay vs direct vs Toxiproxy (installs etcd and Toxiproxy when absent).
+.PHONY: bench-compare
+bench-compare: build
+	@./ci/bench -side-by-side
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

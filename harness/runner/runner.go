@@ -62,6 +62,13 @@ type Config struct {
 	SampleInterval Duration `json:"sample_interval"`
 	// ProgressEvery prints a progress line this often (0: 5s).
 	ProgressEvery Duration `json:"progress_every"`
+	// Insecure runs the cluster in plaintext without authentication, to
+	// compare; by default it is secured (cluster.Config.Insecure).
+	Insecure bool `json:"insecure,omitempty"`
+	// Backend runs the nodes: "process" (default) or "docker" (containers
+	// on a network of the run's own, the relay mesh in a tcp-relay
+	// container built from RelayBinary, default the one beside ServerBin).
+	Backend string `json:"backend,omitempty"`
 }
 
 // Duration is a time.Duration that reads and writes as "1m30s" in JSON.
@@ -208,26 +215,30 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 	if killed, _ := reg.Reap(); len(killed) > 0 {
 		fmt.Fprintf(out, "  reaped leftovers of an earlier run: %s\n", strings.Join(killed, ", "))
 	}
-	procs, err := process.NewBackend(bin, reg)
-	if err != nil {
-		return nil, err
-	}
-	var backend cluster.Backend = procs
-	if opts.Backend != nil {
-		backend = opts.Backend(backend)
-	}
-	// Every process exit is recorded from here on, with whether the
-	// harness asked for it: the nodes checker's evidence.
-	watch := newExitWatch(backend)
 	relayBin := cfg.RelayBinary
 	if relayBin != "" {
 		if relayBin, err = filepath.Abs(relayBin); err != nil {
 			return nil, err
 		}
 	}
-	c, err := cluster.New(cluster.Config{Nodes: cfg.Nodes, Backend: watch, Dir: run.NodesDir(), Flags: cfg.ServerFlags, Logger: log, RelayBinary: relayBin,
-		WALSegmentSize: cfg.WALSegmentSize})
+	backend, newNetwork, err := startBackend(ctx, cfg, bin, relayBin, reg, run.NodesDir(), log)
 	if err != nil {
+		return nil, err
+	}
+	if opts.Backend != nil {
+		backend = opts.Backend(backend)
+	}
+	// Every process exit is recorded from here on, with whether the
+	// harness asked for it: the nodes checker's evidence.
+	watch := newExitWatch(backend)
+	ccfg := cluster.Config{Nodes: cfg.Nodes, Backend: watch, Dir: run.NodesDir(), Flags: cfg.ServerFlags, Logger: log, RelayBinary: relayBin,
+		WALSegmentSize: cfg.WALSegmentSize, Insecure: cfg.Insecure, CertsDir: filepath.Join(run.Dir(), "certs")}
+	if newNetwork != nil {
+		ccfg.NewNetwork, ccfg.RelayBinary = newNetwork, ""
+	}
+	c, err := cluster.New(ccfg)
+	if err != nil {
+		backend.Close()
 		return nil, err
 	}
 	watch.arm()
@@ -437,7 +448,8 @@ const auditAttempts = 3
 func collect(ctx context.Context, c *cluster.Cluster, alive func(string) bool, run *report.Run, out io.Writer, ev *checker.NodeEvidence) {
 	digests := map[string]checker.DigestSample{}
 	ev.AuditErrors, ev.DigestErrors = map[string]string{}, map[string]string{}
-	hc := &http.Client{Timeout: 60 * time.Second}
+	hc := c.HTTPClient(60 * time.Second)
+	defer hc.CloseIdleConnections()
 	for _, n := range c.Nodes() {
 		st := c.State(n.Name)
 		if st == cluster.Removed {
@@ -450,7 +462,7 @@ func collect(ctx context.Context, c *cluster.Cluster, alive func(string) bool, r
 			continue
 		}
 		err := retry(ctx, func() error {
-			return fetchTo(ctx, hc, "http://"+n.ClientAddr+"/v1/audit/events", func(r io.Reader) error { return run.WriteAudit(n.Name, r) })
+			return fetchTo(ctx, hc, c.URL(n.ClientAddr)+"/v1/audit/events", func(r io.Reader) error { return run.WriteAudit(n.Name, r) })
 		})
 		if err != nil {
 			ev.AuditErrors[n.Name] = err.Error()
@@ -467,7 +479,7 @@ func collect(ctx context.Context, c *cluster.Cluster, alive func(string) bool, r
 			ev.DigestErrors[n.Name] = fmt.Sprintf("GET /v1/audit/digest: %v", err)
 			fmt.Fprintf(out, "  warning: digest of %s: %v\n", n.Name, err)
 		}
-		fetchTo(ctx, hc, "http://"+n.ClientAddr+"/metrics", func(r io.Reader) error {
+		fetchTo(ctx, hc, c.URL(n.ClientAddr)+"/metrics", func(r io.Reader) error {
 			f, err := os.Create(filepath.Join(run.NodeDir(n.Name), "metrics.txt"))
 			if err != nil {
 				return err

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -223,4 +224,20 @@ func relativeLogs(logs []checker.LogTail, dir string) []checker.LogTail {
 		}
 	}
 	return out
+}
+
+// Listening passes cluster.ListenerOwner through the wrapper, so the
+// cluster's start-up check still asks the process itself whether it holds
+// its port (a dial would be answered by whichever process took the port).
+// A backend without it is dialled, as cluster does for such handles.
+func (h *watchedHandle) Listening(addr string) (bool, error) {
+	if lo, ok := h.Handle.(cluster.ListenerOwner); ok {
+		return lo.Listening(addr)
+	}
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false, nil
+	}
+	conn.Close()
+	return true, nil
 }

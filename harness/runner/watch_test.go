@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -173,5 +174,26 @@ func TestExitOfAnAbandonedStartAttemptIsNotACrash(t *testing.T) {
 	exits := waitExits(t, w, 1)
 	if len(exits) != 1 || exits[0].Requested || exits[0].PID != up.PID() {
 		t.Fatalf("the running node's unrequested exit after arm: got %+v, want one unrequested exit of pid %d", exits, up.PID())
+	}
+}
+
+// The exit watch wraps every handle; the cluster's start-up check must
+// still reach the process backend's own answer to "do you hold this port"
+// through it (else a port another process took would look bound).
+func TestWatchedHandleAnswersListeningFromItsProcess(t *testing.T) {
+	w := newWatch(t)
+	h, _ := startWatched(t, w, "n1", "exec sleep 600")
+	lo, ok := h.(cluster.ListenerOwner)
+	if !ok {
+		t.Fatal("a watched handle does not implement cluster.ListenerOwner")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	up, err := lo.Listening(l.Addr().String())
+	if err != nil || up {
+		t.Fatalf("sleep does not listen on %s, which this test holds: got %v, %v", l.Addr(), up, err)
 	}
 }

@@ -72,8 +72,10 @@ func TestSampleLag(t *testing.T) {
 	if f2.EntriesP50 != 10 || f2.EntriesMax != 10 {
 		t.Errorf("node 2: expected a steady lag of 10 entries, found p50 %d max %d", f2.EntriesP50, f2.EntriesMax)
 	}
-	if f2.TimeMax < 200*time.Millisecond || f2.TimeP50 >= f2.TimeMax {
-		t.Errorf("node 2: expected a time lag growing over the ~400ms run, found p50 %s max %s", f2.TimeP50, f2.TimeMax)
+	// Growing, not a figure: how far it grows in 400ms depends on how
+	// often a loaded machine lets the sampler run (issue 9 item 17).
+	if f2.TimeMax <= 0 || f2.TimeP50 >= f2.TimeMax {
+		t.Errorf("node 2: expected a time lag growing over the run, found p50 %s max %s", f2.TimeP50, f2.TimeMax)
 	}
 	if f3.EntriesMax != 0 || f3.TimeMax != 0 {
 		t.Errorf("node 3: expected no lag, found %d entries, %s", f3.EntriesMax, f3.TimeMax)

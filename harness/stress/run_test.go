@@ -152,15 +152,18 @@ func TestRateIsOffered(t *testing.T) {
 	if len(arrivals) != 400 {
 		t.Fatalf("expected the server to see 400 requests, found %d", len(arrivals))
 	}
-	// The ops are spread over the stage: the first half of the arrivals
-	// span about half the run, not a burst at the start.
+	// The ops are spread over the stage, not sent in a burst. A loaded
+	// machine delays dispatch (never advances it), so the bounds widen by
+	// the worst dispatch delay the generator itself measured: the test
+	// checks the schedule, not the machine's speed (issue 9 item 17).
+	slack := s.DispatchDelay.Max + 100*time.Millisecond
 	span := arrivals[len(arrivals)-1].Sub(arrivals[0])
 	half := arrivals[len(arrivals)/2].Sub(arrivals[0])
-	if span < run*8/10 || span > run*15/10 {
-		t.Errorf("expected arrivals to span about %s, found %s (dispatch delay p99 %s)", run, span, s.DispatchDelay.P99)
+	if span < run*8/10-slack || span > run*12/10+slack {
+		t.Errorf("expected arrivals to span about %s (slack %s), found %s", run, slack, span)
 	}
-	if half < run*3/10 || half > run*7/10 {
-		t.Errorf("expected the median arrival about %s in, found %s", run/2, half)
+	if half < run*3/10-slack || half > run*7/10+slack {
+		t.Errorf("expected the median arrival about %s in (slack %s), found %s", run/2, slack, half)
 	}
 }
 

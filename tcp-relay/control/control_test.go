@@ -333,3 +333,37 @@ func TestResetAfterCloseFails(t *testing.T) {
 	}
 	s.Close()
 }
+
+// The container backend creates the mesh of a relay container with every
+// relay on the container's interfaces and the client relays on ports it
+// published beforehand: host and client_ports travel through the API.
+func TestMeshHostAndClientPorts(t *testing.T) {
+	c, _ := startAPI(t)
+	ctx := context.Background()
+	nodes := map[string]mesh.Node{}
+	for _, n := range []string{"a", "b"} {
+		up := echoServer(t)
+		nodes[n] = mesh.Node{Peer: up, Client: up}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	in, err := c.CreateMesh(ctx, MeshConfig{Nodes: nodes, Host: "127.0.0.2", ClientPorts: map[string]int{"b": port}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("127.0.0.2:%d", port); in.Nodes["b"].ClientAddr != want {
+		t.Errorf("client relay of b: expected %s, found %s", want, in.Nodes["b"].ClientAddr)
+	}
+	if h, _, _ := net.SplitHostPort(in.Nodes["a"].Peers["b"]); h != "127.0.0.2" {
+		t.Errorf("peer relay a->b: expected host 127.0.0.2, found %s", in.Nodes["a"].Peers["b"])
+	}
+	if err := c.DeleteMesh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.CreateMesh(ctx, MeshConfig{Nodes: nodes, ClientPorts: map[string]int{"z": port}})
+	apiErr(t, err, 404, "")
+}

@@ -66,6 +66,13 @@ type FaultChange struct {
 // MeshConfig creates the mesh.
 type MeshConfig struct {
 	Nodes map[string]mesh.Node `json:"nodes" yaml:"nodes"`
+	// Host is the address the mesh's relays listen on (default 127.0.0.1);
+	// "0.0.0.0" when the relay runs in a container that other containers
+	// dial.
+	Host string `json:"host,omitempty" yaml:"host,omitempty"`
+	// ClientPorts fixes the port of each named node's client relay, so a
+	// container runtime can publish it before the mesh exists.
+	ClientPorts map[string]int `json:"client_ports,omitempty" yaml:"client_ports,omitempty"`
 }
 
 // MeshNode is one node of the mesh as seen through its relays.
@@ -269,7 +276,7 @@ func (s *Server) CreateMesh(cfg MeshConfig) (MeshInfo, error) {
 	if s.mesh != nil {
 		return MeshInfo{}, conflict("a mesh already exists (DELETE /mesh first)")
 	}
-	m, err := mesh.New(mesh.Config{Nodes: cfg.Nodes, Logger: s.log})
+	m, err := mesh.New(mesh.Config{Nodes: cfg.Nodes, Host: cfg.Host, ClientPorts: cfg.ClientPorts, Logger: s.log})
 	if err != nil {
 		if e := classify(err); e.Status != http.StatusInternalServerError {
 			return MeshInfo{}, e

@@ -23,7 +23,9 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -62,8 +64,12 @@ type Change struct {
 type Config struct {
 	Nodes map[string]Node
 	// Host is the address relays listen on, each on a free port; default 127.0.0.1.
-	Host   string
-	Logger *slog.Logger
+	Host string
+	// ClientPorts fixes the port of a node's client relay (absent: a free
+	// port). A container runtime publishes ports when it creates the
+	// relay's container, before the mesh exists, so it must know them.
+	ClientPorts map[string]int
+	Logger      *slog.Logger
 }
 
 type link struct{ from, to string }
@@ -97,13 +103,25 @@ func New(cfg Config) (*Mesh, error) {
 		cut:       make(map[link]bool),
 		installed: make(map[link]relay.Direction),
 	}
-	listen := cfg.Host + ":0"
+	for n, port := range cfg.ClientPorts {
+		if _, ok := cfg.Nodes[n]; !ok {
+			return nil, fmt.Errorf("mesh: client port for %q: %w (nodes %v)", n, ErrUnknownNode, m.nodes)
+		}
+		if port < 1 || port > 65535 {
+			return nil, fmt.Errorf("mesh: client port for %s: expected 1..65535, found %d", n, port)
+		}
+	}
+	listen := net.JoinHostPort(cfg.Host, "0")
 	for _, n := range m.nodes {
 		if err := relay.CheckName(n); err != nil || slices.Contains([]rune(n), ':') {
 			m.Close()
 			return nil, fmt.Errorf("mesh: node name %q: expected letters, digits and _-. only", n)
 		}
-		r, err := relay.Listen(relay.Config{Name: ClientRelayName(n), Listen: listen, Upstream: cfg.Nodes[n].Client, Logger: cfg.Logger})
+		clientListen := listen
+		if port, ok := cfg.ClientPorts[n]; ok {
+			clientListen = net.JoinHostPort(cfg.Host, strconv.Itoa(port))
+		}
+		r, err := relay.Listen(relay.Config{Name: ClientRelayName(n), Listen: clientListen, Upstream: cfg.Nodes[n].Client, Logger: cfg.Logger})
 		if err != nil {
 			m.Close()
 			return nil, fmt.Errorf("mesh: client relay for %s: %w", n, err)

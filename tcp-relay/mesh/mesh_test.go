@@ -338,3 +338,59 @@ func TestResetAfterCloseFails(t *testing.T) {
 		t.Errorf("expected no reset recorded after a failed Reset, found %v", h[before:])
 	}
 }
+
+// A container runtime publishes the client relays' ports when it creates
+// the relay's container, before the mesh exists: ClientPorts fixes them,
+// Host moves every relay off loopback, and a port that is out of range or
+// names no node is refused before anything listens.
+func TestClientPortsAndHost(t *testing.T) {
+	a, b := startNode(t), startNode(t)
+	free := func() int {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return l.Addr().(*net.TCPAddr).Port
+	}
+	nodes := map[string]Node{"a": {Peer: a.ln.Addr().String(), Client: a.ln.Addr().String()},
+		"b": {Peer: b.ln.Addr().String(), Client: b.ln.Addr().String()}}
+	port := free()
+	m, err := New(Config{Nodes: nodes, Host: "127.0.0.2", ClientPorts: map[string]int{"a": port}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	ca, _ := m.ClientAddr("a")
+	if want := fmt.Sprintf("127.0.0.2:%d", port); ca != want {
+		t.Errorf("client relay of a: expected %s, found %s", want, ca)
+	}
+	for _, addr := range []string{must(m.ClientAddr("b")), must(m.PeerAddr("a", "b"))} {
+		if h, _, _ := net.SplitHostPort(addr); h != "127.0.0.2" {
+			t.Errorf("relay %s: expected to listen on host 127.0.0.2", addr)
+		}
+	}
+	c, err := net.Dial("tcp", ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("fixed-port\n"))
+	if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || line != "fixed-port\n" {
+		t.Errorf("expected the echo through the fixed-port relay, found %q, %v", line, err)
+	}
+	c.Close()
+
+	for _, bad := range []map[string]int{{"z": port}, {"a": 0}, {"a": 70000}} {
+		if m, err := New(Config{Nodes: nodes, ClientPorts: bad}); err == nil {
+			m.Close()
+			t.Errorf("client ports %v: expected an error", bad)
+		}
+	}
+}
+
+func must(s string, err error) string {
+	if err != nil {
+		panic(err)
+	}
+	return s
+}

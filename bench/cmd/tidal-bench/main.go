@@ -8,6 +8,7 @@
 //
 //	go run ./bench/cmd/tidal-bench            # from the repository root
 //	go run ./bench/cmd/tidal-bench -quick     # shorter stages, fewer benchmark runs
+//	./ci/bench -side-by-side                  # tidal vs etcd, tcp-relay vs direct vs Toxiproxy
 //
 // Every node is its own process with its own data directory and log file
 // in a temporary directory, stopped by pid (SIGTERM, then SIGKILL) when a
@@ -72,6 +73,8 @@ type options struct {
 	lagRun      time.Duration
 	keep        bool
 	render      string
+	sideBySide  bool
+	sbs         sbsOptions
 }
 
 func main() {
@@ -88,16 +91,34 @@ func main() {
 	flag.DurationVar(&o.lagRun, "lag-run", 30*time.Second, "length of the run at 80% of the knee that samples follower lag")
 	flag.BoolVar(&o.keep, "keep", false, "keep the working directory (binaries, node logs, tidal-stress JSON)")
 	flag.StringVar(&o.render, "render", "", "measure nothing: rewrite the Markdown summary of this results file (against the results before it)")
+	flag.BoolVar(&o.sideBySide, "side-by-side", false, "instead: tidal-server against etcd and tcp-relay against direct and Toxiproxy, in alternating rounds (see bench/README.md)")
+	flag.IntVar(&o.sbs.rounds, "rounds", 3, "-side-by-side: rounds of each system, alternating")
+	flag.StringVar(&o.sbs.clients, "sbs-clients", "1,16,64,256", "-side-by-side: closed-loop client counts")
+	flag.DurationVar(&o.sbs.warmup, "sbs-warmup", 2*time.Second, "-side-by-side: warm-up of each store run (not counted)")
+	flag.DurationVar(&o.sbs.duration, "sbs-duration", 8*time.Second, "-side-by-side: measured window of each store run")
+	flag.DurationVar(&o.sbs.opTimeout, "sbs-timeout", 5*time.Second, "-side-by-side: bound on each write; a write past it is an error")
+	flag.IntVar(&o.sbs.etcdConns, "etcd-conns", 1, "-side-by-side: gRPC connections etcd's workers share (0: one per worker)")
+	flag.IntVar(&o.sbs.batchClients, "batch-clients", 16, "-side-by-side: clients of tidal's batched run (0: none)")
+	flag.IntVar(&o.sbs.batchSize, "batch-size", 100, "-side-by-side: events per request of tidal's batched run")
+	flag.DurationVar(&o.sbs.relayDuration, "relay-duration", 2*time.Second, "-side-by-side: time of each relay measurement")
+	flag.StringVar(&o.sbs.etcd, "etcd", "etcd", "-side-by-side: etcd server binary")
+	flag.StringVar(&o.sbs.toxiproxy, "toxiproxy", "", "-side-by-side: Toxiproxy server binary (ci/bench builds it)")
+	flag.BoolVar(&o.sbs.skipStores, "skip-stores", false, "-side-by-side: skip etcd vs tidal")
+	flag.BoolVar(&o.sbs.skipRelay, "skip-relay", false, "-side-by-side: skip the relay comparison")
 	flag.Parse()
 	if o.quick {
 		o.microCount, o.benchtime = 2, "100ms"
 		o.coarseStage, o.fineStage, o.lagRun = time.Second, 2*time.Second, 5*time.Second
+		o.sbs.rounds, o.sbs.warmup, o.sbs.duration, o.sbs.relayDuration = 1, 500*time.Millisecond, 2*time.Second, 500*time.Millisecond
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	run := run
-	if o.render != "" {
+	switch {
+	case o.render != "":
 		run = render
+	case o.sideBySide:
+		run = runSideBySide
 	}
 	if err := run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "tidal-bench:", err)
@@ -195,6 +216,9 @@ func render(ctx context.Context, o options) error {
 	data, err := os.ReadFile(o.render)
 	if err != nil {
 		return err
+	}
+	if isSideBySide(data) {
+		return renderSideBySide(o.render, data)
 	}
 	var r results
 	if err := json.Unmarshal(data, &r); err != nil {
@@ -415,7 +439,7 @@ func previousResults(dir, stem string, before time.Time) (*results, string) {
 			continue
 		}
 		data, err := os.ReadFile(p)
-		if err != nil {
+		if err != nil || isSideBySide(data) {
 			continue
 		}
 		var r results
@@ -427,6 +451,14 @@ func previousResults(dir, stem string, before time.Time) (*results, string) {
 		}
 	}
 	return best, bestPath
+}
+
+// isSideBySide tells a side-by-side results file from a cluster one.
+func isSideBySide(data []byte) bool {
+	var k struct {
+		Kind string `json:"kind"`
+	}
+	return json.Unmarshal(data, &k) == nil && k.Kind == sideBySideKind
 }
 
 var errNoKnee = errors.New("no stage met the SLO")

@@ -106,7 +106,10 @@ func newRunCommand() *cobra.Command {
   tidal-chaos run --server-bin bin/tidal-server --nodes 5 --rate 200 --nemesis all
 
   # no faults: a baseline of the workload alone, keeping every earlier run
-  tidal-chaos run --nemesis none --duration 10s --keep-runs 0`,
+  tidal-chaos run --nemesis none --duration 10s --keep-runs 0
+
+  # the same in plaintext without authentication, to compare with the secured default
+  tidal-chaos run --nemesis none --duration 10s --insecure`,
 		Args: cobra.NoArgs,
 		// Flags are checked before anything starts, so a typo costs no
 		// cluster start-up (and --help's examples are checked by the same
@@ -164,12 +167,14 @@ func newRunCommand() *cobra.Command {
 	f.Int64Var(&cfg.Seed, "seed", 0, "seed for the schedule and the workload (0: from the clock; printed and stored)")
 	f.StringVar(&cfg.Store, "store", "store", "run store root")
 	f.StringVar(&cfg.ServerBin, "server-bin", "bin/tidal-server", "tidal-server binary")
-	f.StringVar(&cfg.RelayBinary, "relay-bin", "", "tcp-relay binary: run the relay mesh as that standalone process, driven over its control API (empty: in-process relays)")
+	f.StringVar(&cfg.RelayBinary, "relay-bin", "", "tcp-relay binary: run the relay mesh as that standalone process, driven over its control API (empty: in-process relays); with --backend docker, the binary of the relay container (default: beside --server-bin)")
+	f.StringVar(&cfg.Backend, "backend", "process", "what runs the nodes: process (tidal-server processes) or docker (containers of an image built FROM scratch around --server-bin, on a network of the run's own)")
 	f.StringSliceVar(&cfg.ServerFlags, "server-flag", nil, "extra tidal-server flag, repeatable (e.g. --server-flag=--snapshot-every=2000)")
 	f.DurationVar(&lagP99, "slo-lag-p99", 2*time.Second, "lag SLO: follower p99 lag outside fault windows")
 	f.DurationVar(&lagCatchUp, "slo-catch-up", 10*time.Second, "lag SLO: catch-up time after each heal")
 	f.DurationVar(&linTimeout, "linearizable-timeout", time.Minute, "give up on the linearizability search after this long (verdict unknown)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log harness steps (cluster, nemesis) to stderr")
+	f.BoolVar(&cfg.Insecure, "insecure", false, "run the cluster in plaintext without authentication, to compare (default: TLS with HTTP/2, client certificates and tokens made for the run, in <run>/certs)")
 	addKeepRunsFlag(cmd, &keepRuns)
 	return cmd
 }

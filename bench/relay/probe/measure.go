@@ -1,0 +1,172 @@
+package probe
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"slices"
+	"time"
+)
+
+// Measurement is what one client run measured against one address pair
+// (echo, sink): direct, or through a relay.
+type Measurement struct {
+	Target string `json:"target"` // direct, tcp-relay, toxiproxy
+	// 1-byte ping-pong on one connection, warm-up (the first tenth)
+	// dropped; microseconds.
+	RTTSamples int     `json:"rtt_samples"`
+	RTTP50us   float64 `json:"rtt_p50_us"`
+	RTTP99us   float64 `json:"rtt_p99_us"`
+	RTTP999us  float64 `json:"rtt_p999_us"`
+	// Bulk: one connection, 256 KiB writes, 16 MiB transfers each
+	// acknowledged by the sink; MB/s of bytes the sink confirmed.
+	BulkMBps float64 `json:"bulk_mb_per_s"`
+	// Connections: dial, 1-byte echo, close, one after the other.
+	ConnsPerSec float64 `json:"conns_per_s"`
+	ConnErrors  int     `json:"conn_errors"`
+	ConnError   string  `json:"conn_error,omitempty"` // the first one
+}
+
+// Measure runs the three measurements one after the other, d each (at
+// least a minimum of rounds each), against an echo and a sink server,
+// direct or through a relay; target names what is measured.
+func Measure(target, echoAddr, sinkAddr string, d time.Duration) (Measurement, error) {
+	m := Measurement{Target: target}
+	lat, err := pingPong(echoAddr, d)
+	if err != nil {
+		return m, fmt.Errorf("%s: ping-pong via %s: %w", target, echoAddr, err)
+	}
+	m.RTTSamples = len(lat)
+	m.RTTP50us, m.RTTP99us, m.RTTP999us = micros(quantile(lat, 0.50)), micros(quantile(lat, 0.99)), micros(quantile(lat, 0.999))
+	if m.BulkMBps, err = bulk(sinkAddr, d); err != nil {
+		return m, fmt.Errorf("%s: bulk via %s: %w", target, sinkAddr, err)
+	}
+	var first error
+	m.ConnsPerSec, m.ConnErrors, first = connRate(echoAddr, d)
+	if first != nil {
+		m.ConnError = first.Error()
+	}
+	if m.ConnsPerSec == 0 {
+		return m, fmt.Errorf("%s: no connection via %s completed an echo: %v", target, echoAddr, first)
+	}
+	return m, nil
+}
+
+// MinRounds is the least each measurement does however short d is, so
+// that a stalled machine yields a poor figure rather than none.
+const MinRounds = 10
+
+// pingPong sends one byte and waits for its echo, over and over, on one
+// connection for d (and at least MinRounds times), and returns the round
+// trips after the first tenth.
+func pingPong(addr string, d time.Duration) ([]time.Duration, error) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	one := []byte{1}
+	var lat []time.Duration
+	for start := time.Now(); len(lat) < MinRounds || time.Since(start) < d; {
+		t := time.Now()
+		if _, err := c.Write(one); err != nil {
+			return nil, err
+		}
+		if _, err := io.ReadFull(c, one); err != nil {
+			return nil, err
+		}
+		lat = append(lat, time.Since(t))
+	}
+	return lat[len(lat)/10:], nil
+}
+
+// transferSize is one acknowledged bulk transfer: large enough that the
+// acknowledging round trip is noise (16 MiB at 1 GB/s is 16 ms against a
+// round trip of tens of µs).
+const transferSize = 16 << 20
+
+// bulk streams transfers to the sink for about d (at least one) after one
+// warm-up transfer, and returns MB/s of the bytes the sink acknowledged.
+func bulk(addr string, d time.Duration) (float64, error) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	buf := make([]byte, 256<<10)
+	transfer := func() error {
+		var hdr [8]byte
+		binary.BigEndian.PutUint64(hdr[:], transferSize)
+		if _, err := c.Write(hdr[:]); err != nil {
+			return err
+		}
+		for left := transferSize; left > 0; left -= len(buf) {
+			if _, err := c.Write(buf[:min(len(buf), left)]); err != nil {
+				return err
+			}
+		}
+		var ack [1]byte
+		_, err := io.ReadFull(c, ack[:])
+		return err
+	}
+	if err := transfer(); err != nil {
+		return 0, err
+	}
+	var bytes int64
+	start := time.Now()
+	for bytes == 0 || time.Since(start) < d {
+		if err := transfer(); err != nil {
+			return 0, err
+		}
+		bytes += transferSize
+	}
+	return float64(bytes) / time.Since(start).Seconds() / 1e6, nil
+}
+
+// connRate opens a connection, echoes one byte and closes it, over and
+// over for d (at least MinRounds times), and returns completed connections
+// per second, how many failed and the first failure.
+func connRate(addr string, d time.Duration) (perSec float64, failed int, first error) {
+	n := 0
+	one := []byte{1}
+	start := time.Now()
+	for n+failed < MinRounds || time.Since(start) < d {
+		err := func() error {
+			c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := c.Write(one); err != nil {
+				return err
+			}
+			_, err = io.ReadFull(c, one)
+			return err
+		}()
+		if err != nil {
+			failed++
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		n++
+	}
+	return float64(n) / time.Since(start).Seconds(), failed, first
+}
+
+// quantile is the q-quantile (0..1) of ds by the nearest-rank rule.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	rank := int(math.Ceil(q * float64(len(s))))
+	return s[min(max(rank-1, 0), len(s)-1)]
+}
+
+func micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }

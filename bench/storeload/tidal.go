@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tidaldb/tidal/bench/closedloop"
+	"github.com/tidaldb/tidal/tidal-server/client"
+)
+
+// tidalTarget writes POST /v1/signals to the tidal leader through
+// tidal-server/client, without retries (a failed write is an error, not a
+// slower success). The client keeps one keep-alive connection per worker.
+type tidalTarget struct {
+	endpoints []string
+	timeout   time.Duration
+	batch     int
+	events    *events
+	c         *client.Client
+	workers   int
+}
+
+// leader asks every node for its status: the leader is the node whose own
+// id is the leader id it reports.
+func (t *tidalTarget) leader(ctx context.Context) (string, error) {
+	var errs []error
+	for _, ep := range t.endpoints {
+		c := client.New(ep, client.WithRetries(0), client.WithTimeout(t.timeout))
+		st, err := c.Status(ctx)
+		c.CloseIdleConnections()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", ep, err))
+			continue
+		}
+		if st.Leader != 0 && st.Node == st.Leader {
+			return ep, nil
+		}
+	}
+	return "", fmt.Errorf("expected one of the tidal nodes %v to report itself leader, found none: %w", t.endpoints, errors.Join(errs...))
+}
+
+func (t *tidalTarget) connect(ctx context.Context, leader string, workers int) (func(int) closedloop.Op, error) {
+	t.workers = workers
+	t.c = client.New(leader, client.WithRetries(0), client.WithTimeout(t.timeout))
+	return func(worker int) closedloop.Op {
+		r := t.events.rng(worker)
+		batch := make([]client.Event, t.batch)
+		return func(ctx context.Context, seq uint64) (int, error) {
+			for i := range batch {
+				batch[i] = t.events.event(worker, seq, i, t.events.entity(r))
+			}
+			if _, err := t.c.WriteSignals(ctx, batch); err != nil {
+				return 0, err
+			}
+			return len(batch), nil
+		}
+	}, nil
+}
+
+// connections is the number of workers: HTTP/1.1 has one request in
+// flight per connection, and the client keeps them alive.
+func (t *tidalTarget) connections() int { return t.workers }
+
+func (t *tidalTarget) close() {
+	if t.c != nil {
+		t.c.CloseIdleConnections()
+	}
+}
