@@ -260,8 +260,7 @@ underscores (client_addr, data_dir, ...).
 	f.IntVar(&cfg.HTTP2MaxStreams, "http2-max-streams", server.DefaultHTTP2MaxStreams, "HTTP/2: concurrent requests per connection")
 	// Per-request bounds of the client API (docs/ARCHITECTURE.md, API details).
 	f.Int64Var(&cfg.MaxInflightBytes, "max-inflight-bytes", 64<<20, "request body bytes held at once; a body that does not fit gets 503 + Retry-After before it is read")
-	f.DurationVar(&cfg.BodyReadTimeout, "body-read-timeout", 30*time.Second, "time to receive one request body; slower gets 408 and the connection closed")
-	f.Int64Var(&cfg.MinBodyRate, "min-body-rate", 64<<10, "bytes/s a request body must average after a 5s grace; slower gets 408 (negative: no minimum)")
+	f.Int64Var(&cfg.MinBodyRate, "min-body-rate", 64<<10, "bytes/s a request body must average after a 5s grace (and arrive within --http-read-timeout); slower gets 408 (negative: no minimum)")
 	f.DurationVar(&cfg.MaxWriteWait, "max-write-wait", 0, "shed a write (503 + Retry-After) expected to wait longer for commit (0: half of --write-timeout)")
 	f.DurationVar(&cfg.MaxClockSkew, "max-clock-skew", time.Minute, "refuse (400, events[i].ts) an event whose ts is further ahead of this node's clock")
 	f.DurationVar(&cfg.TestClockOffset, "test-clock-offset", 0, "TEST ONLY: shift this node's clock (stamping, skew check, clock probes) to simulate skew")
@@ -392,8 +391,6 @@ func mergeConfig(file, flags server.Config, set *pflag.FlagSet) server.Config {
 			out.HTTP2MaxStreams = flags.HTTP2MaxStreams
 		case "max-inflight-bytes":
 			out.MaxInflightBytes = flags.MaxInflightBytes
-		case "body-read-timeout":
-			out.BodyReadTimeout = flags.BodyReadTimeout
 		case "min-body-rate":
 			out.MinBodyRate = flags.MinBodyRate
 		case "max-write-wait":

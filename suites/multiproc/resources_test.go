@@ -273,7 +273,7 @@ var _ = Describe("bounded resources", func() {
 	// out.
 	It("cuts trickled and slow bodies at their deadline and keeps the node's memory bounded", func(ctx SpecContext) {
 		const bodyTimeout = 10 * time.Second
-		n := startSingleNode("slow-bodies", "--body-read-timeout="+bodyTimeout.String())
+		n := startSingleNode("slow-bodies", "--http-read-timeout="+bodyTimeout.String())
 		base, err := rssBytes(n.proc.PID())
 		Expect(err).NotTo(HaveOccurred())
 		stopRSS := watchRSS(n.proc.PID())

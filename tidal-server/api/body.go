@@ -53,7 +53,7 @@ func (e *errBodyTooSlow) Error() string {
 		return fmt.Sprintf("request body too slow: %d%s bytes in %v, below the minimum of %d bytes/s after %v (--min-body-rate)",
 			e.got, of, e.elapsed.Round(time.Millisecond), e.opts.MinBodyRate, e.opts.BodyRateGrace)
 	}
-	return fmt.Sprintf("request body not complete within %v (--body-read-timeout): %d%s bytes arrived",
+	return fmt.Sprintf("request body not complete within %v (--http-read-timeout): %d%s bytes arrived",
 		e.opts.BodyReadTimeout, e.got, of)
 }
 

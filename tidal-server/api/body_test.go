@@ -280,8 +280,8 @@ func TestBodyDeadlineCutsAFastStartThatStalls(t *testing.T) {
 		t.Fatalf("a body stalled after 512 KiB got no answer within %v (body deadline 500ms): %v", answerWait, err)
 	}
 	code, field, msg := errorCodeOf(t, body)
-	if resp.StatusCode != http.StatusRequestTimeout || code != CodeBodyTimeout || field != "body" || !strings.Contains(msg, "--body-read-timeout") {
-		t.Fatalf("answered %d %s, want 408 request_timeout on body naming --body-read-timeout", resp.StatusCode, body)
+	if resp.StatusCode != http.StatusRequestTimeout || code != CodeBodyTimeout || field != "body" || !strings.Contains(msg, "--http-read-timeout") {
+		t.Fatalf("answered %d %s, want 408 request_timeout on body naming --http-read-timeout", resp.StatusCode, body)
 	}
 	if got := metricValue(t, e, `tidal_http_body_cut_total{reason="deadline"}`); got != 1 {
 		t.Errorf(`tidal_http_body_cut_total{reason="deadline"} = %v, want 1`, got)

@@ -40,7 +40,8 @@ type Options struct {
 	// before they are read (admission.go); default 64 MiB, raised to
 	// MaxBodyBytes if below it. A body that does not fit gets 503.
 	MaxInflightBytes int64
-	// BodyReadTimeout bounds the time to receive one body; default 30s.
+	// BodyReadTimeout bounds the time to receive one body; default 30s
+	// (the server passes --http-read-timeout).
 	BodyReadTimeout time.Duration
 	// MinBodyRate is the least average rate, in bytes a second, a body
 	// must keep once BodyRateGrace has passed; default 64 KiB/s,
@@ -854,7 +855,7 @@ func newHTTPMetrics(reg prometheus.Registerer, buckets []float64, writes *writeQ
 			Name: "tidal_http_shed_total", Help: "Requests refused by admission (503 + Retry-After), by rule: inflight_writes, expected_wait, inflight_bytes, clock.",
 		}, []string{"reason"}),
 		bodyCut: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tidal_http_body_cut_total", Help: "Request bodies cut with 408: deadline (--body-read-timeout) or rate (--min-body-rate).",
+			Name: "tidal_http_body_cut_total", Help: "Request bodies cut with 408: deadline (--http-read-timeout) or rate (--min-body-rate).",
 		}, []string{"reason"}),
 		inflightBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tidal_http_inflight_bytes", Help: "Request body bytes charged to the in-flight budget (--max-inflight-bytes).",

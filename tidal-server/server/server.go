@@ -70,8 +70,9 @@ type Config struct {
 	IDsPerGeneration  int           `yaml:"ids_per_generation"`
 
 	// Per-request bounds of the client API (api.Options has the rules).
+	// A body must arrive within HTTPReadTimeout (the API enforces it per
+	// request, with the minimum rate).
 	MaxInflightBytes int64         `yaml:"max_inflight_bytes"`
-	BodyReadTimeout  time.Duration `yaml:"body_read_timeout"`
 	MinBodyRate      int64         `yaml:"min_body_rate"`
 	MaxWriteWait     time.Duration `yaml:"max_write_wait"`
 	MaxClockSkew     time.Duration `yaml:"max_clock_skew"`
@@ -363,7 +364,7 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 	handler := api.New(s.node, api.Options{
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxBatch: cfg.MaxBatch, MaxInflightWrites: cfg.MaxInflightWrites,
 		WriteTimeout: cfg.WriteTimeout, Logger: log.With("component", "api"), Registry: reg,
-		MaxInflightBytes: cfg.MaxInflightBytes, BodyReadTimeout: cfg.BodyReadTimeout, MinBodyRate: cfg.MinBodyRate,
+		MaxInflightBytes: cfg.MaxInflightBytes, BodyReadTimeout: cfg.HTTPReadTimeout, MinBodyRate: cfg.MinBodyRate,
 		MaxWriteWait: cfg.MaxWriteWait, MaxClockSkew: cfg.MaxClockSkew, ClockOffset: cfg.TestClockOffset,
 		ClockHealthy: cfg.ClockHealthy,
 	})
