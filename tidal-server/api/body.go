@@ -68,6 +68,8 @@ type bodyReader struct {
 
 	deadlines bool      // the connection takes read deadlines
 	set       time.Time // the deadline last set; zero = none
+	// unsupported is told once that the connection took no deadline.
+	unsupported func(error)
 }
 
 // deadline is when the body must next make progress, and whether the
@@ -95,9 +97,13 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	}
 	if b.deadlines && !d.Equal(b.set) {
 		if err := b.rc.SetReadDeadline(d); err != nil {
-			// Not a connection (httptest's recorder): the bounds are
-			// checked between reads only.
+			// Not a connection (httptest's recorder, or a wrapper without
+			// Unwrap): the bounds are checked between reads only, and a
+			// body that stalls is not cut.
 			b.deadlines = false
+			if b.unsupported != nil {
+				b.unsupported(err)
+			}
 		} else {
 			b.set = d
 		}
@@ -116,6 +122,15 @@ func (b *bodyReader) finish() {
 	if b.deadlines && !b.set.IsZero() {
 		b.rc.SetReadDeadline(time.Time{})
 	}
+}
+
+// warnNoDeadlines logs, once per handler, that request bodies cannot be
+// given read deadlines: stalled bodies are then bounded only by the
+// server's own timeouts.
+func (h *handler) warnNoDeadlines(err error) {
+	h.noDeadlines.Do(func() {
+		h.opts.Logger.Warn("request bodies get no read deadline: the response writer does not support it; a stalled body is cut only by the server's own timeouts", "err", err)
+	})
 }
 
 // refuseUnread prepares a refusal answered before the body was read: a
@@ -166,7 +181,7 @@ func (h *handler) readJSONBody(w http.ResponseWriter, r *http.Request) (body []b
 		h.metrics.inflightBytes.Sub(float64(charged))
 	}
 	br := &bodyReader{body: r.Body, rc: http.NewResponseController(w), opts: &h.opts, start: time.Now(),
-		declared: r.ContentLength, deadlines: true}
+		declared: r.ContentLength, deadlines: true, unsupported: h.warnNoDeadlines}
 	// A body that failed is not read further: on HTTP/1.1 the connection
 	// closes after the answer (net/http would otherwise try to discard
 	// the rest), on HTTP/2 the stream ends. Its deadline stays set.

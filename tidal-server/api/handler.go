@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -133,6 +134,8 @@ type handler struct {
 	writes  *writeQueue
 	bytes   *byteBudget
 	metrics *httpMetrics
+	// noDeadlines makes the warning that bodies get no read deadline once.
+	noDeadlines sync.Once
 	// vectorCheck validates request vectors against the schema's
 	// dimension. It is never written: the vectors package validates
 	// through a Store, and one made per request would allocate a store
