@@ -47,6 +47,9 @@ type Config struct {
 	Nodes, Slots int
 	// ServerFlags are extra flags for every node.
 	ServerFlags []string
+	// Insecure runs the cluster in plaintext (local-cluster.sh
+	// --insecure); by default it is secured, as production runs.
+	Insecure bool
 	// Scenario is injected before the first block; zero for none.
 	Scenario Scenario
 	// Workload defaults to a light open-loop ledger load (40 writes/s,
@@ -74,6 +77,7 @@ type storedConfig struct {
 	Nodes       int             `json:"nodes"`
 	Slots       int             `json:"slots"`
 	ServerFlags []string        `json:"server_flags"`
+	Secured     bool            `json:"secured"`
 	Workload    workload.Config `json:"workload"`
 	SLO         checker.SLO     `json:"slo"`
 }
@@ -194,12 +198,12 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	}
 	o := &Outcome{Run: run, Manual: cfg.Page.Manual()}
 	if err := run.WriteConfig(storedConfig{Page: cfg.Page.Path, Title: cfg.Page.Title, Budget: cfg.Page.Budget.String(),
-		Scenario: cfg.Scenario.Name, Nodes: cfg.Nodes, Slots: cfg.Slots, ServerFlags: cfg.ServerFlags, Workload: cfg.Workload, SLO: cfg.SLO}); err != nil {
+		Scenario: cfg.Scenario.Name, Nodes: cfg.Nodes, Slots: cfg.Slots, ServerFlags: cfg.ServerFlags, Secured: !cfg.Insecure, Workload: cfg.Workload, SLO: cfg.SLO}); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(out, "runbook %s (%s): %d nodes, budget %s, scenario %q\n  store %s\n", cfg.Page.Name, cfg.Page.Title, cfg.Nodes, cfg.Page.Budget, cfg.Scenario.Name, run.Dir())
 
-	lc, err := NewLocalCluster(ctx, LocalConfig{Script: cfg.Script, Dir: run.NodesDir(), Bin: cfg.Bin, Nodes: cfg.Nodes, Slots: cfg.Slots, Flags: cfg.ServerFlags})
+	lc, err := NewLocalCluster(ctx, LocalConfig{Script: cfg.Script, Dir: run.NodesDir(), Bin: cfg.Bin, Nodes: cfg.Nodes, Slots: cfg.Slots, Flags: cfg.ServerFlags, Insecure: cfg.Insecure})
 	if err != nil {
 		return nil, err
 	}
@@ -404,7 +408,7 @@ func quiesce(ctx context.Context, lc *LocalCluster, obs *observer, limit time.Du
 			return false
 		}
 		ls, _ := lc.Slot(leader)
-		st, err := statusOf(ctx, ls)
+		st, err := statusOf(ctx, lc, ls)
 		if err != nil || st.Leader != st.Node {
 			last = fmt.Sprintf("%s does not answer as leader (%v)", leader, err)
 			return false
@@ -412,7 +416,7 @@ func quiesce(ctx context.Context, lc *LocalCluster, obs *observer, limit time.Du
 		var behind []string
 		for name := range members {
 			s, _ := lc.Slot(name)
-			ms, err := statusOf(ctx, s)
+			ms, err := statusOf(ctx, lc, s)
 			if err != nil || ms.Applied < st.Commit {
 				applied := "no answer"
 				if err == nil {
@@ -444,10 +448,12 @@ func deadMember(lc *LocalCluster, obs *observer) string {
 	return ""
 }
 
-func statusOf(ctx context.Context, s Slot) (*client.Status, error) {
+func statusOf(ctx context.Context, lc *LocalCluster, s Slot) (*client.Status, error) {
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	return client.New(s.ClientAddr, client.WithRetries(0), client.WithTimeout(2*time.Second)).Status(sctx)
+	c := lc.AdminClient(s, client.WithRetries(0), client.WithTimeout(2*time.Second))
+	defer c.CloseIdleConnections()
+	return c.Status(sctx)
 }
 
 // evidence is the nodes checker's evidence plus what the runbook run
@@ -502,7 +508,7 @@ func nodeEvidence(ctx context.Context, lc *LocalCluster, obs *observer, start ti
 			f.State = "running"
 			deadline := time.Now().Add(serveWait)
 			for {
-				_, err := statusOf(ctx, s)
+				_, err := statusOf(ctx, lc, s)
 				if err == nil {
 					f.Serving, f.Error = true, ""
 					break
@@ -543,16 +549,17 @@ func logsPanic(logs []checker.LogTail) bool {
 func collect(ctx context.Context, lc *LocalCluster, run *report.Run, members map[string]uint64, ev *evidence, out io.Writer) map[string]checker.DigestSample {
 	digests := map[string]checker.DigestSample{}
 	ev.AuditErrors, ev.DigestErrors = map[string]string{}, map[string]string{}
-	hc := &http.Client{Timeout: time.Minute}
 	for name := range members {
 		s, _ := lc.Slot(name)
+		hc := lc.HTTPClient(s, time.Minute)
+		defer hc.CloseIdleConnections()
 		if !lc.Alive(s) {
 			why := "its process is not running"
 			ev.AuditErrors[name], ev.DigestErrors[name] = why, why
 			continue
 		}
 		if err := retry(ctx, func() error {
-			return fetch(ctx, hc, "http://"+s.ClientAddr+"/v1/audit/events", func(r io.Reader) error { return run.WriteAudit(name, r) })
+			return fetch(ctx, hc, lc.URL(s)+"/v1/audit/events", func(r io.Reader) error { return run.WriteAudit(name, r) })
 		}); err != nil {
 			ev.AuditErrors[name] = err.Error()
 			fmt.Fprintf(out, "  warning: audit of %s: %v\n", name, err)
@@ -560,7 +567,9 @@ func collect(ctx context.Context, lc *LocalCluster, run *report.Run, members map
 		if err := retry(ctx, func() error {
 			dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
-			d, err := client.New(s.ClientAddr, client.WithRetries(0)).Digest(dctx)
+			dc := lc.AdminClient(s, client.WithRetries(0))
+			defer dc.CloseIdleConnections()
+			d, err := dc.Digest(dctx)
 			if err == nil {
 				digests[name] = checker.DigestSample{AppliedIndex: d.AppliedIndex, Digest: d.Digest}
 			}
@@ -568,7 +577,7 @@ func collect(ctx context.Context, lc *LocalCluster, run *report.Run, members map
 		}); err != nil {
 			ev.DigestErrors[name] = fmt.Sprintf("GET /v1/audit/digest: %v", err)
 		}
-		fetch(ctx, hc, "http://"+s.ClientAddr+"/metrics", func(r io.Reader) error {
+		fetch(ctx, hc, lc.URL(s)+"/metrics", func(r io.Reader) error {
 			f, err := os.Create(filepath.Join(s.Dir, "metrics.txt"))
 			if err != nil {
 				return err

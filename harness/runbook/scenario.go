@@ -143,7 +143,8 @@ var StallFollower = Scenario{Name: "stall-follower", Inject: func(ctx context.Co
 	if err := c.Pause(s); err != nil {
 		return "", err
 	}
-	lc := client.New(ls.ClientAddr, client.WithRetries(0), client.WithTimeout(2*time.Second))
+	lc := c.AdminClient(ls, client.WithRetries(0), client.WithTimeout(2*time.Second))
+	defer lc.CloseIdleConnections()
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	var lag uint64
