@@ -360,14 +360,17 @@ func (c *LocalCluster) Close() error {
 type NodeExit struct {
 	checker.ProcessExit
 	ID uint64
+	// Caused: a fault the harness injected was to end this process with
+	// exactly this exit status (FillFollowerDisk: the fence, status 4).
+	Caused bool
 }
 
 // Exits reads every recorded exit of every slot's processes, on the
 // history clock of start. An exit is asked for when a stop or kill of the
-// same pid was recorded before it (tidal_stop, Kill), or when a fault the
-// harness injected was to end it with a given status ("expect-exit PID
-// TIME status=N", FillFollowerDisk) and it exited with exactly that
-// status: any other exit of that process is still a crash.
+// same pid was recorded before it (tidal_stop, Kill). It is caused when a
+// fault the harness injected was to end the process with a given status
+// ("expect-exit PID TIME status=N", FillFollowerDisk) and it exited with
+// exactly that status: any other exit of that process is judged as usual.
 func (c *LocalCluster) Exits(start time.Time) ([]NodeExit, error) {
 	var out []NodeExit
 	for _, s := range c.slots {
@@ -412,8 +415,8 @@ func (c *LocalCluster) Exits(start time.Time) ([]NodeExit, error) {
 					code, _ = strconv.Atoi(strings.TrimPrefix(fields[3], "status="))
 				}
 				want, faulted := expected[pid]
-				e := NodeExit{ID: ids[pid], ProcessExit: checker.ProcessExit{Node: s.Name, PID: pid,
-					Time: at - start.UnixNano(), Requested: requested[pid] || faulted && code == want, Status: bashStatus(code)}}
+				e := NodeExit{ID: ids[pid], Caused: faulted && code == want, ProcessExit: checker.ProcessExit{Node: s.Name, PID: pid,
+					Time: at - start.UnixNano(), Requested: requested[pid], Status: bashStatus(code)}}
 				if starts > 0 && starts <= len(logs) {
 					e.Logs = []checker.LogTail{{Path: filepath.Join(s.Dir, "stdout.log"), Lines: logs[starts-1]}}
 				}
@@ -475,8 +478,9 @@ const logTail = 30
 // Reap kills the node processes that runs under a store root left behind
 // when the process running them was killed before its cleanup: every
 // <root>/<test>/<run>/nodes/n<i>/pid whose pid is still that slot's
-// tidal-server, in a run whose owner (owner.json) is no longer running. It
-// returns what it killed.
+// tidal-server, in a run whose owner (owner.json) is no longer running;
+// then it unmounts the dead FUSE mounts under root. It returns what it
+// killed and unmounted.
 func Reap(root string) ([]string, error) {
 	pidFiles, err := filepath.Glob(filepath.Join(root, "*", "*", "nodes", "n*", "pid"))
 	if err != nil {
@@ -502,7 +506,32 @@ func Reap(root string) ([]string, error) {
 		syscall.Kill(pid, syscall.SIGKILL)
 		killed = append(killed, fmt.Sprintf("%s (pid %d)", dir, pid))
 	}
-	return killed, nil
+	return append(killed, reapMounts(root)...), nil
+}
+
+// reapMounts takes down the FUSE mounts under root whose server is gone
+// (a run killed while a scenario's faultfs served a node's data
+// directory): they fail every access with ENOTCONN until unmounted.
+func reapMounts(root string) []string {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	root = filepath.Clean(root) + string(filepath.Separator)
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 5 || !strings.HasPrefix(fields[4]+string(filepath.Separator), root) {
+			continue
+		}
+		mp := strings.ReplaceAll(fields[4], `\040`, " ")
+		if _, err := os.Stat(mp); errors.Is(err, syscall.ENOTCONN) {
+			if syscall.Unmount(mp, syscall.MNT_DETACH) == nil {
+				out = append(out, mp+" (dead FUSE mount)")
+			}
+		}
+	}
+	return out
 }
 
 // ownerRunning reports whether the process that made the run in dir still

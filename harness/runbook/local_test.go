@@ -1,11 +1,15 @@
 package runbook
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
+	osexec "os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -347,8 +351,8 @@ func TestExitsExpectedByAFault(t *testing.T) {
 	c := newFakeCluster(t)
 	s := c.Slots()[0]
 	for _, tc := range []struct {
-		expect    int
-		requested bool
+		expect int
+		caused bool
 	}{{2, true}, {4, false}} {
 		failOn := filepath.Join(s.Dir, "fail-now")
 		exec1(t, c, "tidal_start 1 --id 1 --fail-on="+failOn+"\n")
@@ -377,8 +381,61 @@ func TestExitsExpectedByAFault(t *testing.T) {
 				}
 			}
 		}
-		if exit.Status.Code != 2 || exit.Requested != tc.requested {
-			t.Errorf("exit status 2 of a process expected to exit with %d: %+v; expected requested=%v", tc.expect, exit, tc.requested)
+		if exit.Status.Code != 2 || exit.Caused != tc.caused || exit.Requested {
+			t.Errorf("exit status 2 of a process expected to exit with %d: %+v; expected caused=%v, not requested", tc.expect, exit, tc.caused)
 		}
+	}
+}
+
+// A faultfs mount whose server was killed (a run killed while a scenario
+// served a node's data directory) fails every access with ENOTCONN until
+// unmounted: Reap takes it down, and leaves live mounts alone.
+func TestReapUnmountsDeadFUSEMounts(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounts a FUSE filesystem: needs root and /dev/fuse (CI has both); skipped as a non-root user")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skipf("mounts a FUSE filesystem: needs /dev/fuse (CI has it): %v", err)
+	}
+	root := t.TempDir()
+	backing, mnt := filepath.Join(root, "backing"), filepath.Join(root, "run", "nodes", "n1", "data")
+	if err := os.MkdirAll(backing, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := osexec.Command(self)
+	cmd.Env = append(os.Environ(), mountEnv+"="+backing+" "+mnt)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		syscall.Unmount(mnt, syscall.MNT_DETACH)
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "mounted\n" {
+		t.Fatalf("the mounting process said %q, %v", line, err)
+	}
+	if got := reapMounts(root); len(got) != 0 {
+		t.Fatalf("reaped %v while the mount's server runs; expected nothing", got)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if _, err := os.Stat(mnt); !errors.Is(err, syscall.ENOTCONN) {
+		t.Fatalf("stat %s after its server was killed: %v; expected ENOTCONN (a dead mount)", mnt, err)
+	}
+	if got, err := Reap(root); err != nil || len(got) != 1 || !strings.Contains(got[0], mnt) {
+		t.Fatalf("Reap: %v, %v; expected the dead mount %s", got, err, mnt)
+	}
+	if _, err := os.Stat(mnt); err != nil {
+		t.Fatalf("stat %s after Reap: %v; expected the directory under the mount", mnt, err)
 	}
 }

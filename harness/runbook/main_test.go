@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tidaldb/tidal/harness/faultfs"
 	"github.com/tidaldb/tidal/tidal-server/auth"
 	"github.com/tidaldb/tidal/tidal-server/certs"
 )
@@ -18,7 +19,19 @@ import (
 // server. The flags are the real commands' flags local-cluster.sh uses.
 const fakeCertsEnv = "RUNBOOK_TEST_FAKE_CERTS"
 
+// mountEnv makes this test binary mount a faultfs ("BACKING MOUNTPOINT")
+// and serve it until killed: a scenario's mount whose server died.
+const mountEnv = "RUNBOOK_TEST_MOUNT"
+
 func TestMain(m *testing.M) {
+	if dirs := strings.Fields(os.Getenv(mountEnv)); len(dirs) == 2 {
+		if _, err := faultfs.Mount(dirs[0], dirs[1], faultfs.Options{}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Println("mounted")
+		select {}
+	}
 	if os.Getenv(fakeCertsEnv) == "1" {
 		if err := fakeCertsCommand(os.Args[1:]); err != nil {
 			fmt.Fprintln(os.Stderr, err)

@@ -466,6 +466,10 @@ type evidence struct {
 	// ForeignExits are exits on slots that were never members (another
 	// cluster, e.g. a restored backup, the page ran on spare slots).
 	ForeignExits []NodeExit
+	// CausedExits are exits the injected fault was to cause, with the
+	// status it was to cause (a node fenced by its full disk): the
+	// trouble the page is for, not a crash, unless they panicked.
+	CausedExits []NodeExit
 }
 
 // serveWait bounds how long a member may take to answer /cluster/status
@@ -482,6 +486,10 @@ func nodeEvidence(ctx context.Context, lc *LocalCluster, obs *observer, start ti
 	for _, e := range exits {
 		if !slices.Contains(ev.Nodes, e.Node) {
 			ev.ForeignExits = append(ev.ForeignExits, e)
+			continue
+		}
+		if e.Caused && !logsPanic(e.Logs) {
+			ev.CausedExits = append(ev.CausedExits, e)
 			continue
 		}
 		stillMember := members[e.Node] == e.ID
@@ -630,8 +638,13 @@ func analyze(run *report.Run, cfg Config, slo checker.SLO, o *Outcome, ev eviden
 	}
 	rs := []checker.Result{stepsResult(cfg.Page, o), checker.Stats(ops)}
 	nodes := checker.Nodes(ops, ev.NodeEvidence)
-	if len(ev.RemovedExits) > 0 || len(ev.ForeignExits) > 0 {
-		nodes.Summary += fmt.Sprintf(" (not judged: %d exits of removed members, %d exits on slots outside the cluster)", len(ev.RemovedExits), len(ev.ForeignExits))
+	if len(ev.RemovedExits) > 0 || len(ev.ForeignExits) > 0 || len(ev.CausedExits) > 0 {
+		var caused []string
+		for _, e := range ev.CausedExits {
+			caused = append(caused, fmt.Sprintf("%s %s", e.Node, e.Status.Text))
+		}
+		nodes.Summary += fmt.Sprintf(" (not judged: %d exits of removed members, %d exits on slots outside the cluster, %d exits the injected fault was to cause: %s)",
+			len(ev.RemovedExits), len(ev.ForeignExits), len(ev.CausedExits), strings.Join(caused, ", "))
 	}
 	rs = append(rs, nodes)
 	var crashed []string

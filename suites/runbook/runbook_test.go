@@ -49,6 +49,8 @@ var pages = []struct {
 	{"backup-restore.md", runbook.Scenario{}, false, nil},
 	{"scale-out-in.md", runbook.Scenario{}, false, nil},
 	{"lagging-follower.md", runbook.StallFollower, false, nil},
+	{"rotate-certificates.md", runbook.Scenario{}, false, nil},
+	{"disk-full.md", runbook.FillFollowerDisk, false, nil},
 }
 
 func repoPath(parts ...string) string {
