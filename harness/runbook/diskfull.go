@@ -38,41 +38,41 @@ const diskQuota = 24 << 20
 // records as the exit it caused; any other exit stays a crash. The mount
 // stays, with the quota, until the cluster is closed: only moving the
 // ballast off makes room again.
-var FillFollowerDisk = Scenario{Name: "fill-follower-disk", Inject: func(ctx context.Context, c *LocalCluster, leader string, members []string) (string, error) {
+var FillFollowerDisk = Scenario{Name: "fill-follower-disk", Inject: func(ctx context.Context, c *LocalCluster, leader string, members []string) (Injected, error) {
 	name, err := follower(leader, members)
 	if err != nil {
-		return "", err
+		return Injected{}, err
 	}
 	s, err := c.Slot(name)
 	if err != nil {
-		return "", err
+		return Injected{}, err
 	}
 	if err := c.Stop(ctx, s); err != nil {
-		return "", err
+		return Injected{}, err
 	}
 	fs, err := faultfs.Mount(s.DataDir, s.DataDir, faultfs.Options{SkipBackingSync: true})
 	if err != nil {
-		return "", fmt.Errorf("runbook: faultfs over %s: %w", s.DataDir, err)
+		return Injected{}, fmt.Errorf("runbook: faultfs over %s: %w", s.DataDir, err)
 	}
 	c.OnClose(fs.Unmount)
 	if r := c.Exec(ctx, fmt.Sprintf("tidal_start %d\n", s.Index), time.Minute); r.Err != nil {
-		return "", fmt.Errorf("runbook: restarting %s on faultfs: %v\n%s", name, r.Err, r.Output)
+		return Injected{}, fmt.Errorf("runbook: restarting %s on faultfs: %v\n%s", name, r.Err, r.Output)
 	}
 	if err := waitReady(ctx, c, s, 2*time.Minute); err != nil {
-		return "", err
+		return Injected{}, err
 	}
 	if err := fs.Set(faultfs.Faults{DiskFull: &faultfs.DiskFull{FreeBytes: diskQuota}}); err != nil {
-		return "", err
+		return Injected{}, err
 	}
 	pid, ok := c.PID(s)
 	if !ok {
-		return "", fmt.Errorf("runbook: %s stopped before its disk filled", name)
+		return Injected{}, fmt.Errorf("runbook: %s stopped before its disk filled", name)
 	}
 	appendEvent(s, "expect-exit %d %d status=%d", pid, time.Now().UnixNano(), exitFenced)
 	if err := fillDisk(filepath.Join(s.DataDir, BallastName)); err != nil {
-		return "", err
+		return Injected{}, err
 	}
-	return name, waitExit(ctx, c, s, pid, exitFenced, 2*time.Minute)
+	return Injected{Target: name}, waitExit(ctx, c, s, pid, exitFenced, 2*time.Minute)
 }}
 
 // fillDisk writes path until the disk under it has no room left (ENOSPC).

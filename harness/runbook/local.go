@@ -315,6 +315,16 @@ func (c *LocalCluster) Pause(s Slot) error {
 	return syscall.Kill(pid, syscall.SIGSTOP)
 }
 
+// Resume SIGCONTs slot's process (after Pause).
+func (c *LocalCluster) Resume(s Slot) error {
+	pid, ok := c.PID(s)
+	if !ok {
+		return fmt.Errorf("runbook: resume %s: no running tidal-server", s.Name)
+	}
+	appendEvent(s, "resume %d %d", pid, time.Now().UnixNano())
+	return syscall.Kill(pid, syscall.SIGCONT)
+}
+
 func (c *LocalCluster) waitGone(ctx context.Context, s Slot, pid int) error {
 	for isNode(pid, s) {
 		select {

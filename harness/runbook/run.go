@@ -94,6 +94,9 @@ type Outcome struct {
 	Manual []Block
 	// Target is the slot the scenario acted on ("" for none).
 	Target string
+	// Loss is the loss the scenario says the page may cause, measured
+	// (nil: none may be lost).
+	Loss *LossBound
 	// Cluster is the (by now stopped) cluster the page ran on: its slots
 	// name the nodes' directories and logs.
 	Cluster *LocalCluster
@@ -121,12 +124,20 @@ func (o *Outcome) LongestOutage() time.Duration {
 	return -1
 }
 
-// AckedLost is how many acknowledged writes the ledger checker found lost
-// (-1: it could not tell).
+// AckedLost is how many acknowledged writes the ledger checker found lost,
+// plus the stated loss it judged absent (-1: it could not tell).
 func (o *Outcome) AckedLost() int {
+	stated := 0
+	if r, ok := o.Result("loss"); ok {
+		d, ok := r.Details.(LossDetails)
+		if !ok || r.Valid == checker.Unknown {
+			return -1
+		}
+		stated = d.Lost
+	}
 	if r, ok := o.Result("ledger"); ok {
 		if d, ok := r.Details.(checker.LedgerDetails); ok && len(d.Nodes) > 0 {
-			return d.Lost.Count
+			return d.Lost.Count + stated
 		}
 	}
 	return -1
@@ -288,14 +299,17 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if cfg.Scenario.Inject != nil {
 		leader := obs.Leader(ctx)
 		inv := rec.Invoke(history.Nemesis, FSetup, history.FaultValue{Kind: cfg.Scenario.Name}, "")
-		affected, err := cfg.Scenario.Inject(ctx, lc, leader, obs.Names())
+		injected, err := cfg.Scenario.Inject(ctx, lc, leader, obs.Names())
 		if err != nil {
 			rec.Complete(inv, history.Info, nil, err, 0, 0)
 			return nil, fmt.Errorf("runbook: scenario %s: %w", cfg.Scenario.Name, err)
 		}
-		o.Target = affected
-		rec.Complete(inv, history.OK, history.FaultValue{Kind: cfg.Scenario.Name, Targets: []string{affected}}, nil, 0, 0)
-		fmt.Fprintf(out, "  scenario %s on %s\n", cfg.Scenario.Name, affected)
+		o.Target, o.Loss = injected.Target, injected.Loss
+		rec.Complete(inv, history.OK, history.FaultValue{Kind: cfg.Scenario.Name, Targets: []string{injected.Target}}, nil, 0, 0)
+		fmt.Fprintf(out, "  scenario %s on %s\n", cfg.Scenario.Name, injected.Target)
+		if injected.Loss != nil {
+			fmt.Fprintf(out, "  stated loss: writes acknowledged at log indexes above %d (%s's applied index)\n", injected.Loss.Applied, injected.Loss.Survivor)
+		}
 	}
 
 	steps, err := os.Create(run.Path("steps.log"))
@@ -365,7 +379,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if err := rec.Close(); err != nil {
 		return nil, fmt.Errorf("history: %w", err)
 	}
-	res, err := analyze(run, cfg, slo, o, ev)
+	res, err := analyze(run, cfg, slo, o, ev, rec.Start())
 	if err != nil {
 		return nil, err
 	}
@@ -631,20 +645,33 @@ func fetch(ctx context.Context, hc *http.Client, url string, fn func(io.Reader) 
 
 // analyze runs every checker over what the run stored and writes
 // results.json and report.html.
-func analyze(run *report.Run, cfg Config, slo checker.SLO, o *Outcome, ev evidence) (checker.Results, error) {
+func analyze(run *report.Run, cfg Config, slo checker.SLO, o *Outcome, ev evidence, start time.Time) (checker.Results, error) {
 	ops, err := run.ReadHistory()
 	if err != nil {
 		return checker.Results{}, fmt.Errorf("read history: %w", err)
 	}
 	rs := []checker.Result{stepsResult(cfg.Page, o), checker.Stats(ops)}
+	// The ledger judges the stated loss (if any) as certainly absent, and
+	// every other acknowledged write as present: see applyStatedLoss.
+	ledgerOps := ops
+	if o.Loss != nil {
+		var loss checker.Result
+		ledgerOps, loss = applyStatedLoss(ops, *o.Loss, start)
+		rs = append(rs, loss)
+	}
 	nodes := checker.Nodes(ops, ev.NodeEvidence)
-	if len(ev.RemovedExits) > 0 || len(ev.ForeignExits) > 0 || len(ev.CausedExits) > 0 {
-		var caused []string
-		for _, e := range ev.CausedExits {
-			caused = append(caused, fmt.Sprintf("%s %s", e.Node, e.Status.Text))
-		}
-		nodes.Summary += fmt.Sprintf(" (not judged: %d exits of removed members, %d exits on slots outside the cluster, %d exits the injected fault was to cause: %s)",
-			len(ev.RemovedExits), len(ev.ForeignExits), len(ev.CausedExits), strings.Join(caused, ", "))
+	var notJudged []string
+	if n := len(ev.RemovedExits); n > 0 {
+		notJudged = append(notJudged, fmt.Sprintf("%d exits of removed members", n))
+	}
+	if n := len(ev.ForeignExits); n > 0 {
+		notJudged = append(notJudged, fmt.Sprintf("%d exits on slots outside the cluster", n))
+	}
+	for _, e := range ev.CausedExits {
+		notJudged = append(notJudged, fmt.Sprintf("%s's %s, which the injected fault was to cause", e.Node, e.Status.Text))
+	}
+	if len(notJudged) > 0 {
+		nodes.Summary += " (not judged: " + strings.Join(notJudged, "; ") + ")"
 	}
 	rs = append(rs, nodes)
 	var crashed []string
@@ -675,7 +702,7 @@ func analyze(run *report.Run, cfg Config, slo checker.SLO, o *Outcome, ev eviden
 				audits[n] = kept
 			}
 		}
-		ledger := checker.LedgerCovering(ops, audits, applied, cov)
+		ledger := checker.LedgerCovering(ledgerOps, audits, applied, cov)
 		if others > 0 {
 			ledger.Summary += fmt.Sprintf(" (left out: %d audit entries of ids not starting with the workload's %q, written by the page)", others, cfg.Workload.IDPrefix)
 		}

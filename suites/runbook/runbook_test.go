@@ -40,17 +40,21 @@ var pages = []struct {
 	// snapshot: the scenario's node is rebuilt and must have caught up
 	// from a snapshot the leader sent (its log says so).
 	snapshot bool
-	labels   []string
+	// loses: the page states a loss of acknowledged writes, which the
+	// scenario makes happen and measures (the ledger judges it exactly).
+	loses  bool
+	labels []string
 }{
-	{"leader-transfer.md", runbook.Scenario{}, false, []string{"smoke"}},
-	{"rolling-restart.md", runbook.Scenario{}, false, nil},
-	{"replace-lost-disk.md", runbook.LoseFollowerDisk, true, nil},
-	{"wal-corruption.md", runbook.CorruptFollowerWAL, true, nil},
-	{"backup-restore.md", runbook.Scenario{}, false, nil},
-	{"scale-out-in.md", runbook.Scenario{}, false, nil},
-	{"lagging-follower.md", runbook.StallFollower, false, nil},
-	{"rotate-certificates.md", runbook.Scenario{}, false, nil},
-	{"disk-full.md", runbook.FillFollowerDisk, false, nil},
+	{"leader-transfer.md", runbook.Scenario{}, false, false, []string{"smoke"}},
+	{"rolling-restart.md", runbook.Scenario{}, false, false, nil},
+	{"replace-lost-disk.md", runbook.LoseFollowerDisk, true, false, nil},
+	{"wal-corruption.md", runbook.CorruptFollowerWAL, true, false, nil},
+	{"backup-restore.md", runbook.Scenario{}, false, false, nil},
+	{"scale-out-in.md", runbook.Scenario{}, false, false, nil},
+	{"lagging-follower.md", runbook.StallFollower, false, false, nil},
+	{"rotate-certificates.md", runbook.Scenario{}, false, false, nil},
+	{"disk-full.md", runbook.FillFollowerDisk, false, false, nil},
+	{"lose-quorum.md", runbook.LoseQuorum, false, true, nil},
 }
 
 func repoPath(parts ...string) string {
@@ -128,6 +132,14 @@ var _ = Describe("runbooks", func() {
 		It("runs "+p.file+" under load within its availability budget, losing no acknowledged write", Label(p.labels...), func(ctx SpecContext) {
 			o := execute(ctx, repoPath("runbooks", p.file), p.scenario)
 			expectPasses(o, p.file)
+			if p.loses {
+				Expect(o.Loss).NotTo(BeNil(), "the scenario of %s measured no loss bound", p.file)
+				Expect(o.AckedLost()).To(BeNumerically(">", 0),
+					"expected the scenario to have made acknowledged writes that only the lost members had (the page states their loss)")
+				GinkgoWriter.Printf("stated loss measured: %d acknowledged writes above index %d, all absent; every other write present\n", o.AckedLost(), o.Loss.Applied)
+			} else {
+				Expect(o.Loss).To(BeNil())
+			}
 			if p.snapshot {
 				s, err := o.Cluster.Slot(o.Target)
 				Expect(err).NotTo(HaveOccurred())
