@@ -81,14 +81,29 @@ var (
 // On success the nodes' data directories are removed (logs are kept); on
 // failure the run store is printed.
 func execute(ctx SpecContext, path string, sc runbook.Scenario, extraFlags ...string) *runbook.Outcome {
+	return executeWith(ctx, path, sc, false, extraFlags...)
+}
+
+// executeWith is execute, on a plaintext cluster (local-cluster.sh
+// --insecure) when insecure.
+func executeWith(ctx SpecContext, path string, sc runbook.Scenario, insecure bool, extraFlags ...string) *runbook.Outcome {
 	page, err := runbook.ParseFile(path)
 	Expect(err).NotTo(HaveOccurred())
+	test := ""
+	if insecure {
+		test = "runbook-" + page.Name + "-insecure"
+	}
 	o, err := runbook.Run(ctx, runbook.Config{
-		Page: page, Store: repoPath("store", "runbook-suite"), Script: repoPath("runbooks", "local-cluster.sh"),
+		Page: page, Store: repoPath("store", "runbook-suite"), Test: test, Script: repoPath("runbooks", "local-cluster.sh"),
 		Bin: bins.Dir, ServerFlags: append(append([]string{}, serverFlags...), extraFlags...), Scenario: sc, Warmup: warmup, Progress: GinkgoWriter,
+		Insecure: insecure,
 	})
 	Expect(err).NotTo(HaveOccurred())
-	row := summaryRow{page: page.Name, verdict: o.Results.Valid.String(), elapsed: o.Elapsed, outage: o.LongestOutage(),
+	name := page.Name
+	if insecure {
+		name += " (insecure)"
+	}
+	row := summaryRow{page: name, verdict: o.Results.Valid.String(), elapsed: o.Elapsed, outage: o.LongestOutage(),
 		budget: page.Budget, lost: o.AckedLost(), dir: o.Run.Dir()}
 	if o.Failed != nil {
 		row.failedBlock = o.Failed.Block.Label()
@@ -150,6 +165,15 @@ var _ = Describe("runbooks", func() {
 			}
 		}, SpecTimeout(8*time.Minute))
 	}
+
+	// The pages are written for the secured cluster production runs, and
+	// work unchanged on a plaintext one (local-cluster.sh --insecure: empty
+	// $TIDAL_CERTS, http:// URLs), which a person may bring up to compare.
+	It("runs replace-lost-disk.md on a plaintext cluster too (--insecure)", func(ctx SpecContext) {
+		o := executeWith(ctx, repoPath("runbooks", "replace-lost-disk.md"), runbook.LoseFollowerDisk, true)
+		expectPasses(o, "replace-lost-disk.md (insecure)")
+		Expect(o.Cluster.CertsDir()).To(BeEmpty())
+	}, SpecTimeout(8*time.Minute))
 
 	It("has a spec for every page under runbooks/", Label("smoke"), func() {
 		parsed, err := runbook.ParseDir(repoPath("runbooks"))
