@@ -68,6 +68,23 @@ type Config struct {
 	MaxInflightWrites int           `yaml:"max_inflight_writes"`
 	WriteTimeout      time.Duration `yaml:"write_timeout"`
 	IDsPerGeneration  int           `yaml:"ids_per_generation"`
+
+	// Per-request bounds of the client API (api.Options has the rules).
+	// A body must arrive within HTTPReadTimeout (the API enforces it per
+	// request, with the minimum rate).
+	MaxInflightBytes int64         `yaml:"max_inflight_bytes"`
+	MinBodyRate      int64         `yaml:"min_body_rate"`
+	MaxWriteWait     time.Duration `yaml:"max_write_wait"`
+	MaxClockSkew     time.Duration `yaml:"max_clock_skew"`
+	// TestClockOffset shifts this node's clock for stamping and the skew
+	// check (and, wired by the caller, for the peer plane's clock
+	// probes). TEST ONLY: it simulates a skewed node.
+	TestClockOffset time.Duration `yaml:"test_clock_offset"`
+	// ClockHealthy gates writes and /readyz on this node's clock being
+	// within bounds of its peers (api.Options.ClockHealthy). Nil: Start
+	// builds the check (clockguard.go) from a transport that measures its
+	// peers' clocks (ClockMeter, as package peer's does).
+	ClockHealthy func() (ok bool, reason string) `yaml:"-"`
 	// EnablePprof serves /debug/pprof/ on the client address.
 	EnablePprof bool `yaml:"enable_pprof"`
 
@@ -211,6 +228,8 @@ type Server struct {
 	inbound     inboundProxy
 	stopPublish context.CancelFunc // called by Shutdown
 	publishDone chan struct{}      // closed when publishClientAddr returns
+	clock       *clockGuard        // nil without a transport that measures clocks
+	stopClock   context.CancelFunc // ends clock.run; nil when it does not run
 }
 
 // Start opens the data dir, recovers, starts raft and begins serving.
@@ -356,9 +375,27 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 	s.inbound.set(s.replica)
 	s.node = &node{id: cfg.ID, schema: schema, sm: s.sm, r: s.replica, readyWithin: cfg.ReadyWithin}
 
+	if cfg.TestClockOffset != 0 {
+		log.Warn("TEST ONLY: this node's clock is shifted (--test-clock-offset); never run a real node like this", "offset", cfg.TestClockOffset)
+	}
+	// Clock admission (clockguard.go): a transport that measures its
+	// peers' clocks gates writes and /readyz, unless the caller brought a
+	// check of its own.
+	if meter, ok := transport.(ClockMeter); ok && cfg.ClockHealthy == nil {
+		bound := cfg.MaxClockSkew
+		if bound == 0 {
+			bound = time.Minute // api.Options' default, for the same flag
+		}
+		s.clock = newClockGuard(cfg.ID, bound, meter.ClockReadings, s.replica.Voters, reg, log.With("component", "clock"))
+		s.clock.check(time.Now()) // a restarted one-voter node decides at once
+		cfg.ClockHealthy = s.clock.healthy
+	}
 	handler := api.New(s.node, api.Options{
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxBatch: cfg.MaxBatch, MaxInflightWrites: cfg.MaxInflightWrites,
 		WriteTimeout: cfg.WriteTimeout, Logger: log.With("component", "api"), Registry: reg,
+		MaxInflightBytes: cfg.MaxInflightBytes, BodyReadTimeout: cfg.HTTPReadTimeout, MinBodyRate: cfg.MinBodyRate,
+		MaxWriteWait: cfg.MaxWriteWait, MaxClockSkew: cfg.MaxClockSkew, ClockOffset: cfg.TestClockOffset,
+		ClockHealthy: cfg.ClockHealthy,
 	})
 	if cfg.EnablePprof {
 		mux := http.NewServeMux()
@@ -401,6 +438,11 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 	publishCtx, s.stopPublish = context.WithCancel(context.Background())
 	s.publishDone = make(chan struct{})
 	go s.publishClientAddr(publishCtx)
+	if s.clock != nil {
+		var clockCtx context.Context
+		clockCtx, s.stopClock = context.WithCancel(context.Background())
+		go s.clock.run(clockCtx)
+	}
 	return s, nil
 }
 
@@ -427,6 +469,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.stopOnce.Do(func() {
 		s.stopPublish()
 		<-s.publishDone
+		if s.stopClock != nil {
+			s.stopClock()
+		}
 		s.handOffLeadership(ctx)
 		s.log.Info("draining: no new requests; waiting for in-flight ones")
 		if e := s.http.Shutdown(ctx); e != nil {
