@@ -692,7 +692,7 @@ var _ = Describe("a node whose clock is off", Label("lifecycle"), func() {
 			return client.IsUnavailable(refused) && strings.Contains(refused.Error(), "--max-clock-skew")
 		}).WithTimeout(60*time.Second).WithPolling(250*time.Millisecond).Should(BeTrue(), "a write through the skewed member: %v", refused)
 		GinkgoWriter.Printf("write through the skewed member: %v\n", refused)
-		Expect(refused.Error()).To(And(ContainSubstring("1m0s"), MatchRegexp(`-5m0\.\d+s|-4m59\.\d+s`)), "the refusal names the bound and the offset")
+		Expect(refused.Error()).To(And(ContainSubstring("1m0s"), MatchRegexp(`member \d -(5m0(\.\d+)?s|4m59\.\d+s)`)), "the refusal names the bound and the offset")
 		ready := c.admin[skewed].Ready(ctx)
 		Expect(ready).To(HaveOccurred(), "the skewed member says it is ready")
 		Expect(ready.Error()).To(ContainSubstring("--max-clock-skew"))

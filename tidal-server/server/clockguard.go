@@ -75,7 +75,7 @@ func judgeClock(self uint64, voters []uint64, readings map[uint64]ClockReading, 
 			continue
 		}
 		if abs(r.Offset)-r.Uncertainty > bound {
-			beyond = append(beyond, fmt.Sprintf("member %d %s ±%v", id, signed(r.Offset.Round(time.Millisecond)), r.Uncertainty.Round(time.Millisecond)))
+			beyond = append(beyond, fmt.Sprintf("member %d %s ±%v", id, signed(r.Offset.Round(time.Millisecond)), r.Uncertainty.Round(time.Microsecond)))
 			continue
 		}
 		within++
@@ -169,16 +169,20 @@ func (g *clockGuard) healthy() (bool, string) {
 	return s.ok, s.reason
 }
 
-// run judges every clockCheckInterval until ctx ends.
+// run judges every clockCheckInterval until ctx ends; more often until
+// the first verdict, so a node that can decide at once (one voter, peers
+// answering) does not refuse writes for longer than it must.
 func (g *clockGuard) run(ctx context.Context) {
-	t := time.NewTicker(clockCheckInterval)
-	defer t.Stop()
 	for {
 		g.check(time.Now())
+		wait := clockCheckInterval
+		if s := g.state.Load(); !s.decided && !s.graced {
+			wait = clockCheckInterval / 10
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(wait):
 		}
 	}
 }
