@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/tidaldb/tidal/tidal-server/client"
+	"github.com/tidaldb/tidal/tidal-server/client/creds"
 	"github.com/tidaldb/tidal/tidal-server/replica"
 	"github.com/tidaldb/tidal/tidal-server/server"
 )
@@ -20,16 +21,26 @@ import (
 type adminFlags struct {
 	addr    string
 	timeout time.Duration
+	creds   creds.Flags
 }
 
 func (a *adminFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&a.addr, "addr", "127.0.0.1:7070", "client address (HTTP API) of any node")
 	cmd.Flags().DurationVar(&a.timeout, "timeout", 10*time.Second, "how long to wait for the node")
+	// Admin commands present client.admin.crt unless told otherwise.
+	a.creds.Register(cmd.Flags(), "admin")
 }
 
-func (a *adminFlags) client() (*client.Client, context.Context, context.CancelFunc) {
+// client returns a client for --addr with the credentials the flags give,
+// the options (for other nodes of the same cluster), and the command's
+// deadline.
+func (a *adminFlags) client(cmd *cobra.Command) (*client.Client, []client.Option, context.Context, context.CancelFunc, error) {
+	opts, err := a.creds.Options()
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
-	return client.New(a.addr), ctx, cancel
+	return client.New(a.addr, opts...), opts, ctx, cancel, nil
 }
 
 func newStatusCommand() *cobra.Command {
@@ -46,7 +57,10 @@ raw /cluster/status.`,
 		Example: "  tidal-server status --addr 127.0.0.1:7071\n  tidal-server status --addr 127.0.0.1:7071 --json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, ctx, cancel := a.client()
+			c, opts, ctx, cancel, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
 			defer cancel()
 			st, err := c.Status(ctx)
 			if err != nil {
@@ -58,7 +72,7 @@ raw /cluster/status.`,
 				enc.SetIndent("", "  ")
 				return enc.Encode(st)
 			}
-			progress, note := leaderProgress(ctx, st)
+			progress, note := leaderProgress(ctx, st, opts)
 			return printStatus(out, st, progress, note)
 		},
 	}
@@ -70,7 +84,7 @@ raw /cluster/status.`,
 // leaderProgress returns a status that knows the members' replication
 // progress: st itself on the leader, else the leader's own status fetched
 // from its client address. nil, with a note saying why, when neither can.
-func leaderProgress(ctx context.Context, st *client.Status) (*client.Status, string) {
+func leaderProgress(ctx context.Context, st *client.Status, opts []client.Option) (*client.Status, string) {
 	if st.KnowsProgress() {
 		return st, ""
 	}
@@ -86,7 +100,7 @@ func leaderProgress(ctx context.Context, st *client.Status) (*client.Status, str
 	if addr == "" {
 		return nil, fmt.Sprintf("leader %d's client address is not known: match, lag and reachability are unknown (-)", st.Leader)
 	}
-	lst, err := client.New(addr, client.WithRetries(0)).Status(ctx)
+	lst, err := client.New(addr, append(opts, client.WithRetries(0))...).Status(ctx)
 	if err != nil {
 		return nil, fmt.Sprintf("leader %d at %s did not answer (%v): match, lag and reachability are unknown (-)", st.Leader, addr, err)
 	}
@@ -145,7 +159,10 @@ pick one no node ever had. --client-addr is recorded in the membership table
 			if m.ID == 0 {
 				return fmt.Errorf("--id: expected a node id > 0, found 0")
 			}
-			c, ctx, cancel := a.client()
+			c, _, ctx, cancel, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
 			defer cancel()
 			got, err := c.AddMember(ctx, m)
 			if err != nil {
@@ -176,7 +193,10 @@ pick one no node ever had. --client-addr is recorded in the membership table
 			if err != nil || id == 0 {
 				return fmt.Errorf("ID: expected a node id > 0, found %q", args[0])
 			}
-			c, ctx, cancel := ra.client()
+			c, _, ctx, cancel, err := ra.client(cmd)
+			if err != nil {
+				return err
+			}
 			defer cancel()
 			if err := c.RemoveMember(ctx, id); err != nil {
 				return err
@@ -202,7 +222,10 @@ func newTransferLeaderCommand() *cobra.Command {
 			if err != nil || id == 0 {
 				return fmt.Errorf("ID: expected a node id > 0, found %q", args[0])
 			}
-			c, ctx, cancel := a.client()
+			c, _, ctx, cancel, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
 			defer cancel()
 			if err := c.TransferLeader(ctx, id); err != nil {
 				return err
@@ -226,7 +249,10 @@ CRC-protected file. Restore it with "tidal-server restore".`,
 		Example: "  tidal-server backup --addr 127.0.0.1:7071 --out tidal.backup",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, ctx, cancel := a.client()
+			c, _, ctx, cancel, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
 			defer cancel()
 			tmp := out + ".partial"
 			f, err := os.Create(tmp)

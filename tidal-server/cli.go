@@ -130,6 +130,15 @@ Every listener is bound before the data dir is touched. A data dir whose
 stored membership shares less than a majority with --peers (another
 cluster's) is refused, naming both.
 
+Security: with --certs-dir the peer plane is mutual TLS (each node's
+certificate names its member id), the client API is served over TLS (HTTP/2
+and HTTP/1.1), and every request needs a client certificate from the
+cluster's CA or a bearer token (--tokens); /healthz, /readyz and /metrics stay open
+unless --open-probes=false. Without --certs-dir the node serves plaintext,
+without authentication unless --tokens is given, and refuses to bind any
+address but loopback unless --insecure. SIGHUP re-reads the tokens file and
+the certificates.
+
 Flags override the --config file; the file's keys are the flag names with
 underscores (client_addr, data_dir, ...).
 
@@ -140,6 +149,10 @@ underscores (client_addr, data_dir, ...).
   # node 1 of a 3-node cluster on one machine
   tidal-server run --id 1 --peers 1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103 \
     --client-addr 127.0.0.1:7071 --peer-addr 127.0.0.1:7101 --data-dir n1
+
+  # node 1 of a secured cluster: TLS with HTTP/2, client certificates and tokens
+  tidal-server run --id 1 --peers 1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103 \
+    --client-addr 127.0.0.1:7071 --peer-addr 127.0.0.1:7101 --data-dir n1 --certs-dir n1-certs --tokens tokens
 
   # a fourth node, after: curl -XPOST 127.0.0.1:7071/admin/members -H 'Content-Type: application/json' \
   #   -d '{"id":4,"peer_addr":"127.0.0.1:7104","client_addr":"127.0.0.1:7074"}'
@@ -159,23 +172,47 @@ underscores (client_addr, data_dir, ...).
 				return err
 			}
 			defer closeLog()
-			cfg.Transport = peer.Factory(peer.Options{})
+			if cfg.CertsDir != "" {
+				// Loaded here, before the transport is built, so that both
+				// planes share one store.
+				if cfg.Certs, err = server.LoadCerts(cfg.CertsDir, log); err != nil {
+					return err
+				}
+			}
+			// The peer plane is mutual TLS with the same store: the
+			// transport verifies that each peer's certificate names a
+			// member and that a dialled peer is the member meant.
+			popts := peer.Options{}
+			if cfg.Certs != nil {
+				popts.ServerTLS, popts.ClientTLS = cfg.Certs.PeerServerTLS(), cfg.Certs.PeerClientTLS
+				cfg.PeerTLS = true
+			}
+			cfg.Transport = peer.Factory(popts)
 			srv, err := server.Start(cfg, log)
 			if err != nil {
 				return err
 			}
 			sigs := make(chan os.Signal, 1)
-			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 			defer signal.Stop(sigs)
-			select {
-			case sig := <-sigs:
-				log.Info("signal received; shutting down", "signal", sig.String())
-			case err := <-srv.Err():
-				log.Error("serving failed", "err", err)
-				srv.Shutdown(context.Background())
-				return err
-			case <-srv.ReplicaDone():
-				return stopAfterReplica(srv, log, drainTimeout)
+		wait:
+			for {
+				select {
+				case sig := <-sigs:
+					if sig == syscall.SIGHUP {
+						log.Info("SIGHUP: reloading the tokens file and certificates")
+						srv.Reload() // logs what it could not reload; the old sets stay
+						continue
+					}
+					log.Info("signal received; shutting down", "signal", sig.String())
+					break wait
+				case err := <-srv.Err():
+					log.Error("serving failed", "err", err)
+					srv.Shutdown(context.Background())
+					return err
+				case <-srv.ReplicaDone():
+					return stopAfterReplica(srv, log, drainTimeout)
+				}
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 			defer cancel()
@@ -209,7 +246,18 @@ underscores (client_addr, data_dir, ...).
 	f.IntVar(&cfg.MaxInflightWrites, "max-inflight-writes", 4096, "writes admitted at once; more get 503 + Retry-After")
 	f.DurationVar(&cfg.WriteTimeout, "write-timeout", 5*time.Second, "time a write may wait for commit before 504 (outcome unknown)")
 	f.IntVar(&cfg.IDsPerGeneration, "ids-per-generation", 500000, "event id memory: a retry is recognised within this many later ids")
-	f.BoolVar(&cfg.EnablePprof, "enable-pprof", false, "serve Go's /debug/pprof/ on the client address")
+	f.BoolVar(&cfg.EnablePprof, "enable-pprof", false, "serve Go's /debug/pprof/ on the client address (admin role when authentication is on)")
+	f.StringVar(&cfg.CertsDir, "certs-dir", cfg.CertsDir, "directory with ca.crt, node.crt, node.key (tidal-server certs ...): mutual TLS between nodes, TLS with HTTP/2 for clients")
+	f.BoolVar(&cfg.Insecure, "insecure", cfg.Insecure, "without --certs-dir, allow binding non-loopback addresses in plaintext (logged as a warning)")
+	f.StringVar(&cfg.TokensPath, "tokens", cfg.TokensPath, "bearer tokens file (tidal-server tokens add), re-read on SIGHUP")
+	f.BoolVar(&cfg.OpenProbes, "open-probes", cfg.OpenProbes, "serve /healthz, /readyz and /metrics without credentials (false: reader role)")
+	f.DurationVar(&cfg.HTTPReadHeaderTimeout, "http-read-header-timeout", server.DefaultHTTPReadHeaderTimeout, "time to read a request's headers (TLS handshake included)")
+	f.DurationVar(&cfg.HTTPReadTimeout, "http-read-timeout", server.DefaultHTTPReadTimeout, "time to read a whole request, headers and body")
+	f.DurationVar(&cfg.HTTPWriteTimeout, "http-write-timeout", server.DefaultHTTPWriteTimeout, "time to answer a request once read (longer than --write-timeout)")
+	f.DurationVar(&cfg.HTTPIdleTimeout, "http-idle-timeout", server.DefaultHTTPIdleTimeout, "keep-alive: close a connection idle this long")
+	f.DurationVar(&cfg.HTTPStreamTimeout, "http-stream-timeout", server.DefaultHTTPStreamTimeout, "time to write a streamed answer (GET /admin/backup, /v1/audit/events)")
+	f.IntVar(&cfg.MaxConns, "max-conns", server.DefaultMaxConns, "client connections open at once; past it requests get 503, past twice it connections are closed")
+	f.IntVar(&cfg.HTTP2MaxStreams, "http2-max-streams", server.DefaultHTTP2MaxStreams, "HTTP/2: concurrent requests per connection")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	f.StringVar(&logFile, "log-file", "", "write logs to this file instead of stderr")
@@ -313,6 +361,28 @@ func mergeConfig(file, flags server.Config, set *pflag.FlagSet) server.Config {
 			out.EnablePprof = flags.EnablePprof
 		case "ids-per-generation":
 			out.IDsPerGeneration = flags.IDsPerGeneration
+		case "certs-dir":
+			out.CertsDir = flags.CertsDir
+		case "insecure":
+			out.Insecure = flags.Insecure
+		case "tokens":
+			out.TokensPath = flags.TokensPath
+		case "open-probes":
+			out.OpenProbes = flags.OpenProbes
+		case "http-read-header-timeout":
+			out.HTTPReadHeaderTimeout = flags.HTTPReadHeaderTimeout
+		case "http-read-timeout":
+			out.HTTPReadTimeout = flags.HTTPReadTimeout
+		case "http-write-timeout":
+			out.HTTPWriteTimeout = flags.HTTPWriteTimeout
+		case "http-idle-timeout":
+			out.HTTPIdleTimeout = flags.HTTPIdleTimeout
+		case "http-stream-timeout":
+			out.HTTPStreamTimeout = flags.HTTPStreamTimeout
+		case "max-conns":
+			out.MaxConns = flags.MaxConns
+		case "http2-max-streams":
+			out.HTTP2MaxStreams = flags.HTTP2MaxStreams
 		}
 	})
 	return out

@@ -11,11 +11,13 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/tidaldb/tidal/buildinfo"
 	"github.com/tidaldb/tidal/tidal-server/client"
+	"github.com/tidaldb/tidal/tidal-server/server"
 	"github.com/tidaldb/tidal/tidal-server/wal"
 )
 
@@ -216,7 +218,7 @@ func TestStatusOnAFollowerShowsTheLeadersView(t *testing.T) {
 		{ID: 2, Role: "leader", PeerAddr: "127.0.0.1:7102", ClientAddr: leaderAddr},
 	}}
 
-	progress, note := leaderProgress(context.Background(), follower)
+	progress, note := leaderProgress(context.Background(), follower, nil)
 	var out bytes.Buffer
 	if err := printStatus(&out, follower, progress, note); err != nil {
 		t.Fatal(err)
@@ -227,11 +229,36 @@ func TestStatusOnAFollowerShowsTheLeadersView(t *testing.T) {
 	}
 
 	leader.Close()
-	progress, note = leaderProgress(context.Background(), follower)
+	progress, note = leaderProgress(context.Background(), follower, nil)
 	out.Reset()
 	printStatus(&out, follower, progress, note)
 	unknown := regexp.MustCompile(`(?m)^2\s+leader\s+\S+\s+\S+\s+-\s+-\s+-$`)
 	if progress != nil || !unknown.MatchString(out.String()) {
 		t.Fatalf("leader unreachable: expected match, lag and reachable shown as -, got:\n%s", out.String())
+	}
+}
+
+// Every security and http.Server flag given on the command line wins over
+// the --config file, as every other flag does.
+func TestSecurityFlagsOverrideTheConfigFile(t *testing.T) {
+	cmd := newRunCommand()
+	args := []string{"--certs-dir", "c", "--insecure", "--tokens", "t", "--open-probes=false",
+		"--http-read-header-timeout", "1s", "--http-read-timeout", "2s", "--http-write-timeout", "3s",
+		"--http-idle-timeout", "4s", "--http-stream-timeout", "5s", "--max-conns", "6", "--http2-max-streams", "7"}
+	if err := cmd.Flags().Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	var flags server.Config
+	flags.CertsDir, flags.Insecure, flags.TokensPath, flags.OpenProbes = "c", true, "t", false
+	flags.HTTPReadHeaderTimeout, flags.HTTPReadTimeout, flags.HTTPWriteTimeout = time.Second, 2*time.Second, 3*time.Second
+	flags.HTTPIdleTimeout, flags.HTTPStreamTimeout, flags.MaxConns, flags.HTTP2MaxStreams = 4*time.Second, 5*time.Second, 6, 7
+	got := mergeConfig(server.DefaultConfig(), flags, cmd.Flags())
+	if got.CertsDir != "c" || !got.Insecure || got.TokensPath != "t" || got.OpenProbes ||
+		got.HTTPReadHeaderTimeout != time.Second || got.HTTPReadTimeout != 2*time.Second || got.HTTPWriteTimeout != 3*time.Second ||
+		got.HTTPIdleTimeout != 4*time.Second || got.HTTPStreamTimeout != 5*time.Second || got.MaxConns != 6 || got.HTTP2MaxStreams != 7 {
+		t.Fatalf("flags set on the command line did not all win over the file: %+v", got)
+	}
+	if !server.DefaultConfig().OpenProbes {
+		t.Fatal("--open-probes must default to true (an absent config key keeps it)")
 	}
 }

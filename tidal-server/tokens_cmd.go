@@ -16,10 +16,12 @@ func newTokensCommand() *cobra.Command {
 		Use:   "tokens",
 		Short: "Make bearer tokens for a node's tokens file",
 		Long: `A node that reads a tokens file accepts "Authorization: Bearer SECRET" from
-clients. FILE has one token per line, "NAME ROLE sha256:HEX", where HEX is
-the SHA-256 of the secret: the file never holds a secret. '#' starts a
-comment; blank lines are ignored. A running node re-reads it on SIGHUP (a
-file that does not parse is reported and the old tokens stay in use).`,
+clients (tidal-server run --tokens FILE). FILE has one token per line,
+"NAME ROLE sha256:HEX", where HEX is the SHA-256 of the secret: the file
+never holds a secret. '#' starts a comment; blank lines are ignored. A
+running node re-reads it on SIGHUP (a file that does not parse is reported
+and the old tokens stay in use). Clients send the secret with --token-file
+(tidal-server's admin commands, tidal-stress) or as Authorization: Bearer.`,
 	}
 	var file, roleName string
 	var fromStdin bool

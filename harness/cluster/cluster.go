@@ -101,6 +101,16 @@ type Config struct {
 	// StartTimeout bounds how long New waits for every node to bind its
 	// listeners; 0 = 60s. A node that exits meanwhile fails New at once.
 	StartTimeout time.Duration
+	// Insecure runs the nodes without certificates or tokens: plaintext
+	// HTTP/1.1, no authentication (to compare). The default is secured:
+	// New makes a CA, node and client certificates and a tokens file
+	// (see Security), every node runs with --certs-dir and --tokens, and
+	// the cluster's clients speak TLS with HTTP/2.
+	Insecure bool
+	// CertsDir receives the secured cluster's CA, client certificates
+	// and tokens; default "certs" beside Dir (Dir/../certs), so that Dir
+	// holds only node directories.
+	CertsDir string
 	// NewNetwork, when set, builds the relay mesh in place of the two above:
 	// a backend whose nodes do not share the harness's network namespace
 	// (containers) runs the mesh where they can reach it and answers, per
@@ -190,13 +200,15 @@ type Cluster struct {
 	cfg   Config
 	log   *slog.Logger
 	mesh  Network
-	relay Handle // the standalone tcp-relay, when Config.RelayBinary is set
+	relay Handle    // the standalone tcp-relay, when Config.RelayBinary is set
+	sec   *Security // nil when Config.Insecure
 
-	mu     sync.Mutex
-	nodes  []*Node
-	nextID uint64
-	stopc  chan struct{}
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	nodes   []*Node
+	control map[controlKey]*client.Client
+	nextID  uint64
+	stopc   chan struct{}
+	wg      sync.WaitGroup
 }
 
 // New allocates addresses, builds the relay mesh, starts every node and
@@ -224,6 +236,16 @@ func New(cfg Config) (*Cluster, error) {
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = 60 * time.Second
 	}
+	var sec *Security
+	if !cfg.Insecure {
+		if cfg.CertsDir == "" {
+			cfg.CertsDir = filepath.Join(filepath.Dir(filepath.Clean(cfg.Dir)), "certs")
+		}
+		var err error
+		if sec, err = newSecurity(cfg.CertsDir, cfg.Backend.Host()); err != nil {
+			return nil, err
+		}
+	}
 	// Data a failed attempt creates is removed before the next one (its
 	// raft state names the old ports); data that was there before is not.
 	var fresh []string
@@ -234,7 +256,7 @@ func New(cfg Config) (*Cluster, error) {
 		}
 	}
 	for attempt := 1; ; attempt++ {
-		c, err := newAttempt(cfg)
+		c, err := newAttempt(cfg, sec)
 		if err == nil {
 			return c, nil
 		}
@@ -257,8 +279,8 @@ func New(cfg Config) (*Cluster, error) {
 
 // newAttempt is one start of the whole cluster on freshly chosen ports.
 // On error everything it started is stopped (the backend stays open).
-func newAttempt(cfg Config) (*Cluster, error) {
-	c := &Cluster{cfg: cfg, log: cfg.Logger, nextID: uint64(cfg.Nodes+cfg.Spares) + 1, stopc: make(chan struct{})}
+func newAttempt(cfg Config, sec *Security) (*Cluster, error) {
+	c := &Cluster{cfg: cfg, log: cfg.Logger, sec: sec, nextID: uint64(cfg.Nodes+cfg.Spares) + 1, stopc: make(chan struct{})}
 	host := cfg.Backend.Host()
 	meshNodes := map[string]mesh.Node{}
 	// Hold every listener until all ports are chosen: closing each one at
@@ -504,6 +526,9 @@ func (c *Cluster) args(n *Node) []string {
 	if n.joined {
 		args = append(args, "--join")
 	}
+	if c.sec != nil {
+		args = append(args, nodeArgs(filepath.Join(n.Dir, "certs"))...)
+	}
 	if c.cfg.WALSegmentSize > 0 {
 		// Before Flags, so a flag given there wins.
 		args = append(args, "--wal-segment-size", strconv.FormatInt(c.cfg.WALSegmentSize, 10))
@@ -522,6 +547,14 @@ func (c *Cluster) Start(name string) error {
 	if n.state == Running || n.state == Paused {
 		c.mu.Unlock()
 		return fmt.Errorf("cluster: %s is %s", name, n.state)
+	}
+	if c.sec != nil {
+		// The node certificate names the member in the slot now (a slot
+		// added back holds a new id).
+		if _, err := c.sec.nodeCerts(n.Dir, n.ID); err != nil {
+			c.mu.Unlock()
+			return err
+		}
 	}
 	spec := NodeSpec{Name: n.Name, Dir: n.Dir, Args: c.args(n), LogPath: filepath.Join(n.Dir, "stdout.log")}
 	marks := markLogs(spec.LogPath, filepath.Join(n.Dir, "node.log"))
@@ -651,10 +684,10 @@ func (c *Cluster) RemoveMember(ctx context.Context, name string) error {
 	// our side did commit: the removal is done.
 	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	admin := client.New(n.ClientAddr, client.WithRetries(0))
+	admin := client.New(n.ClientAddr, append(c.clientOptions(RoleAdmin), client.WithRetries(0))...)
 	for _, o := range c.Nodes() {
 		if o.Name == via {
-			admin = client.New(o.ClientAddr, client.WithRetries(2), client.WithTimeout(10*time.Second))
+			admin = client.New(o.ClientAddr, append(c.clientOptions(RoleAdmin), client.WithRetries(2), client.WithTimeout(10*time.Second))...)
 		}
 	}
 	if err := admin.RemoveMember(rctx, n.ID); err != nil && !client.IsNotFound(err) {
@@ -720,7 +753,8 @@ func (c *Cluster) otherRunning(not string) (string, error) {
 }
 
 // Client returns a client for name through its client relay, as workload
-// clients see the node.
+// clients see the node: on a secured cluster it presents the writer's
+// certificate (over TLS, HTTP/2) unless opts say otherwise (ClientAs).
 func (c *Cluster) Client(name string, opts ...client.Option) *client.Client {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -728,19 +762,53 @@ func (c *Cluster) Client(name string, opts ...client.Option) *client.Client {
 	if err != nil {
 		return client.New("127.0.0.1:1")
 	}
-	return client.New(n.ClientRelay, opts...)
+	return client.New(n.ClientRelay, append(c.clientOptions(RoleWriter), opts...)...)
 }
 
 // AdminClient talks to name directly, bypassing the mesh: the harness's
-// own control traffic stands where Jepsen's control node stands.
+// own control traffic stands where Jepsen's control node stands. On a
+// secured cluster it presents the admin's certificate.
 func (c *Cluster) AdminClient(name string) *client.Client {
+	return c.controlClient(name, RoleAdmin, false)
+}
+
+// ObserverClient talks to name directly, as a monitoring system would:
+// on a secured cluster with the reader's bearer token (so every run also
+// exercises token authentication).
+func (c *Cluster) ObserverClient(name string) *client.Client {
+	return c.controlClient(name, RoleReader, true)
+}
+
+type controlKey struct {
+	name, role string
+	token      bool
+}
+
+// controlClient returns the cached direct client for (name, role, token):
+// pollers call it every tick, and a client per call would leave a
+// keep-alive connection (and on a secured cluster cost a TLS handshake)
+// per poll.
+func (c *Cluster) controlClient(name, role string, token bool) *client.Client {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n, err := c.node(name)
 	if err != nil {
 		return client.New("127.0.0.1:1")
 	}
-	return client.New(n.ClientAddr, client.WithRetries(1), client.WithTimeout(2*time.Second))
+	key := controlKey{name, role, token}
+	if cl := c.control[key]; cl != nil {
+		return cl
+	}
+	var opts []client.Option
+	if c.sec != nil {
+		opts = c.sec.Options(role, token)
+	}
+	cl := client.New(n.ClientAddr, append(opts, client.WithRetries(1), client.WithTimeout(2*time.Second))...)
+	if c.control == nil {
+		c.control = map[controlKey]*client.Client{}
+	}
+	c.control[key] = cl
+	return cl
 }
 
 // voters counts slots holding a member (anything not removed).
@@ -943,6 +1011,9 @@ func (c *Cluster) teardown() error {
 	c.wg.Wait()
 	c.mu.Lock()
 	nodes := append([]*Node(nil), c.nodes...)
+	for _, cl := range c.control {
+		cl.CloseIdleConnections()
+	}
 	c.mu.Unlock()
 	for _, n := range nodes {
 		if n.handle != nil {

@@ -420,8 +420,27 @@ func planNode(spec cluster.NodeSpec, host string) (nodePlan, error) {
 		mounted[path] = true
 		p.Mounts = append(p.Mounts, mount.Mount{Type: mount.TypeBind, Source: path, Target: path, ReadOnly: true})
 	}
+	// A node without certificates binds loopback only unless told
+	// --insecure; here its listeners moved to 0.0.0.0 inside its own
+	// network namespace, published on host only, which is what loopback
+	// means for a process. (With --certs-dir both planes are TLS and no
+	// exception is needed.)
+	if len(p.Ports) > 0 && !hasFlag(args, "--certs-dir") && !hasFlag(args, "--insecure") {
+		args = append(args, "--insecure")
+	}
 	p.Args = args
 	return p, nil
+}
+
+// hasFlag reports whether args hold flag, as "--flag", "--flag value" or
+// "--flag=value".
+func hasFlag(args []string, flag string) bool {
+	for _, a := range args {
+		if f, _, _ := splitFlag(a); f == flag {
+			return true
+		}
+	}
+	return false
 }
 
 // splitFlag splits "--name=value"; for anything else inline is false.

@@ -46,9 +46,12 @@ type Image struct {
 	DataVolume string
 }
 
-// ServerImage is tidal-server. Without arguments it runs one node with its
+// ServerImage is tidal-server. Its default command runs one node with its
 // data in the /data volume, listening on every interface of the container
-// (a port published with `-p 127.0.0.1:7070:7070` reaches it).
+// (a port published with `-p 127.0.0.1:7070:7070` reaches it) — which a
+// node without certificates refuses: add --certs-dir (mounted), or
+// --insecure to accept plaintext without authentication. The harness and
+// deploy/ always pass their own arguments.
 var ServerImage = Image{
 	Repository: "tidal-server",
 	Program:    "tidal-server",

@@ -60,6 +60,13 @@ func TestPlanNode(t *testing.T) {
 		t.Errorf("mounts:\nexpected %+v\nfound    %+v", wantMounts, p.Mounts)
 	}
 
+	// Without certificates the node is told --insecure: its 0.0.0.0 is
+	// the container's own namespace, published on 127.0.0.1 only.
+	p, err = planNode(cluster.NodeSpec{Name: "n1", Dir: dir, Args: []string{"run", "--client-addr", "127.0.0.1:7071"}}, "127.0.0.1")
+	if err != nil || !reflect.DeepEqual(p.Args, []string{"run", "--client-addr", "0.0.0.0:7071", "--insecure"}) {
+		t.Errorf("no --certs-dir: expected --insecure appended, found %q (%v)", p.Args, err)
+	}
+
 	for _, tc := range []struct {
 		args []string
 		dir  string

@@ -62,6 +62,9 @@ type Config struct {
 	SampleInterval Duration `json:"sample_interval"`
 	// ProgressEvery prints a progress line this often (0: 5s).
 	ProgressEvery Duration `json:"progress_every"`
+	// Insecure runs the cluster in plaintext without authentication, to
+	// compare; by default it is secured (cluster.Config.Insecure).
+	Insecure bool `json:"insecure,omitempty"`
 	// Backend runs the nodes: "process" (default) or "docker" (containers
 	// on a network of the run's own, the relay mesh in a tcp-relay
 	// container built from RelayBinary, default the one beside ServerBin).
@@ -229,7 +232,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 	// harness asked for it: the nodes checker's evidence.
 	watch := newExitWatch(backend)
 	ccfg := cluster.Config{Nodes: cfg.Nodes, Backend: watch, Dir: run.NodesDir(), Flags: cfg.ServerFlags, Logger: log, RelayBinary: relayBin,
-		WALSegmentSize: cfg.WALSegmentSize}
+		WALSegmentSize: cfg.WALSegmentSize, Insecure: cfg.Insecure, CertsDir: filepath.Join(run.Dir(), "certs")}
 	if newNetwork != nil {
 		ccfg.NewNetwork, ccfg.RelayBinary = newNetwork, ""
 	}
@@ -445,7 +448,8 @@ const auditAttempts = 3
 func collect(ctx context.Context, c *cluster.Cluster, alive func(string) bool, run *report.Run, out io.Writer, ev *checker.NodeEvidence) {
 	digests := map[string]checker.DigestSample{}
 	ev.AuditErrors, ev.DigestErrors = map[string]string{}, map[string]string{}
-	hc := &http.Client{Timeout: 60 * time.Second}
+	hc := c.HTTPClient(60 * time.Second)
+	defer hc.CloseIdleConnections()
 	for _, n := range c.Nodes() {
 		st := c.State(n.Name)
 		if st == cluster.Removed {
@@ -458,7 +462,7 @@ func collect(ctx context.Context, c *cluster.Cluster, alive func(string) bool, r
 			continue
 		}
 		err := retry(ctx, func() error {
-			return fetchTo(ctx, hc, "http://"+n.ClientAddr+"/v1/audit/events", func(r io.Reader) error { return run.WriteAudit(n.Name, r) })
+			return fetchTo(ctx, hc, c.URL(n.ClientAddr)+"/v1/audit/events", func(r io.Reader) error { return run.WriteAudit(n.Name, r) })
 		})
 		if err != nil {
 			ev.AuditErrors[n.Name] = err.Error()
@@ -475,7 +479,7 @@ func collect(ctx context.Context, c *cluster.Cluster, alive func(string) bool, r
 			ev.DigestErrors[n.Name] = fmt.Sprintf("GET /v1/audit/digest: %v", err)
 			fmt.Fprintf(out, "  warning: digest of %s: %v\n", n.Name, err)
 		}
-		fetchTo(ctx, hc, "http://"+n.ClientAddr+"/metrics", func(r io.Reader) error {
+		fetchTo(ctx, hc, c.URL(n.ClientAddr)+"/metrics", func(r io.Reader) error {
 			f, err := os.Create(filepath.Join(run.NodeDir(n.Name), "metrics.txt"))
 			if err != nil {
 				return err

@@ -70,8 +70,9 @@ type commitSeen struct {
 
 // SampleLag polls every target's /cluster/status each interval until ctx
 // ends and returns the follower lag it saw. Targets should be every node
-// of the cluster: a follower that is not polled is not reported.
-func SampleLag(ctx context.Context, targets []string, every time.Duration) *LagReport {
+// of the cluster: a follower that is not polled is not reported. opts
+// carry the credentials of a secured cluster (client.WithTLS, WithToken).
+func SampleLag(ctx context.Context, targets []string, every time.Duration, opts ...client.Option) *LagReport {
 	if every <= 0 {
 		every = 10 * time.Millisecond
 	}
@@ -79,7 +80,7 @@ func SampleLag(ctx context.Context, targets []string, every time.Duration) *LagR
 	for i, t := range targets {
 		// One attempt per poll: a retried poll would report an older past
 		// as the present.
-		clients[i] = client.New(t, client.WithRetries(0), client.WithTimeout(max(time.Second, 10*every)))
+		clients[i] = client.New(t, append(append([]client.Option{}, opts...), client.WithRetries(0), client.WithTimeout(max(time.Second, 10*every)))...)
 	}
 	defer func() {
 		for _, c := range clients {

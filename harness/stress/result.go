@@ -202,6 +202,9 @@ type RunConfig struct {
 	Timeout      time.Duration `json:"timeout_ns"`
 	SLOP99       time.Duration `json:"slo_p99_ns"`
 	MaxErrorRate float64       `json:"max_error_rate"`
+	// Protocol is what the requests asked for: "http/1.1" (plaintext),
+	// "https h2" or "https http/1.1".
+	Protocol string `json:"protocol"`
 }
 
 // WriteTable prints the stages as the final table: offered against achieved

@@ -28,6 +28,7 @@ package stress
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -79,6 +80,13 @@ type Config struct {
 	// Client, when set, sends the requests (tests); otherwise Run builds
 	// one with a transport sized for MaxInFlight.
 	Client *http.Client
+
+	// TLS, when set, makes the targets https:// (unless given with a
+	// scheme) and the built transport speak TLS with it; HTTP/2 unless
+	// HTTP1. Token, when set, is sent as Authorization: Bearer.
+	TLS   *tls.Config
+	HTTP1 bool
+	Token string
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -146,7 +154,13 @@ func (c Config) record() RunConfig {
 		Targets: c.Targets, Mix: c.Mix, Batch: c.Batch, EmbeddingDim: c.EmbeddingDim,
 		Entities: c.Entities, Consistency: c.Consistency,
 		MaxInFlight: c.MaxInFlight, Connections: c.Connections, Timeout: c.Timeout,
-		SLOP99: c.SLO.P99, MaxErrorRate: c.SLO.MaxErrorRate,
+		SLOP99: c.SLO.P99, MaxErrorRate: c.SLO.MaxErrorRate, Protocol: "http/1.1",
+	}
+	if c.TLS != nil {
+		rc.Protocol = "https h2"
+		if c.HTTP1 {
+			rc.Protocol = "https http/1.1"
+		}
 	}
 	if c.Mix == MixMixed {
 		rc.ReadFraction = c.ReadFraction
@@ -266,6 +280,16 @@ func Run(ctx context.Context, cfg Config, plan []Stage) (*Result, error) {
 	g.window.latency = newHistogram()
 	if g.client == nil {
 		t := NewTransport(cfg.Connections)
+		if cfg.TLS != nil {
+			t.TLSClientConfig = cfg.TLS.Clone()
+			// A custom TLS configuration turns net/http's automatic
+			// HTTP/2 off; with it, Connections caps HTTP/2 connections,
+			// each carrying up to the server's stream limit.
+			t.ForceAttemptHTTP2 = !cfg.HTTP1
+			if cfg.HTTP1 {
+				t.TLSClientConfig.NextProtos = []string{"http/1.1"}
+			}
+		}
 		defer t.CloseIdleConnections()
 		g.client = &http.Client{Transport: t}
 	}
@@ -418,6 +442,9 @@ func (g *generator) send(o op, rng *mrand.Rand) {
 		if body != nil {
 			req.ContentLength = size
 			req.Header.Set("Content-Type", "application/json")
+		}
+		if g.cfg.Token != "" {
+			req.Header.Set("Authorization", "Bearer "+g.cfg.Token)
 		}
 		var resp *http.Response
 		resp, err = g.client.Do(req)

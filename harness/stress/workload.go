@@ -81,7 +81,7 @@ func newWorkload(cfg Config) *workload {
 		runID:        cfg.RunID,
 	}
 	for _, t := range cfg.Targets {
-		w.targets = append(w.targets, baseURL(t))
+		w.targets = append(w.targets, baseURL(t, cfg.TLS != nil))
 	}
 	if cfg.EmbeddingDim > 0 {
 		rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x7ec7))
@@ -93,10 +93,13 @@ func newWorkload(cfg Config) *workload {
 }
 
 // baseURL accepts "host:port" or a URL and returns the URL without a
-// trailing slash.
-func baseURL(addr string) string {
+// trailing slash; a bare host:port gets https:// when secure.
+func baseURL(addr string, secure bool) string {
 	addr = strings.TrimRight(addr, "/")
 	if !strings.Contains(addr, "://") {
+		if secure {
+			return "https://" + addr
+		}
 		addr = "http://" + addr
 	}
 	return addr

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"github.com/tidaldb/tidal/harness/runner"
 	"github.com/tidaldb/tidal/harness/workload"
 	"github.com/tidaldb/tidal/tcp-relay/control"
+	"github.com/tidaldb/tidal/tidal-server/certs"
 	"github.com/tidaldb/tidal/tidal-server/client"
 )
 
@@ -67,22 +69,36 @@ type killBehindTheBack struct {
 func (k *killBehindTheBack) Launch(spec cluster.NodeSpec) (cluster.Handle, error) {
 	h, err := k.Backend.Launch(spec)
 	if err == nil && spec.Name == k.victim {
-		k.once.Do(func() { go k.killOnceBusy(h, flagValue(spec.Args, "--client-addr")) })
+		k.once.Do(func() {
+			go k.killOnceBusy(h, flagValue(spec.Args, "--client-addr"), flagValue(spec.Args, "--certs-dir"))
+		})
 	}
 	return h, err
 }
 
-func (k *killBehindTheBack) killOnceBusy(h cluster.Handle, addr string) {
+// killOnceBusy watches the node's applied index on its /metrics (open
+// without credentials; over TLS trusting the node's own ca.crt when it
+// has --certs-dir) and kills it once it passed 200.
+func (k *killBehindTheBack) killOnceBusy(h cluster.Handle, addr, certsDir string) {
 	defer GinkgoRecover()
-	c := client.New(addr, client.WithRetries(0))
+	opts := []client.Option{client.WithRetries(0)}
+	if certsDir != "" {
+		cfg, err := certs.ClientTLS(certsDir, "")
+		Expect(err).NotTo(HaveOccurred())
+		opts = append(opts, client.WithTLS(cfg))
+	}
+	c := client.New(addr, opts...)
 	ctx, cancel := context.WithTimeout(k.ctx, 2*time.Minute)
 	defer cancel()
+	applied := regexp.MustCompile(`(?m)^tidal_raft_applied_index (\S+)$`)
 	for ctx.Err() == nil {
 		sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
-		st, err := c.Status(sctx)
+		text, err := c.Metrics(sctx)
 		scancel()
-		if err == nil && st.Applied >= 200 {
-			break
+		if m := applied.FindSubmatch(text); err == nil && m != nil {
+			if n, perr := strconv.ParseFloat(string(m[1]), 64); perr == nil && n >= 200 {
+				break
+			}
 		}
 		select {
 		case <-ctx.Done():

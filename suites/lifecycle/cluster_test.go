@@ -102,6 +102,15 @@ func nodeDir(c *cluster.Cluster, name string) string {
 	return ""
 }
 
+// adminFlags are the flags tidal-server's admin commands need to act as
+// the admin of c (none on an insecure cluster).
+func adminFlags(c *cluster.Cluster) []string {
+	if sec := c.Security(); sec != nil {
+		return sec.CLIFlags(cluster.RoleAdmin)
+	}
+	return nil
+}
+
 // tidalServer runs a tidal-server command to completion and returns its
 // output and exit status.
 func tidalServer(args ...string) (string, int) {
@@ -420,7 +429,7 @@ var _ = Describe("a 3-node cluster through its lifecycle", func() {
 			}
 		}
 		rows := func() map[uint64][]string {
-			out, code := tidalServer("status", "--addr", follower.ClientAddr)
+			out, code := tidalServer(append([]string{"status", "--addr", follower.ClientAddr}, adminFlags(c)...)...)
 			Expect(code).To(Equal(0), out)
 			GinkgoWriter.Println(out)
 			got := map[uint64][]string{}

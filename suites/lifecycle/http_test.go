@@ -6,13 +6,18 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/tidaldb/tidal/harness/cluster"
 )
 
-func newHTTP() *http.Client { return &http.Client{Timeout: 10 * time.Second} }
+// newHTTP is a raw client of c's nodes: over TLS (HTTP/2) with the admin
+// certificate on a secured cluster.
+func newHTTP(c *cluster.Cluster) *http.Client { return c.HTTPClient(10 * time.Second) }
 
-// post sends a raw body and returns the status and the error's field.
-func post(hc *http.Client, addr, path, contentType, body string) (int, string) {
-	resp, err := hc.Post("http://"+addr+path, contentType, strings.NewReader(body))
+// post sends a raw body to a node of c and returns the status and the
+// error's field.
+func post(c *cluster.Cluster, hc *http.Client, addr, path, contentType, body string) (int, string) {
+	resp, err := hc.Post(c.URL(addr)+path, contentType, strings.NewReader(body))
 	if err != nil {
 		return 0, err.Error()
 	}

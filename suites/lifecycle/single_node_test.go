@@ -179,17 +179,17 @@ var _ = Describe("a single node", func() {
 			{`{"events":[{"id":"a","entity":1,"signal":"view","ts":12}]}`, "events[0].ts", 400},
 			{`not json`, "body", 400},
 		}
-		hc := newHTTP()
+		hc := newHTTP(c)
 		for _, tc := range cases {
-			status, field := post(hc, c.Nodes()[0].ClientAddr, "/v1/signals", "application/json", tc.body)
+			status, field := post(c, hc, c.Nodes()[0].ClientAddr, "/v1/signals", "application/json", tc.body)
 			Expect(status).To(Equal(tc.status), tc.body)
 			Expect(field).To(Equal(tc.field), tc.body)
 		}
-		status, field := post(hc, c.Nodes()[0].ClientAddr, "/v1/signals", "text/plain", `{"events":[{"id":"a","entity":1,"signal":"view"}]}`)
+		status, field := post(c, hc, c.Nodes()[0].ClientAddr, "/v1/signals", "text/plain", `{"events":[{"id":"a","entity":1,"signal":"view"}]}`)
 		Expect(status).To(Equal(415))
 		Expect(field).To(Equal("Content-Type"))
 		big := `{"events":[` + strings.Repeat(`{"id":"x","entity":1,"signal":"view"},`, 300000) + `{"id":"y","entity":1,"signal":"view"}]}`
-		status, _ = post(hc, c.Nodes()[0].ClientAddr, "/v1/signals", "application/json", big)
+		status, _ = post(c, hc, c.Nodes()[0].ClientAddr, "/v1/signals", "application/json", big)
 		Expect(status).To(Equal(413))
 		after, err := admin.Digest(ctx)
 		Expect(err).NotTo(HaveOccurred())

@@ -66,10 +66,9 @@ var _ = Describe("membership changes", func() {
 		}).WithTimeout(30*time.Second).WithPolling(100*time.Millisecond).Should(Equal(leaderID), "the lagging follower to follow %s again", leader)
 
 		admin := func(name string) *client.Client {
-			n := c.Nodes()[nodeIndex(c, name)]
 			// 503s (no leader for a moment, a change still pending) are
 			// retried after their Retry-After.
-			return client.New(n.ClientAddr, client.WithRetries(5), client.WithTimeout(20*time.Second))
+			return c.AdminClientWith(name, client.WithRetries(5), client.WithTimeout(20*time.Second))
 		}
 		member := client.Member{ID: 4, PeerAddr: spare.PeerAddr, ClientAddr: spare.ClientAddr}
 		_, err = admin(leader).AddMember(ctx, member)

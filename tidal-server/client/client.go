@@ -23,6 +23,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,6 +57,8 @@ const (
 // keeps connections alive between calls.
 type Client struct {
 	base       string
+	tls        *tls.Config // nil: plain HTTP
+	token      string      // "": no Authorization header
 	hc         *http.Client
 	transport  *http.Transport // nil when the caller supplied the http.Client
 	retries    int
@@ -94,13 +97,23 @@ func WithTimeout(perAttempt time.Duration) Option {
 	return func(c *Client) { c.timeout = perAttempt }
 }
 
-// New returns a client for the node at addr, "127.0.0.1:7070" or
-// "http://127.0.0.1:7070".
+// WithTLS makes the client speak HTTPS with cfg: the CAs it trusts and,
+// optionally, a client certificate (certs.ClientTLS builds one from a
+// certs directory). HTTP/2 is used when the node offers it (ALPN), as
+// tidal-server does. An address given without a scheme gets https://.
+func WithTLS(cfg *tls.Config) Option {
+	return func(c *Client) { c.tls = cfg }
+}
+
+// WithToken sends "Authorization: Bearer secret" with every request. A
+// token crosses the network in clear unless the client also uses TLS.
+func WithToken(secret string) Option {
+	return func(c *Client) { c.token = secret }
+}
+
+// New returns a client for the node at addr, "127.0.0.1:7070",
+// "http://127.0.0.1:7070" or "https://127.0.0.1:7070".
 func New(addr string, opts ...Option) *Client {
-	base := strings.TrimRight(addr, "/")
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
-	}
 	t := &http.Transport{
 		// No proxy from the environment: tidal traffic is node-local or
 		// cluster-internal, and a stray HTTP_PROXY would reroute a test.
@@ -118,7 +131,6 @@ func New(addr string, opts ...Option) *Client {
 		DisableCompression: true,
 	}
 	c := &Client{
-		base:       base,
 		hc:         &http.Client{Transport: t},
 		transport:  t,
 		retries:    defaultRetries,
@@ -128,6 +140,27 @@ func New(addr string, opts ...Option) *Client {
 	}
 	for _, o := range opts {
 		o(c)
+	}
+	c.base = strings.TrimRight(addr, "/")
+	if !strings.Contains(c.base, "://") {
+		scheme := "http://"
+		if c.tls != nil {
+			scheme = "https://"
+		}
+		c.base = scheme + c.base
+	}
+	if c.tls != nil && c.transport != nil {
+		c.transport.TLSClientConfig = c.tls.Clone()
+		// A custom TLS configuration turns net/http's automatic HTTP/2
+		// off; the node offers h2 by ALPN, so ask for it.
+		c.transport.ForceAttemptHTTP2 = true
+		c.transport.HTTP2 = &http.HTTP2Config{
+			// One HTTP/2 connection carries many requests: a connection
+			// that went silent (a paused node, a blackholed link) must be
+			// noticed and replaced, not waited on by each of them.
+			SendPingTimeout: 10 * time.Second,
+			PingTimeout:     5 * time.Second,
+		}
 	}
 	return c
 }
@@ -257,6 +290,9 @@ func (c *Client) attempt(ctx context.Context, r *request, handle func(*http.Resp
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", "tidal-client/1")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	if r.body != nil {
 		req.Header.Set("Content-Type", "application/json")
 		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(r.body)), nil }
@@ -275,6 +311,11 @@ func (c *Client) attempt(ctx context.Context, r *request, handle func(*http.Resp
 			// The caller gave up; whatever was sent may have landed.
 			return false, true, err
 		}
+		if terr := c.tlsProblem(err); terr != nil {
+			// A handshake that failed delivered nothing, and the same
+			// handshake would fail again.
+			return false, false, terr
+		}
 		return true, !neverSent(err), timedOut(err)
 	}
 	defer func() {
@@ -285,6 +326,11 @@ func (c *Client) attempt(ctx context.Context, r *request, handle func(*http.Resp
 
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		ae := decodeError(r.op(), resp)
+		if resp.StatusCode == http.StatusBadRequest && resp.Request.URL.Scheme == "http" && ae.Message == plainHTTPToTLS {
+			ae.Code = CodeTLSRequired
+			ae.Message = fmt.Sprintf("the node at %s serves HTTPS (it was started with --certs-dir), and this client speaks plain HTTP: "+
+				"give the client TLS (client.WithTLS; tidal-server commands and tidal-stress: --certs-dir)", c.base)
+		}
 		switch {
 		case resp.StatusCode == http.StatusServiceUnavailable:
 			return true, false, ae
@@ -351,6 +397,10 @@ func codeForStatus(status int) string {
 	switch status {
 	case http.StatusBadRequest:
 		return CodeInvalidArgument
+	case http.StatusUnauthorized:
+		return CodeUnauthenticated
+	case http.StatusForbidden:
+		return CodePermissionDenied
 	case http.StatusNotFound:
 		return CodeNotFound
 	case http.StatusConflict:

@@ -18,6 +18,14 @@ const (
 	CodeTimeout              = "timeout"
 	CodeNotFound             = "not_found"
 	CodeInternal             = "internal"
+	// CodeUnauthenticated (401): no credentials, or ones the node does not
+	// accept. CodePermissionDenied (403): the credentials' role is below
+	// what the route needs.
+	CodeUnauthenticated  = "unauthenticated"
+	CodePermissionDenied = "permission_denied"
+	// CodeTLSRequired is the client's own: a plain HTTP request reached a
+	// node that serves HTTPS (net/http answers 400 without our JSON).
+	CodeTLSRequired = "tls_required"
 )
 
 // APIError is a non-2xx answer from the server.
@@ -123,6 +131,18 @@ func IsTimeout(err error) bool {
 // IsInvalid reports whether err is a 400: the request was malformed or
 // failed validation (APIError.Field names what).
 func IsInvalid(err error) bool { return hasStatus(err, http.StatusBadRequest, CodeInvalidArgument) }
+
+// IsUnauthenticated reports whether err is a 401: credentials missing or
+// not accepted.
+func IsUnauthenticated(err error) bool {
+	return hasStatus(err, http.StatusUnauthorized, CodeUnauthenticated)
+}
+
+// IsPermissionDenied reports whether err is a 403: the credentials' role
+// does not allow the route.
+func IsPermissionDenied(err error) bool {
+	return hasStatus(err, http.StatusForbidden, CodePermissionDenied)
+}
 
 // IsNotFound reports whether err is a 404.
 func IsNotFound(err error) bool { return hasStatus(err, http.StatusNotFound, CodeNotFound) }

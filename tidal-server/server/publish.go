@@ -42,8 +42,27 @@ func (s *Server) publishClientAddr(ctx context.Context) {
 		if !ok || self.Role == "learner" || st.Leader == 0 || st.Applied < st.Commit {
 			continue
 		}
+		// Applied == Commit is not enough: a restarted follower's commit
+		// index lags the leader's until its first appends are acked, so
+		// it could see its log as applied while the entry holding its
+		// address is still to come, and publish again — a membership
+		// entry appended after the cluster had converged (seen in the
+		// lifecycle suite as digests at two indexes). A read barrier
+		// brings the applied view up to the leader's commit first.
 		pctx, cancel := context.WithTimeout(ctx, 10*every)
-		err := s.replica.PublishMember(pctx, replica.Member{ID: s.cfg.ID, PeerAddr: self.PeerAddr, ClientAddr: addr})
+		_, err := s.replica.ReadIndex(pctx)
+		if err == nil {
+			self, ok = memberStatus(s.replica.Status(), s.cfg.ID)
+			switch {
+			case ok && self.ClientAddr == addr:
+				cancel()
+				return
+			case !ok:
+				cancel()
+				continue
+			}
+			err = s.replica.PublishMember(pctx, replica.Member{ID: s.cfg.ID, PeerAddr: self.PeerAddr, ClientAddr: addr})
+		}
 		cancel()
 		if ctx.Err() != nil {
 			return

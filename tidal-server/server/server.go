@@ -22,7 +22,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/tidaldb/tidal/buildinfo"
 	"github.com/tidaldb/tidal/tidal-server/api"
+	"github.com/tidaldb/tidal/tidal-server/auth"
 	"github.com/tidaldb/tidal/tidal-server/bugs"
+	"github.com/tidaldb/tidal/tidal-server/certs"
 	"github.com/tidaldb/tidal/tidal-server/ledger"
 	"github.com/tidaldb/tidal/tidal-server/replica"
 	"github.com/tidaldb/tidal/tidal-server/wal"
@@ -69,6 +71,36 @@ type Config struct {
 	// EnablePprof serves /debug/pprof/ on the client address.
 	EnablePprof bool `yaml:"enable_pprof"`
 
+	// The client plane's http.Server (docs/ARCHITECTURE.md, "Client
+	// plane: connections and timeouts"); zero values take the defaults.
+	HTTPReadHeaderTimeout time.Duration `yaml:"http_read_header_timeout"`
+	HTTPReadTimeout       time.Duration `yaml:"http_read_timeout"`
+	HTTPWriteTimeout      time.Duration `yaml:"http_write_timeout"`
+	HTTPIdleTimeout       time.Duration `yaml:"http_idle_timeout"`
+	HTTPStreamTimeout     time.Duration `yaml:"http_stream_timeout"`
+	MaxConns              int           `yaml:"max_conns"`
+	HTTP2MaxStreams       int           `yaml:"http2_max_streams"`
+
+	// Security (docs/ARCHITECTURE.md, "Security"). CertsDir turns on TLS:
+	// the client plane serves TLS with HTTP/2 and the peer transport is
+	// handed the same store (Certs). Without it, every listener must be
+	// loopback unless Insecure is set.
+	CertsDir   string `yaml:"certs_dir"`
+	Insecure   bool   `yaml:"insecure"`
+	TokensPath string `yaml:"tokens"`
+	// OpenProbes serves /healthz, /readyz and /metrics without
+	// credentials; false asks for the reader role.
+	OpenProbes bool `yaml:"open_probes"`
+	// Certs is CertsDir loaded (LoadCerts); Start loads CertsDir itself
+	// when it is nil. Set it before building Transport so the peer plane
+	// uses the same store (Certs.PeerServerTLS, Certs.PeerClientTLS).
+	Certs *certs.Store `yaml:"-"`
+	// PeerTLS says Transport serves and dials the peer plane with Certs'
+	// peer configurations. With Certs set and PeerTLS not, the peer plane
+	// is plaintext: Start logs so, and refuses a non-loopback --peer-addr
+	// unless Insecure.
+	PeerTLS bool `yaml:"-"`
+
 	// Transport carries raft messages to other nodes; nil with more than
 	// one peer is an error. package peer provides the gRPC one.
 	Transport TransportFactory `yaml:"-"`
@@ -93,6 +125,7 @@ func DefaultConfig() Config {
 		PeerAddr:    "127.0.0.1:7100",
 		DataDir:     "tidal-data",
 		ReadyWithin: 1000,
+		OpenProbes:  true,
 	}
 }
 
@@ -162,6 +195,7 @@ type Server struct {
 	serveErr chan error
 	stopOnce sync.Once
 
+	sec         security
 	inbound     inboundProxy
 	stopPublish context.CancelFunc // called by Shutdown
 	publishDone chan struct{}      // closed when publishClientAddr returns
@@ -206,9 +240,36 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		return nil, errors.New("a cluster of more than one node needs a peer transport")
 	}
 
+	if err := httpDefaults(&cfg); err != nil {
+		return nil, err
+	}
+	if cfg.CertsDir != "" && cfg.Certs == nil {
+		if cfg.Certs, err = LoadCerts(cfg.CertsDir, log); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Certs != nil {
+		if err := checkMember(cfg.Certs, cfg.CertsDir, cfg.ID); err != nil {
+			return nil, err
+		}
+	}
+	sec, err := newSecurity(cfg)
+	if err != nil {
+		return nil, err
+	}
+	servePeers := multi || cfg.Transport != nil
+	plaintext := sec.plaintextPlanes(cfg, servePeers)
+	if !cfg.Insecure {
+		for _, p := range plaintext {
+			if err := checkLoopbackAddr(p[0], p[1], p[2]); err != nil {
+				return nil, err
+			}
+		}
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	s := &Server{cfg: cfg, log: log, reg: reg, serveErr: make(chan error, 2)}
+	s := &Server{cfg: cfg, log: log, reg: reg, serveErr: make(chan error, 2), sec: sec}
 	defer func() {
 		if err != nil {
 			s.closeListeners()
@@ -217,11 +278,23 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 	if s.httpLis, err = net.Listen("tcp", cfg.ClientAddr); err != nil {
 		return nil, fmt.Errorf("client listener on %s: %w (nothing was written to %s)", cfg.ClientAddr, err, cfg.DataDir)
 	}
-	if multi || cfg.Transport != nil {
+	if servePeers {
 		if s.peerLis, err = net.Listen("tcp", cfg.PeerAddr); err != nil {
 			return nil, fmt.Errorf("peer listener on %s: %w (nothing was written to %s)", cfg.PeerAddr, err, cfg.DataDir)
 		}
 	}
+	if !cfg.Insecure {
+		for _, p := range plaintext {
+			lis := s.httpLis
+			if p[0] == "--peer-addr" {
+				lis = s.peerLis
+			}
+			if err := checkLoopbackBound(p[0], p[1], p[2], lis); err != nil {
+				return nil, err
+			}
+		}
+	}
+	s.logSecurity(plaintext)
 
 	// With several peers every node must write the same bootstrap
 	// entries, so they carry peer addresses only, and each node publishes
@@ -284,15 +357,33 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		mux.Handle("/", handler)
 		handler = mux
 	}
-	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	if sec.auth {
+		// Every route, pprof included (a route the policy does not list
+		// needs admin).
+		policy, err := auth.NewPolicy(auth.DefaultRules(cfg.OpenProbes))
+		if err != nil {
+			return nil, err
+		}
+		handler = auth.Handler(handler, auth.Options{Policy: policy, Tokens: sec.tokens})
+	}
+	s.http = newHTTPServer(cfg, handler, log.With("component", "http"))
+	lis := net.Listener(newConnLimit(s.httpLis, cfg.MaxConns, reg, log.With("component", "http")))
+	if sec.clientTLS {
+		s.http.TLSConfig = cfg.Certs.ServerTLS()
+	}
 	go func() {
-		if err := s.http.Serve(s.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		var err error
+		if sec.clientTLS {
+			err = s.http.ServeTLS(lis, "", "")
+		} else {
+			err = s.http.Serve(lis)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.serveErr <- err
 		}
 	}()
 	log.Info("tidal-server started", "build", buildinfo.Read().String(), "id", cfg.ID, "client_addr", s.httpLis.Addr().String(), "peer_addr", cfg.PeerAddr,
-		"data_dir", cfg.DataDir, "peers", len(peers), "signals", len(schema.Signals), "embedding_dim", schema.EmbeddingDim)
+		"data_dir", cfg.DataDir, "peers", len(peers), "signals", len(schema.Signals), "embedding_dim", schema.EmbeddingDim, "security", sec.describe())
 	var publishCtx context.Context
 	publishCtx, s.stopPublish = context.WithCancel(context.Background())
 	s.publishDone = make(chan struct{})

@@ -106,7 +106,10 @@ func newRunCommand() *cobra.Command {
   tidal-chaos run --server-bin bin/tidal-server --nodes 5 --rate 200 --nemesis all
 
   # no faults: a baseline of the workload alone, keeping every earlier run
-  tidal-chaos run --nemesis none --duration 10s --keep-runs 0`,
+  tidal-chaos run --nemesis none --duration 10s --keep-runs 0
+
+  # the same in plaintext without authentication, to compare with the secured default
+  tidal-chaos run --nemesis none --duration 10s --insecure`,
 		Args: cobra.NoArgs,
 		// Flags are checked before anything starts, so a typo costs no
 		// cluster start-up (and --help's examples are checked by the same
@@ -171,6 +174,7 @@ func newRunCommand() *cobra.Command {
 	f.DurationVar(&lagCatchUp, "slo-catch-up", 10*time.Second, "lag SLO: catch-up time after each heal")
 	f.DurationVar(&linTimeout, "linearizable-timeout", time.Minute, "give up on the linearizability search after this long (verdict unknown)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log harness steps (cluster, nemesis) to stderr")
+	f.BoolVar(&cfg.Insecure, "insecure", false, "run the cluster in plaintext without authentication, to compare (default: TLS with HTTP/2, client certificates and tokens made for the run, in <run>/certs)")
 	addKeepRunsFlag(cmd, &keepRuns)
 	return cmd
 }

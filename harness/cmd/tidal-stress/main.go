@@ -5,6 +5,7 @@
 //	tidal-stress --targets 127.0.0.1:7071,127.0.0.1:7072 --rate 5000 --duration 30s
 //	tidal-stress --targets 127.0.0.1:7071 --batch 100 --ramp 200:200:10:5s --slo-p99 20ms --json out.json
 //	tidal-stress --targets 127.0.0.1:7071 --embedding-dim 1536 --ramp 500:500:8:5s
+//	tidal-stress --targets 127.0.0.1:7071 --certs-dir certs --rate 2000   # TLS h2, client.writer.crt
 //
 // Exit status: 0 when the run completed, 1 on a usage or I/O error, 2 when
 // --fail-on-slo is set and the SLO was missed (fixed rate: the stage failed;
@@ -25,6 +26,7 @@ import (
 
 	"github.com/tidaldb/tidal/buildinfo"
 	"github.com/tidaldb/tidal/harness/stress"
+	"github.com/tidaldb/tidal/tidal-server/client/creds"
 )
 
 // errSLO reports a missed SLO with its own exit status.
@@ -52,6 +54,7 @@ func newCommand() *cobra.Command {
 		quiet       bool
 		failOnSLO   bool
 		maxErrorPct float64
+		secure      creds.Flags
 	)
 	cmd := &cobra.Command{
 		Use:   "tidal-stress",
@@ -93,6 +96,11 @@ stage with at most 1% errors and p99 within --slo-p99.`,
 				}
 				plan = []stress.Stage{{Rate: rate, Duration: duration}}
 			}
+			c, err := secure.Resolve()
+			if err != nil {
+				return err
+			}
+			cfg.TLS, cfg.Token = c.TLS, c.Token
 			out := cmd.OutOrStdout()
 			if !quiet {
 				cfg.Progress = func(p stress.Progress) { fmt.Fprintln(out, p) }
@@ -106,7 +114,7 @@ stage with at most 1% errors and p99 within --slo-p99.`,
 			if lagEvery > 0 {
 				go func() {
 					defer close(lagDone)
-					lag = stress.SampleLag(lagCtx, cfg.Targets, lagEvery)
+					lag = stress.SampleLag(lagCtx, cfg.Targets, lagEvery, c.Options()...)
 				}()
 			} else {
 				close(lagDone)
@@ -155,7 +163,7 @@ stage with at most 1% errors and p99 within --slo-p99.`,
 	f.StringVar(&rampSpec, "ramp", "", "start:step:stages:stage-duration, e.g. 1000:1000:10:5s; a step of x2 doubles each stage (instead of --rate)")
 	f.DurationVar(&duration, "duration", 10*time.Second, "how long --rate runs")
 	f.IntVar(&cfg.MaxInFlight, "max-inflight", 4096, "ops outstanding at most; ops due beyond it are shed (and reported as such)")
-	f.IntVar(&cfg.Connections, "connections", 64, "connections per target: the concurrency cap per node (ops beyond it wait, and the wait counts as latency)")
+	f.IntVar(&cfg.Connections, "connections", 64, "connections per target: over HTTP/1.1 the concurrency cap per node (ops beyond it wait, and the wait counts as latency); over HTTP/2 each carries up to the node's --http2-max-streams")
 	f.DurationVar(&cfg.Timeout, "timeout", 10*time.Second, "per-op timeout")
 	f.DurationVar(&cfg.SLO.P99, "slo-p99", 0, "p99 latency a stage must stay within (0: none)")
 	f.Float64Var(&maxErrorPct, "max-error-pct", 1, "percent of ops (shed included) a stage may lose and still meet the SLO")
@@ -165,6 +173,9 @@ stage with at most 1% errors and p99 within --slo-p99.`,
 	f.DurationVar(&lagEvery, "sample-lag", 0, "poll /cluster/status on every target at this interval and report follower lag (0: off)")
 	f.BoolVar(&quiet, "quiet", false, "no per-second progress lines")
 	f.BoolVar(&failOnSLO, "fail-on-slo", false, "exit 2 when the SLO was missed")
+	// A secured cluster: load presents client.writer.crt unless told otherwise.
+	secure.Register(f, "writer")
+	f.BoolVar(&cfg.HTTP1, "http1", false, "with --certs-dir: HTTP/1.1 over TLS instead of HTTP/2 (to compare)")
 	return cmd
 }
 
