@@ -24,8 +24,9 @@ build:
 
 # make test: lint, unit tests under the race detector, a short run of every
 # fuzz target, then the fast suites on real processes: multiproc, lifecycle
-# and the specs labelled smoke — the chaos smoke run, and one planted-bug
-# run, so every CI run shows a checker saying false on a real cluster.
+# and the specs labelled smoke — the chaos smoke run, one planted-bug run
+# (so every CI run shows a checker saying false on a real cluster), and the
+# shortest runbook page (so the runbook parser and runner never rot).
 test: lint unit fuzz suites
 
 # The tidalbugs build's own tests (tidal-server/bugs/on_test.go) need the tag.
@@ -53,10 +54,13 @@ chaos: build
 images: build
 	$(GO) run ./harness/cmd/tidal-images --version '$(VERSION)' --server $(BIN)/tidal-server --relay $(BIN)/tcp-relay
 
-# Until these suites land the targets fail: a CI job calling them must not
-# pass for having run nothing.
-runbook:
-	@echo "make runbook: the runbook suite has not landed yet, nothing was run (see suites/runbook/README.md)" >&2; exit 1
+# make runbook: every page of runbooks/ executed block by block against a
+# live cluster under load, judged by the checkers and the page's own
+# availability budget (suites/runbook). JUnit report in
+# store/junit/runbook.xml, the summary table in store/runbook-suite/summary.txt.
+runbook: build
+	@mkdir -p store/junit
+	$(GINKGO) -r --keep-going --procs=1 --timeout=20m --label-filter='runbook' --output-dir=$(CURDIR)/store/junit --junit-report=runbook.xml ./suites/runbook
 
 # make e2e: the deployment a user runs (deploy/compose.yaml over mutual TLS,
 # the docker CLI's faults) and the chaos workload on the container backend;
