@@ -182,7 +182,7 @@ underscores (client_addr, data_dir, ...).
 			// The peer plane is mutual TLS with the same store: the
 			// transport verifies that each peer's certificate names a
 			// member and that a dialled peer is the member meant.
-			popts := peer.Options{}
+			popts := peer.Options{ClockOffset: cfg.TestClockOffset}
 			if cfg.Certs != nil {
 				popts.ServerTLS, popts.ClientTLS = cfg.Certs.PeerServerTLS(), cfg.Certs.PeerClientTLS
 				cfg.PeerTLS = true
@@ -259,6 +259,12 @@ underscores (client_addr, data_dir, ...).
 	f.DurationVar(&cfg.HTTPStreamTimeout, "http-stream-timeout", server.DefaultHTTPStreamTimeout, "time to write a streamed answer (GET /admin/backup, /v1/audit/events)")
 	f.IntVar(&cfg.MaxConns, "max-conns", server.DefaultMaxConns, "client connections open at once; past it requests get 503, past twice it connections are closed")
 	f.IntVar(&cfg.HTTP2MaxStreams, "http2-max-streams", server.DefaultHTTP2MaxStreams, "HTTP/2: concurrent requests per connection")
+	// Per-request bounds of the client API (docs/ARCHITECTURE.md, API details).
+	f.Int64Var(&cfg.MaxInflightBytes, "max-inflight-bytes", 64<<20, "request body bytes held at once; a body that does not fit gets 503 + Retry-After before it is read")
+	f.Int64Var(&cfg.MinBodyRate, "min-body-rate", 64<<10, "bytes/s a request body must average after a 5s grace (and arrive within --http-read-timeout); slower gets 408 (negative: no minimum)")
+	f.DurationVar(&cfg.MaxWriteWait, "max-write-wait", 0, "shed a write (503 + Retry-After) expected to wait longer for commit (0: half of --write-timeout)")
+	f.DurationVar(&cfg.MaxClockSkew, "max-clock-skew", time.Minute, "refuse (400, events[i].ts) an event whose ts is further ahead of this node's clock")
+	f.DurationVar(&cfg.TestClockOffset, "test-clock-offset", 0, "TEST ONLY: shift this node's clock (stamping, skew check, clock probes) to simulate skew")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	f.StringVar(&logFile, "log-file", "", "write logs to this file instead of stderr")
@@ -386,6 +392,16 @@ func mergeConfig(file, flags server.Config, set *pflag.FlagSet) server.Config {
 			out.MaxConns = flags.MaxConns
 		case "http2-max-streams":
 			out.HTTP2MaxStreams = flags.HTTP2MaxStreams
+		case "max-inflight-bytes":
+			out.MaxInflightBytes = flags.MaxInflightBytes
+		case "min-body-rate":
+			out.MinBodyRate = flags.MinBodyRate
+		case "max-write-wait":
+			out.MaxWriteWait = flags.MaxWriteWait
+		case "max-clock-skew":
+			out.MaxClockSkew = flags.MaxClockSkew
+		case "test-clock-offset":
+			out.TestClockOffset = flags.TestClockOffset
 		}
 	})
 	return out

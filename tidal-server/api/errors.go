@@ -23,6 +23,7 @@ const (
 	CodeMediaType   = "unsupported_media_type"
 	CodeUnavailable = "unavailable"
 	CodeTimeout     = "timeout"
+	CodeBodyTimeout = "request_timeout" // 408: the body came too slowly
 	CodeNotFound    = "not_found"
 	CodeMethod      = "method_not_allowed"
 	CodeInternal    = "internal"
@@ -90,6 +91,15 @@ func toAPIError(err error) *Error {
 	var conflict interface{ Conflict() string }
 	if errors.As(err, &conflict) {
 		return &Error{Status: http.StatusConflict, Code: CodeConflict, Field: conflict.Conflict(), Message: err.Error()}
+	}
+	var ew *errExpectedWait
+	if errors.As(err, &ew) {
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error(), RetryAfter: ew.retryAfter()}
+	}
+	var eb *errBytesInFlight
+	var ec *errClock
+	if errors.As(err, &eb) || errors.As(err, &ec) {
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error(), RetryAfter: 1}
 	}
 	switch {
 	case errors.Is(err, ErrQueueFull), errors.Is(err, replica.ErrOverloaded):

@@ -14,10 +14,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,7 +27,8 @@ import (
 	"github.com/tidaldb/tidal/tidal-server/vectors"
 )
 
-// Options bound what one request may ask for.
+// Options bound what one request may ask for, and what all requests
+// together may hold. Zero values take the defaults.
 type Options struct {
 	MaxBodyBytes      int64         // default 8 MiB; larger bodies get 413
 	MaxBatch          int           // events per POST /v1/signals; default 10000; more gets 413
@@ -35,9 +36,39 @@ type Options struct {
 	WriteTimeout      time.Duration // default 5s; past it the outcome is unknown (504)
 	ReadTimeout       time.Duration // default 5s
 	MaxK              int           // default 1000
-	Logger            *slog.Logger
-	Registry          *prometheus.Registry // serves /metrics and receives the HTTP metrics; nil = a private one
-	Now               func() time.Time     // read-time clock (decay, windows); default time.Now
+
+	// MaxInflightBytes bounds the request bodies held at once, charged
+	// before they are read (admission.go); default 64 MiB, raised to
+	// MaxBodyBytes if below it. A body that does not fit gets 503.
+	MaxInflightBytes int64
+	// BodyReadTimeout bounds the time to receive one body; default 30s
+	// (the server passes --http-read-timeout).
+	BodyReadTimeout time.Duration
+	// MinBodyRate is the least average rate, in bytes a second, a body
+	// must keep once BodyRateGrace has passed; default 64 KiB/s,
+	// negative = no minimum. Slower bodies are cut with 408.
+	MinBodyRate   int64
+	BodyRateGrace time.Duration // default 5s
+	// MaxWriteWait sheds (503) a write whose expected wait for commit is
+	// longer; default WriteTimeout/2, at most WriteTimeout.
+	MaxWriteWait time.Duration
+	// MaxClockSkew is how far ahead of this node's clock an event's ts
+	// may be; default 1 minute. Further ahead is 400 events[i].ts.
+	MaxClockSkew time.Duration
+	// ClockOffset is added to this node's clock for stamping, the skew
+	// check and default read times. TEST ONLY: it simulates a node whose
+	// clock is off (--test-clock-offset).
+	ClockOffset time.Duration
+	// ClockHealthy, when set, is asked before every write: false refuses
+	// the write with 503 and fails /readyz, both giving the reason.
+	ClockHealthy func() (ok bool, reason string)
+
+	Logger   *slog.Logger
+	Registry *prometheus.Registry // serves /metrics and receives the HTTP metrics; nil = a private one
+	Now      func() time.Time     // wall clock: stamping, skew, read times; default time.Now
+
+	// monotonic times the write queue; tests substitute their own.
+	monotonic func() time.Time
 }
 
 func (o *Options) setDefaults() {
@@ -59,8 +90,31 @@ func (o *Options) setDefaults() {
 	if o.MaxK == 0 {
 		o.MaxK = 1000
 	}
+	if o.MaxInflightBytes == 0 {
+		o.MaxInflightBytes = 64 << 20
+	}
+	if o.BodyReadTimeout == 0 {
+		o.BodyReadTimeout = 30 * time.Second
+	}
+	if o.MinBodyRate == 0 {
+		o.MinBodyRate = 64 << 10
+	}
+	if o.BodyRateGrace == 0 {
+		o.BodyRateGrace = 5 * time.Second
+	}
+	if o.MaxWriteWait == 0 || o.MaxWriteWait > o.WriteTimeout {
+		o.MaxWriteWait = o.WriteTimeout / 2
+	}
+	if o.MaxClockSkew == 0 {
+		o.MaxClockSkew = time.Minute
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.MaxInflightBytes < o.MaxBodyBytes {
+		// A body the budget could never hold would be refused forever.
+		o.Logger.Warn("max inflight bytes below max body bytes; raised to it", "max_inflight_bytes", o.MaxInflightBytes, "max_body_bytes", o.MaxBodyBytes)
+		o.MaxInflightBytes = o.MaxBodyBytes
 	}
 	if o.Registry == nil {
 		o.Registry = prometheus.NewRegistry()
@@ -68,14 +122,20 @@ func (o *Options) setDefaults() {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.monotonic == nil {
+		o.monotonic = time.Now
+	}
 }
 
 type handler struct {
-	b        Backend
-	opts     Options
-	schema   ledger.Schema
-	inflight chan struct{}
-	metrics  *httpMetrics
+	b       Backend
+	opts    Options
+	schema  ledger.Schema
+	writes  *writeQueue
+	bytes   *byteBudget
+	metrics *httpMetrics
+	// noDeadlines makes the warning that bodies get no read deadline once.
+	noDeadlines sync.Once
 	// vectorCheck validates request vectors against the schema's
 	// dimension. It is never written: the vectors package validates
 	// through a Store, and one made per request would allocate a store
@@ -87,9 +147,11 @@ type handler struct {
 func New(b Backend, opts Options) http.Handler {
 	opts.setDefaults()
 	schema := b.Schema()
-	h := &handler{b: b, opts: opts, schema: schema, inflight: make(chan struct{}, opts.MaxInflightWrites),
+	h := &handler{b: b, opts: opts, schema: schema,
+		writes:      &writeQueue{limit: opts.MaxInflightWrites, maxWait: opts.MaxWriteWait, now: opts.monotonic},
+		bytes:       &byteBudget{limit: opts.MaxInflightBytes},
 		vectorCheck: vectors.New(schema.EmbeddingDim)}
-	h.metrics = newHTTPMetrics(opts.Registry, func() float64 { return float64(len(h.inflight)) })
+	h.metrics = newHTTPMetrics(opts.Registry, latencyBuckets(opts), h.writes)
 
 	mux := http.NewServeMux()
 	route := func(pattern string, fn func(http.ResponseWriter, *http.Request) error) {
@@ -166,6 +228,9 @@ func (h *handler) instrument(route string, fn func(http.ResponseWriter, *http.Re
 			ae := writeError(sw, err)
 			if ae.Status == http.StatusServiceUnavailable {
 				h.metrics.rejected.WithLabelValues(ae.Code).Inc()
+				if reason := shedReason(err); reason != "" {
+					h.metrics.shed.WithLabelValues(reason).Inc()
+				}
 			}
 			if ae.Status >= 500 && ae.Status != http.StatusServiceUnavailable && ae.Status != http.StatusGatewayTimeout {
 				h.opts.Logger.Error("request failed", "route", route, "status", ae.Status, "err", ae.Message)
@@ -202,33 +267,35 @@ func (s *statusWriter) Flush() {
 	}
 }
 
-// readJSONBody enforces content type and size before any decoding.
-func (h *handler) readJSONBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	ct := r.Header.Get("Content-Type")
-	mt, _, err := mime.ParseMediaType(ct)
-	if ct == "" || err != nil || mt != "application/json" {
-		return nil, &Error{Status: http.StatusUnsupportedMediaType, Code: CodeMediaType, Field: "Content-Type",
-			Message: fmt.Sprintf("expected application/json, found %q", ct)}
+// admitWrite runs the write admission rules that need no body: the clock
+// gate and the queue's look-ahead. They run before the body is read, so a
+// shed write costs the node no more than its headers.
+func (h *handler) admitWrite(w http.ResponseWriter, r *http.Request) error {
+	err := h.checkClock()
+	if err == nil {
+		err = h.writes.check()
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge, Field: "body",
-				Message: fmt.Sprintf("request body exceeds %d bytes", h.opts.MaxBodyBytes)}
-		}
-		return nil, invalid("body", "reading request body: %v", err)
+		refuseUnread(w, r)
 	}
-	return body, nil
+	return err
 }
 
-func (h *handler) acquire() (release func(), err error) {
-	select {
-	case h.inflight <- struct{}{}:
-		return func() { <-h.inflight }, nil
-	default:
-		return nil, ErrQueueFull
+// propose takes a place in the write queue, runs write under the write
+// timeout, and tells the queue how long commit took.
+func (h *handler) propose(r *http.Request, write func(ctx context.Context) (WriteAck, error)) (WriteAck, error) {
+	ticket, err := h.writes.admit()
+	if err != nil {
+		return WriteAck{}, err
 	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.opts.WriteTimeout)
+	defer cancel()
+	ack, err := write(ctx)
+	// A write refused before it was proposed (503) says nothing about how
+	// long commit takes, and one whose client went away only that it
+	// takes at least this long.
+	ticket.done(r.Context().Err() == nil && (err == nil || toAPIError(err).Status != http.StatusServiceUnavailable))
+	return ack, err
 }
 
 func writeAckHeaders(w http.ResponseWriter, ack WriteAck) {
@@ -241,33 +308,27 @@ func writeAckHeaders(w http.ResponseWriter, ack WriteAck) {
 }
 
 func (h *handler) postSignals(w http.ResponseWriter, r *http.Request) error {
-	body, err := h.readJSONBody(w, r)
+	if err := h.admitWrite(w, r); err != nil {
+		return err
+	}
+	body, release, err := h.readJSONBody(w, r)
 	if err != nil {
 		return err
 	}
+	defer release()
 	events, err := DecodeSignals(body, h.schema, h.opts.MaxBatch)
 	if err != nil {
 		return err
 	}
 	// Stamp here, before the entry is logged, so that apply never reads a
 	// clock and every replica folds the same timestamp.
-	now := h.opts.Now().UnixMilli()
-	for i := range events {
-		if events[i].TS == 0 {
-			events[i].TS = now
-		}
+	if err := h.stampAndBound(events, h.now()); err != nil {
+		return err
 	}
 	if err := h.b.CheckSignals(events); err != nil {
 		return err
 	}
-	release, err := h.acquire()
-	if err != nil {
-		return err
-	}
-	defer release()
-	ctx, cancel := context.WithTimeout(r.Context(), h.opts.WriteTimeout)
-	defer cancel()
-	ack, err := h.b.WriteSignals(ctx, events)
+	ack, err := h.propose(r, func(ctx context.Context) (WriteAck, error) { return h.b.WriteSignals(ctx, events) })
 	if err != nil {
 		return err
 	}
@@ -289,10 +350,14 @@ func (h *handler) putEmbedding(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	body, err := h.readJSONBody(w, r)
+	if err := h.admitWrite(w, r); err != nil {
+		return err
+	}
+	body, release, err := h.readJSONBody(w, r)
 	if err != nil {
 		return err
 	}
+	defer release()
 	var id []byte
 	var vec []float32
 	hasID := false
@@ -323,14 +388,9 @@ func (h *handler) putEmbedding(w http.ResponseWriter, r *http.Request) error {
 	if fe := h.vectorCheck.Validate(vec); fe != nil {
 		return invalid(fe.Field, "%s", fe.Message)
 	}
-	release, err := h.acquire()
-	if err != nil {
-		return err
-	}
-	defer release()
-	ctx, cancel := context.WithTimeout(r.Context(), h.opts.WriteTimeout)
-	defer cancel()
-	ack, err := h.b.PutEmbedding(ctx, entity, string(id), vec)
+	ack, err := h.propose(r, func(ctx context.Context) (WriteAck, error) {
+		return h.b.PutEmbedding(ctx, entity, string(id), vec)
+	})
 	if err != nil {
 		return err
 	}
@@ -362,7 +422,7 @@ func (h *handler) barrier(r *http.Request, def string) (context.Context, context
 func (h *handler) readTime(r *http.Request) (int64, error) {
 	s := r.URL.Query().Get("at")
 	if s == "" {
-		return h.opts.Now().UnixMilli(), nil
+		return h.now().UnixMilli(), nil
 	}
 	at, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || at <= 0 {
@@ -433,10 +493,11 @@ func (h *handler) checkK(k int64) error {
 }
 
 func (h *handler) nearest(w http.ResponseWriter, r *http.Request) error {
-	body, err := h.readJSONBody(w, r)
+	body, release, err := h.readJSONBody(w, r)
 	if err != nil {
 		return err
 	}
+	defer release()
 	var vec []float32
 	k := 10
 	err = decodeBody(body, func(d *decoder, name []byte) error {
@@ -634,10 +695,11 @@ func (h *handler) status(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (h *handler) addMember(w http.ResponseWriter, r *http.Request) error {
-	body, err := h.readJSONBody(w, r)
+	body, release, err := h.readJSONBody(w, r)
 	if err != nil {
 		return err
 	}
+	defer release()
 	var m replica.Member
 	err = decodeBody(body, func(d *decoder, name []byte) error {
 		var b []byte
@@ -688,10 +750,11 @@ func (h *handler) removeMember(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (h *handler) transferLeader(w http.ResponseWriter, r *http.Request) error {
-	body, err := h.readJSONBody(w, r)
+	body, release, err := h.readJSONBody(w, r)
 	if err != nil {
 		return err
 	}
+	defer release()
 	var to uint64
 	err = decodeBody(body, func(d *decoder, name []byte) error {
 		if string(name) != "to" {
@@ -751,28 +814,65 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) error {
 	if err := h.b.Ready(); err != nil {
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error()}
 	}
+	if err := h.checkClock(); err != nil {
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error()}
+	}
 	w.Header().Set("Content-Type", "text/plain")
 	io.WriteString(w, "ready\n")
 	return nil
 }
 
 type httpMetrics struct {
-	latency  *prometheus.HistogramVec
-	rejected *prometheus.CounterVec
+	latency       *prometheus.HistogramVec
+	rejected      *prometheus.CounterVec
+	shed          *prometheus.CounterVec
+	bodyCut       *prometheus.CounterVec
+	inflightBytes prometheus.Gauge
+	futureEvents  prometheus.Counter
 }
 
-func newHTTPMetrics(reg prometheus.Registerer, queueDepth func() float64) *httpMetrics {
+// latencyBuckets double from 100µs until they pass twice the longest a
+// request may legitimately take (write, read or body timeout) and at
+// least 30s: a request that ends at its deadline must land in a finite
+// bucket, or the histogram cannot show what the timeouts cost.
+func latencyBuckets(o Options) []float64 {
+	longest := max(o.WriteTimeout, o.ReadTimeout, o.BodyReadTimeout)
+	top := max(30.0, 2*longest.Seconds())
+	b := []float64{100e-6}
+	for b[len(b)-1] < top {
+		b = append(b, 2*b[len(b)-1])
+	}
+	return b
+}
+
+func newHTTPMetrics(reg prometheus.Registerer, buckets []float64, writes *writeQueue) *httpMetrics {
 	m := &httpMetrics{
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "tidal_http_request_duration_seconds", Help: "HTTP request latency by route and status code.",
-			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 16),
+			Buckets: buckets,
 		}, []string{"route", "code"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidal_http_rejected_total", Help: "Requests shed with 503, by error code.",
 		}, []string{"code"}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidal_http_shed_total", Help: "Requests refused by admission (503 + Retry-After), by rule: inflight_writes, expected_wait, inflight_bytes, clock.",
+		}, []string{"reason"}),
+		bodyCut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidal_http_body_cut_total", Help: "Request bodies cut with 408: deadline (--http-read-timeout) or rate (--min-body-rate).",
+		}, []string{"reason"}),
+		inflightBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tidal_http_inflight_bytes", Help: "Request body bytes charged to the in-flight budget (--max-inflight-bytes).",
+		}),
+		futureEvents: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tidal_http_future_events_rejected_total", Help: "Write batches refused because an event's ts was more than --max-clock-skew ahead.",
+		}),
 	}
-	reg.MustRegister(m.latency, m.rejected, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "tidal_http_writes_inflight", Help: "Writes admitted and waiting for commit (the bounded queue's depth).",
-	}, queueDepth))
+	reg.MustRegister(m.latency, m.rejected, m.shed, m.bodyCut, m.inflightBytes, m.futureEvents,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tidal_http_writes_inflight", Help: "Writes admitted and waiting for commit (the bounded queue's depth).",
+		}, func() float64 { return float64(writes.inflight()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tidal_http_write_expected_wait_seconds", Help: "How long a write arriving now is expected to wait for commit; above --max-write-wait it is shed.",
+		}, func() float64 { return writes.expectedWait().Seconds() }))
 	return m
 }

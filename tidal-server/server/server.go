@@ -74,6 +74,21 @@ type Config struct {
 	MaxInflightWrites int           `yaml:"max_inflight_writes"`
 	WriteTimeout      time.Duration `yaml:"write_timeout"`
 	IDsPerGeneration  int           `yaml:"ids_per_generation"`
+
+	// Per-request bounds of the client API (api.Options has the rules).
+	// A body must arrive within HTTPReadTimeout (the API enforces it per
+	// request, with the minimum rate).
+	MaxInflightBytes int64         `yaml:"max_inflight_bytes"`
+	MinBodyRate      int64         `yaml:"min_body_rate"`
+	MaxWriteWait     time.Duration `yaml:"max_write_wait"`
+	MaxClockSkew     time.Duration `yaml:"max_clock_skew"`
+	// TestClockOffset shifts this node's clock for stamping and the skew
+	// check (and, wired by the caller, for the peer plane's clock
+	// probes). TEST ONLY: it simulates a skewed node.
+	TestClockOffset time.Duration `yaml:"test_clock_offset"`
+	// ClockHealthy, when set, gates writes and /readyz on this node's
+	// clock being within bounds of its peers (api.Options.ClockHealthy).
+	ClockHealthy func() (ok bool, reason string) `yaml:"-"`
 	// EnablePprof serves /debug/pprof/ on the client address.
 	EnablePprof bool `yaml:"enable_pprof"`
 
@@ -352,9 +367,15 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 	s.inbound.set(s.replica)
 	s.node = &node{id: cfg.ID, schema: schema, sm: s.sm, r: s.replica, readyWithin: cfg.ReadyWithin}
 
+	if cfg.TestClockOffset != 0 {
+		log.Warn("TEST ONLY: this node's clock is shifted (--test-clock-offset); never run a real node like this", "offset", cfg.TestClockOffset)
+	}
 	handler := api.New(s.node, api.Options{
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxBatch: cfg.MaxBatch, MaxInflightWrites: cfg.MaxInflightWrites,
 		WriteTimeout: cfg.WriteTimeout, Logger: log.With("component", "api"), Registry: reg,
+		MaxInflightBytes: cfg.MaxInflightBytes, BodyReadTimeout: cfg.HTTPReadTimeout, MinBodyRate: cfg.MinBodyRate,
+		MaxWriteWait: cfg.MaxWriteWait, MaxClockSkew: cfg.MaxClockSkew, ClockOffset: cfg.TestClockOffset,
+		ClockHealthy: cfg.ClockHealthy,
 	})
 	if cfg.EnablePprof {
 		mux := http.NewServeMux()
