@@ -186,7 +186,12 @@ func (d *deployment) compose(ctx context.Context, args ...string) (string, error
 	cmd := exec.CommandContext(cctx, env.Compose[0], words...)
 	cmd.Dir = d.dir
 	out, err := cmd.CombinedOutput()
-	fmt.Fprintf(GinkgoWriter, "$ %s %s\n%s", env.Compose[0], strings.Join(words, " "), out)
+	if len(args) > 0 && args[0] == "logs" {
+		// The nodes' logs go to the spec's compose.log, not the report.
+		fmt.Fprintf(GinkgoWriter, "$ %s %s (%d bytes)\n", env.Compose[0], strings.Join(words, " "), len(out))
+	} else {
+		fmt.Fprintf(GinkgoWriter, "$ %s %s\n%s", env.Compose[0], strings.Join(words, " "), out)
+	}
 	if err != nil {
 		return string(out), fmt.Errorf("%s %s: %w", env.Compose[0], strings.Join(words, " "), err)
 	}
