@@ -41,6 +41,19 @@ var _ = Describe("the chaos harness on the container backend", func() {
 			Workload:    workload.Config{Kind: workload.Ledger, Concurrency: 8},
 			ServerFlags: fixture.FastFlags,
 		}
+		// Whatever happens to the run, nothing of this process's container
+		// runs stays (the backend's Close removes them; this catches a
+		// run cut short before it could).
+		DeferCleanup(func(ctx context.Context) {
+			cli, err := container.Connect(ctx)
+			if err != nil {
+				return
+			}
+			defer cli.Close()
+			for _, run := range ownedRuns(ctx, cli) {
+				container.RemoveRun(ctx, cli, run)
+			}
+		})
 		o, err := runner.Run(ctx, cfg, runner.Options{Progress: GinkgoWriter})
 		Expect(err).NotTo(HaveOccurred())
 		var summary bytes.Buffer
@@ -158,6 +171,37 @@ func ownedByThisProcess(ctx context.Context, cli interface {
 		}
 	}
 	return out
+}
+
+// ownedRuns lists the run ids of the containers and networks this
+// process owns.
+func ownedRuns(ctx context.Context, cli interface {
+	ContainerList(context.Context, dcontainer.ListOptions) ([]dcontainer.Summary, error)
+	NetworkList(context.Context, network.ListOptions) ([]network.Summary, error)
+}) []string {
+	host, _ := os.Hostname()
+	prefix := host + "/" + strconv.Itoa(os.Getpid()) + "/"
+	f := filters.NewArgs(filters.Arg("label", container.LabelOwner))
+	var labels []map[string]string
+	if cs, err := cli.ContainerList(ctx, dcontainer.ListOptions{All: true, Filters: f}); err == nil {
+		for _, c := range cs {
+			labels = append(labels, c.Labels)
+		}
+	}
+	if ns, err := cli.NetworkList(ctx, network.ListOptions{Filters: f}); err == nil {
+		for _, n := range ns {
+			labels = append(labels, n.Labels)
+		}
+	}
+	seen := map[string]bool{}
+	var runs []string
+	for _, l := range labels {
+		if run := l[container.LabelRun]; strings.HasPrefix(l[container.LabelOwner], prefix) && run != "" && !seen[run] {
+			seen[run] = true
+			runs = append(runs, run)
+		}
+	}
+	return runs
 }
 
 func firstLines(b []byte, n int) string {

@@ -70,8 +70,7 @@ var _ = Describe("deploy/compose.yaml, as its README brings it up", func() {
 
 	It("speaks HTTP/2 end to end: every 204 is a HEADERS frame ending the stream, with no DATA, on the leader and on the followers that hand it their work", func(ctx SpecContext) {
 		d := deployCompose(ctx, "compose-h2-no-body")
-		leader, _ := d.leader(ctx)
-		Expect(leader).NotTo(BeEmpty())
+		leader, _ := d.waitLeader(ctx, d.names)
 
 		vector := make([]string, 1536)
 		for i := range vector {
