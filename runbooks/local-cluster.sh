@@ -3,7 +3,7 @@
 # the runbooks on by hand. The runbook suite (suites/runbook) uses this same
 # script, so what a person types here is what the suite runs.
 #
-#   runbooks/local-cluster.sh DIR [NODES [SLOTS]]
+#   runbooks/local-cluster.sh [--insecure] DIR [NODES [SLOTS]]
 #
 # writes DIR/env.sh and starts nothing. NODES (default 3) is the initial
 # cluster; SLOTS (default 5) is how many node slots get addresses, so that
@@ -19,18 +19,39 @@
 # TIDAL_PORTS="client1 peer1 client2 peer2 ..." (port numbers, one pair per
 # slot) overrides them; the suite passes ports it found free.
 #
+# Secured, as production runs (both planes TLS, every request
+# authenticated): the script makes, with `tidal-server certs` and `tokens`,
+#
+#   DIR/ca/ca.key             the CA key: the operator's safe, never on a node
+#   DIR/certs/                $TIDAL_CERTS, the operator's client directory:
+#                             ca.crt, client.{admin,writer,reader}.crt/key,
+#                             app.token (the secret of token "app", writer)
+#   DIR/tokens                $TIDAL_TOKENS, the tokens file (hashes only)
+#   DIR/n<i>/certs/           node i's --certs-dir: ca.crt, node.crt/key for
+#                             member i (initial nodes), and its copy of the
+#                             tokens file (--tokens)
+#
+# and every URL is https://. A slot added later (a new member id) needs its
+# own node.crt: the runbooks show that step (tidal-server certs create-node).
+# --insecure writes a plaintext cluster instead (http://, no certificates,
+# $TIDAL_CERTS empty), to compare.
+#
 # Needs Linux (bash, setsid, GNU date) and curl.
 #
 # Other settings read from the environment when the file is written:
 #   TIDAL_BIN    directory holding tidal-server (default: the repository's bin/)
 #   TIDAL_FLAGS  extra `tidal-server run` flags for every node
-#   TIDAL_CERTS  certificates directory (empty: plain HTTP; TLS has not landed)
 set -euo pipefail
 
 usage() {
-	echo "usage: $0 DIR [NODES [SLOTS]]" >&2
+	echo "usage: $0 [--insecure] DIR [NODES [SLOTS]]" >&2
 	exit 2
 }
+secure=1
+if [ "${1:-}" = --insecure ]; then
+	secure=
+	shift
+fi
 [ $# -ge 1 ] && [ $# -le 3 ] || usage
 dir=$1
 nodes=${2:-3}
@@ -55,12 +76,35 @@ if [ ${#ports[@]} -ne 0 ] && [ ${#ports[@]} -ne $((2 * slots)) ]; then
 	exit 2
 fi
 
+scheme=http certs= cakey= tokens=
+if [ -n "$secure" ]; then
+	scheme=https certs=$dir/certs cakey=$dir/ca/ca.key tokens=$dir/tokens
+	# A fresh set every time: a directory written before (by another run of
+	# this script) must not mix two CAs.
+	rm -rf "$dir/ca" "$certs" "$tokens"
+	for i in $(seq 1 "$slots"); do rm -rf "$dir/n$i/certs"; done
+	mkdir -p "$dir/ca" "$certs"
+	chmod 700 "$dir/ca" "$certs"
+	"$bin/tidal-server" certs create-ca --certs-dir "$certs" --ca-key "$cakey" >/dev/null
+	for role in admin writer reader; do
+		"$bin/tidal-server" certs create-client "$role" --role "$role" --certs-dir "$certs" --ca-key "$cakey" >/dev/null
+	done
+	(umask 077 && "$bin/tidal-server" tokens add app --role writer --file "$tokens" >"$certs/app.token" 2>/dev/null)
+	for i in $(seq 1 "$nodes"); do
+		mkdir -p "$dir/n$i/certs"
+		chmod 700 "$dir/n$i/certs"
+		cp "$certs/ca.crt" "$tokens" "$dir/n$i/certs/"
+		"$bin/tidal-server" certs create-node --id "$i" --host 127.0.0.1,localhost --certs-dir "$dir/n$i/certs" --ca-key "$cakey" >/dev/null
+	done
+fi
+
 {
 	echo "# tidal cluster in $dir, written by runbooks/local-cluster.sh on $(date -u +%FT%TZ)."
 	echo "# source it, then: tidal_cluster_up"
 	printf 'export TIDAL_WORK=%q\n' "$dir"
 	printf 'export TIDAL_BIN=%q\n' "$bin"
-	printf 'export TIDAL_CERTS=%q\n' "${TIDAL_CERTS:-}"
+	echo "# Security: empty for a plaintext (--insecure) cluster."
+	printf 'export TIDAL_CERTS=%q TIDAL_CA_KEY=%q TIDAL_TOKENS=%q\n' "$certs" "$cakey" "$tokens"
 	printf 'export TIDAL_FLAGS=%q\n' "${TIDAL_FLAGS:-}"
 	printf 'export PATH=%q:"$PATH"\n' "$bin"
 	echo "export TIDAL_NODES=$nodes TIDAL_SLOTS=$slots"
@@ -70,7 +114,7 @@ fi
 		else
 			client=$((base + i)) peer=$((base + 100 + i))
 		fi
-		echo "export TIDAL_NODE$i=http://127.0.0.1:$client TIDAL_PEER$i=127.0.0.1:$peer"
+		echo "export TIDAL_NODE$i=$scheme://127.0.0.1:$client TIDAL_PEER$i=127.0.0.1:$peer"
 		printf 'export TIDAL_DATA%d=%q\n' "$i" "$dir/n$i/data"
 	done
 	cat <<'EOF'
@@ -89,6 +133,14 @@ tidal_addr() { local v="TIDAL_NODE$1"; echo "${!v#*://}"; }
 tidal_peer() { local v="TIDAL_PEER$1"; echo "${!v}"; }
 tidal_data() { local v="TIDAL_DATA$1"; echo "${!v}"; }
 
+# tidal_node_certs I: slot I's --certs-dir (ca.crt, node.crt/key naming the
+# member that runs there, and the node's copy of the tokens file). In
+# production it lives on node I's machine.
+tidal_node_certs() { echo "$TIDAL_WORK/n$1/certs"; }
+
+# tidal_secured: true when the cluster runs with certificates.
+tidal_secured() { [ -n "$TIDAL_CERTS" ]; }
+
 # tidal_pid I: the pid of slot I's tidal-server (fails if none runs).
 tidal_pid() {
 	tidal_alive "$1" || { echo "tidal_pid: node $1 is not running" >&2; return 1; }
@@ -99,12 +151,12 @@ tidal_pid() {
 # that answers: for people to read. Scripts read tidal_members.
 tidal_status() {
 	if [ $# -gt 0 ]; then
-		tidal-server status --addr "$(tidal_url "$1")" --timeout 5s
+		tidal-server status --addr "$(tidal_url "$1")" --certs-dir "$TIDAL_CERTS" --timeout 5s
 		return
 	fi
 	local i
 	for i in $(seq 1 "$TIDAL_SLOTS"); do
-		tidal-server status --addr "$(tidal_url "$i")" --timeout 2s 2>/dev/null && return 0
+		tidal-server status --addr "$(tidal_url "$i")" --certs-dir "$TIDAL_CERTS" --timeout 2s 2>/dev/null && return 0
 	done
 	echo "tidal_status: no node answered" >&2
 	return 1
@@ -231,6 +283,9 @@ tidal_alive() {
 # --peers is LIST when given (a node of another cluster, e.g. a restored
 # one), else the membership as the nodes report it, else the initial
 # cluster 1..TIDAL_NODES when no node answers (then --id is required).
+# On a secured cluster the node runs with --certs-dir $(tidal_node_certs I)
+# and --tokens $(tidal_node_certs I)/tokens: its node.crt must name the
+# member it starts as (the node refuses another, naming both).
 tidal_start() {
 	local i=$1 id="" join="" members peers="" dir peer client data pid
 	shift
@@ -275,6 +330,9 @@ tidal_start() {
 	fi
 	mkdir -p "$dir"
 	rm -f "$dir/pid"
+	if tidal_secured; then
+		set -- --certs-dir "$(tidal_node_certs "$i")" --tokens "$(tidal_node_certs "$i")/tokens" "$@"
+	fi
 	# shellcheck disable=SC2086 # TIDAL_FLAGS is a list of flags
 	set -- "$TIDAL_BIN/tidal-server" run --id "$id" --peers "$peers" --client-addr "$client" \
 		--peer-addr "$peer" --data-dir "$data" --log-file "$dir/node.log" $join $TIDAL_FLAGS "$@"
@@ -343,7 +401,7 @@ tidal_cluster_up() {
 	done
 	for i in $(seq 1 "$TIDAL_NODES"); do
 		n=0
-		until curl -sf "$(tidal_url "$i")/readyz" >/dev/null; do
+		until curl -sf --cacert "$TIDAL_CERTS/ca.crt" "$(tidal_url "$i")/readyz" >/dev/null; do
 			sleep 0.2
 			n=$((n + 1))
 			if [ $n -ge $((${TIDAL_UP_TIMEOUT:-60} * 5)) ]; then
@@ -352,7 +410,7 @@ tidal_cluster_up() {
 			fi
 		done
 	done
-	"$TIDAL_BIN/tidal-server" status --addr "$(tidal_url 1)"
+	"$TIDAL_BIN/tidal-server" status --addr "$(tidal_url 1)" --certs-dir "$TIDAL_CERTS"
 }
 
 # tidal_cluster_down: stop every slot's process.

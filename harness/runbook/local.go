@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	gproc "github.com/shirou/gopsutil/v4/process"
 	"github.com/tidaldb/tidal/harness/checker"
 	"github.com/tidaldb/tidal/harness/report"
+	"github.com/tidaldb/tidal/tidal-server/client"
 )
 
 // LocalConfig describes a cluster made by runbooks/local-cluster.sh.
@@ -34,6 +36,10 @@ type LocalConfig struct {
 	Nodes, Slots int
 	// Flags are extra `tidal-server run` flags for every node.
 	Flags []string
+	// Insecure runs the cluster in plaintext (local-cluster.sh
+	// --insecure), to compare; by default it is secured: certificates for
+	// both planes and every request authenticated.
+	Insecure bool
 }
 
 // Slot is one node position of a local cluster: its addresses and
@@ -55,6 +61,15 @@ type LocalCluster struct {
 	cfg     LocalConfig
 	slots   []Slot
 	envFile string
+
+	// certsDir is $TIDAL_CERTS ("" on an insecure cluster); admin and
+	// writer present its client certificates and follow its changes.
+	certsDir      string
+	admin, writer *fileCreds
+
+	// closers run after Close has killed the nodes (unmounting what a
+	// scenario mounted under a node), last registered first.
+	closers []func() error
 }
 
 // NewLocalCluster picks free ports and runs local-cluster.sh to write
@@ -89,14 +104,73 @@ func NewLocalCluster(ctx context.Context, cfg LocalConfig) (*LocalCluster, error
 	for i, p := range ports {
 		portList[i] = strconv.Itoa(p)
 	}
-	cmd := exec.CommandContext(ctx, "bash", cfg.Script, dir, strconv.Itoa(cfg.Nodes), strconv.Itoa(cfg.Slots))
+	args := []string{cfg.Script}
+	if cfg.Insecure {
+		args = append(args, "--insecure")
+	}
+	args = append(args, dir, strconv.Itoa(cfg.Nodes), strconv.Itoa(cfg.Slots))
+	cmd := exec.CommandContext(ctx, "bash", args...)
 	cmd.Env = append(os.Environ(), "TIDAL_PORTS="+strings.Join(portList, " "), "TIDAL_BIN="+cfg.Bin,
-		"TIDAL_FLAGS="+strings.Join(cfg.Flags, " "), "TIDAL_CERTS=")
+		"TIDAL_FLAGS="+strings.Join(cfg.Flags, " "))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("runbook: %s %s: %v\n%s", cfg.Script, dir, err, out)
 	}
+	if !cfg.Insecure {
+		c.certsDir = filepath.Join(dir, "certs")
+		if c.admin, err = newFileCreds(c.certsDir, certAdmin); err != nil {
+			return nil, err
+		}
+		if c.writer, err = newFileCreds(c.certsDir, certWriter); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
+
+// CertsDir is $TIDAL_CERTS: the client directory of a secured cluster
+// (ca.crt, client.NAME.crt/key); "" for an insecure one.
+func (c *LocalCluster) CertsDir() string { return c.certsDir }
+
+// URL is slot s's client URL: https:// on a secured cluster.
+func (c *LocalCluster) URL(s Slot) string {
+	if c.certsDir != "" {
+		return "https://" + s.ClientAddr
+	}
+	return "http://" + s.ClientAddr
+}
+
+// AdminClient is a client of slot s presenting client.admin.crt on a
+// secured cluster (status, audit, digests, admin routes); opts follow.
+func (c *LocalCluster) AdminClient(s Slot, opts ...client.Option) *client.Client {
+	return c.clientWith(c.admin, s, opts)
+}
+
+// WriterClient is a client of slot s presenting client.writer.crt on a
+// secured cluster: the workload's identity.
+func (c *LocalCluster) WriterClient(s Slot, opts ...client.Option) *client.Client {
+	return c.clientWith(c.writer, s, opts)
+}
+
+func (c *LocalCluster) clientWith(creds *fileCreds, s Slot, opts []client.Option) *client.Client {
+	var base []client.Option
+	if creds != nil {
+		base = creds.Options(s.ClientAddr)
+	}
+	return client.New(c.URL(s), append(base, opts...)...)
+}
+
+// HTTPClient is a raw HTTP client of slot s acting as the admin client
+// (HTTP/2 over TLS on a secured cluster), for streams copied to files as
+// they are.
+func (c *LocalCluster) HTTPClient(s Slot, timeout time.Duration) *http.Client {
+	if c.admin != nil {
+		return c.admin.HTTPClient(s.ClientAddr, timeout)
+	}
+	return &http.Client{Transport: &http.Transport{Proxy: nil, DisableCompression: true}, Timeout: timeout}
+}
+
+// OnClose registers fn to run when Close has stopped the nodes.
+func (c *LocalCluster) OnClose(fn func() error) { c.closers = append(c.closers, fn) }
 
 // freePorts finds n distinct free ports on 127.0.0.1, holding every
 // listener until all are chosen so that none is handed out twice.
@@ -241,6 +315,16 @@ func (c *LocalCluster) Pause(s Slot) error {
 	return syscall.Kill(pid, syscall.SIGSTOP)
 }
 
+// Resume SIGCONTs slot's process (after Pause).
+func (c *LocalCluster) Resume(s Slot) error {
+	pid, ok := c.PID(s)
+	if !ok {
+		return fmt.Errorf("runbook: resume %s: no running tidal-server", s.Name)
+	}
+	appendEvent(s, "resume %d %d", pid, time.Now().UnixNano())
+	return syscall.Kill(pid, syscall.SIGCONT)
+}
+
 func (c *LocalCluster) waitGone(ctx context.Context, s Slot, pid int) error {
 	for isNode(pid, s) {
 		select {
@@ -272,6 +356,12 @@ func (c *LocalCluster) Close() error {
 		}
 		cancel()
 	}
+	for i := len(c.closers) - 1; i >= 0; i-- {
+		if err := c.closers[i](); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	c.closers = nil
 	return errors.Join(errs...)
 }
 
@@ -280,11 +370,17 @@ func (c *LocalCluster) Close() error {
 type NodeExit struct {
 	checker.ProcessExit
 	ID uint64
+	// Caused: a fault the harness injected was to end this process with
+	// exactly this exit status (FillFollowerDisk: the fence, status 4).
+	Caused bool
 }
 
 // Exits reads every recorded exit of every slot's processes, on the
 // history clock of start. An exit is asked for when a stop or kill of the
-// same pid was recorded before it (tidal_stop, Kill).
+// same pid was recorded before it (tidal_stop, Kill). It is caused when a
+// fault the harness injected was to end the process with a given status
+// ("expect-exit PID TIME status=N", FillFollowerDisk) and it exited with
+// exactly that status: any other exit of that process is judged as usual.
 func (c *LocalCluster) Exits(start time.Time) ([]NodeExit, error) {
 	var out []NodeExit
 	for _, s := range c.slots {
@@ -297,6 +393,7 @@ func (c *LocalCluster) Exits(start time.Time) ([]NodeExit, error) {
 		}
 		ids := map[int]uint64{}
 		requested := map[int]bool{}
+		expected := map[int]int{} // pid -> the exit status a fault was to cause
 		starts := 0
 		logs := stdoutSegments(filepath.Join(s.Dir, "stdout.log"))
 		sc := bufio.NewScanner(f)
@@ -316,12 +413,19 @@ func (c *LocalCluster) Exits(start time.Time) ([]NodeExit, error) {
 				}
 			case "stop", "kill":
 				requested[pid] = true
+			case "expect-exit":
+				if len(fields) > 3 {
+					if code, err := strconv.Atoi(strings.TrimPrefix(fields[3], "status=")); err == nil {
+						expected[pid] = code
+					}
+				}
 			case "exit":
 				code := -1
 				if len(fields) > 3 {
 					code, _ = strconv.Atoi(strings.TrimPrefix(fields[3], "status="))
 				}
-				e := NodeExit{ID: ids[pid], ProcessExit: checker.ProcessExit{Node: s.Name, PID: pid,
+				want, faulted := expected[pid]
+				e := NodeExit{ID: ids[pid], Caused: faulted && code == want, ProcessExit: checker.ProcessExit{Node: s.Name, PID: pid,
 					Time: at - start.UnixNano(), Requested: requested[pid], Status: bashStatus(code)}}
 				if starts > 0 && starts <= len(logs) {
 					e.Logs = []checker.LogTail{{Path: filepath.Join(s.Dir, "stdout.log"), Lines: logs[starts-1]}}
@@ -384,8 +488,9 @@ const logTail = 30
 // Reap kills the node processes that runs under a store root left behind
 // when the process running them was killed before its cleanup: every
 // <root>/<test>/<run>/nodes/n<i>/pid whose pid is still that slot's
-// tidal-server, in a run whose owner (owner.json) is no longer running. It
-// returns what it killed.
+// tidal-server, in a run whose owner (owner.json) is no longer running;
+// then it unmounts the dead FUSE mounts under root. It returns what it
+// killed and unmounted.
 func Reap(root string) ([]string, error) {
 	pidFiles, err := filepath.Glob(filepath.Join(root, "*", "*", "nodes", "n*", "pid"))
 	if err != nil {
@@ -411,7 +516,32 @@ func Reap(root string) ([]string, error) {
 		syscall.Kill(pid, syscall.SIGKILL)
 		killed = append(killed, fmt.Sprintf("%s (pid %d)", dir, pid))
 	}
-	return killed, nil
+	return append(killed, reapMounts(root)...), nil
+}
+
+// reapMounts takes down the FUSE mounts under root whose server is gone
+// (a run killed while a scenario's faultfs served a node's data
+// directory): they fail every access with ENOTCONN until unmounted.
+func reapMounts(root string) []string {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	root = filepath.Clean(root) + string(filepath.Separator)
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 5 || !strings.HasPrefix(fields[4]+string(filepath.Separator), root) {
+			continue
+		}
+		mp := strings.ReplaceAll(fields[4], `\040`, " ")
+		if _, err := os.Stat(mp); errors.Is(err, syscall.ENOTCONN) {
+			if syscall.Unmount(mp, syscall.MNT_DETACH) == nil {
+				out = append(out, mp+" (dead FUSE mount)")
+			}
+		}
+	}
+	return out
 }
 
 // ownerRunning reports whether the process that made the run in dir still

@@ -1,46 +1,72 @@
 package runbook
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
+	osexec "os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	gproc "github.com/shirou/gopsutil/v4/process"
 	"github.com/tidaldb/tidal/harness/report"
+	"github.com/tidaldb/tidal/tidal-server/certs"
 )
 
 // fakeServer stands in for tidal-server: `status` prints $FAKE_STATUS (for
-// every address) or fails as if no node answered, and `run` waits for
-// SIGTERM and exits 0, or, given --crash, panics.
+// every address) or fails as if no node answered, `run` waits for SIGTERM
+// and exits 0, or, given --crash, panics; `certs` and `tokens` are made
+// real by this test binary (main_test.go), whose path replaces HELPER.
 const fakeServer = `#!/bin/sh
 case "$1" in
+certs|tokens)
+	RUNBOOK_TEST_FAKE_CERTS=1 exec HELPER "$@"
+	;;
 status)
 	if [ -n "${FAKE_STATUS:-}" ]; then cat "$FAKE_STATUS"; exit 0; fi
 	exit 1
 	;;
 run)
+	fail_on=
 	for a in "$@"; do
 		if [ "$a" = --crash ]; then echo "panic: boom"; exit 2; fi
+		case $a in --fail-on=*) fail_on=${a#--fail-on=} ;; esac
 	done
 	echo "fake node $$ up"
 	trap 'echo "fake node $$ draining"; exit 0' TERM
-	while :; do sleep 0.05; done
+	while :; do
+		if [ -n "$fail_on" ] && [ -e "$fail_on" ]; then rm -f "$fail_on"; echo "fake node $$ fails"; exit 2; fi
+		sleep 0.05
+	done
 	;;
 esac
 `
 
-func newFakeCluster(t *testing.T) *LocalCluster {
+// fakeBin writes the fake tidal-server into a new directory.
+func fakeBin(t *testing.T) string {
 	t.Helper()
-	bin := t.TempDir()
-	if err := os.WriteFile(filepath.Join(bin, "tidal-server"), []byte(fakeServer), 0o755); err != nil {
+	self, err := os.Executable()
+	if err != nil {
 		t.Fatal(err)
 	}
+	bin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, "tidal-server"), []byte(strings.ReplaceAll(fakeServer, "HELPER", self)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+func newFakeCluster(t *testing.T) *LocalCluster { return newFakeClusterWith(t, false) }
+
+func newFakeClusterWith(t *testing.T, insecure bool) *LocalCluster {
+	t.Helper()
 	c, err := NewLocalCluster(context.Background(), LocalConfig{Script: filepath.Join("..", "..", "runbooks", "local-cluster.sh"),
-		Dir: t.TempDir(), Bin: bin, Nodes: 3, Slots: 5, Flags: []string{"--tick-interval=50ms"}})
+		Dir: t.TempDir(), Bin: fakeBin(t), Nodes: 3, Slots: 5, Flags: []string{"--tick-interval=50ms"}, Insecure: insecure})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +93,7 @@ func TestLocalClusterEnvAndNodeLifecycle(t *testing.T) {
 		t.Fatalf("slots: %+v", s)
 	}
 	out := exec1(t, c, `echo "$TIDAL_NODE2 $TIDAL_PEER2 $TIDAL_DATA2 $(tidal_addr 2) $TIDAL_NODES $TIDAL_SLOTS [$TIDAL_CERTS]"`+"\n")
-	want := "http://" + s[1].ClientAddr + " " + s[1].PeerAddr + " " + s[1].DataDir + " " + s[1].ClientAddr + " 3 5 []\n"
+	want := "https://" + s[1].ClientAddr + " " + s[1].PeerAddr + " " + s[1].DataDir + " " + s[1].ClientAddr + " 3 5 [" + c.CertsDir() + "]\n"
 	if out != want {
 		t.Fatalf("env.sh: found %q, expected %q", out, want)
 	}
@@ -75,6 +101,10 @@ func TestLocalClusterEnvAndNodeLifecycle(t *testing.T) {
 	out = exec1(t, c, "tidal_start 1 --id 1\n")
 	if !strings.Contains(out, "--peers 1="+s[0].PeerAddr+",2="+s[1].PeerAddr+",3="+s[2].PeerAddr) || !strings.Contains(out, "--tick-interval=50ms") {
 		t.Errorf("with no node answering, expected the initial cluster as --peers and the extra flags: %s", out)
+	}
+	nodeCerts := filepath.Join(s[0].Dir, "certs")
+	if !strings.Contains(out, "--certs-dir "+nodeCerts+" --tokens "+filepath.Join(nodeCerts, "tokens")) {
+		t.Errorf("a node of a secured cluster: expected --certs-dir %s and its tokens file: %s", nodeCerts, out)
 	}
 	if !c.Alive(s[0]) {
 		t.Fatal("node 1 does not run after tidal_start")
@@ -126,6 +156,66 @@ func TestLocalClusterEnvAndNodeLifecycle(t *testing.T) {
 	}
 }
 
+// local-cluster.sh secures the cluster by default: a CA whose key is not
+// in any certs directory, client certificates for admin, writer and reader
+// and a writer token in $TIDAL_CERTS, and for each initial node a certs
+// directory with a node certificate naming its member id; slots for nodes
+// added later get none (the pages issue one for the new member id).
+// --insecure writes plaintext URLs and no certificates at all.
+func TestLocalClusterSecuredByDefault(t *testing.T) {
+	c := newFakeCluster(t)
+	s := c.Slots()
+	if c.CertsDir() != filepath.Join(c.Dir(), "certs") {
+		t.Fatalf("certs dir %q, expected %q", c.CertsDir(), filepath.Join(c.Dir(), "certs"))
+	}
+	for _, name := range []string{"admin", "writer", "reader"} {
+		if _, err := certs.ClientTLS(c.CertsDir(), name); err != nil {
+			t.Errorf("client %s: %v", name, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(c.CertsDir(), certs.CAKeyFile)); err == nil {
+		t.Errorf("the CA key is in $TIDAL_CERTS; expected it kept apart")
+	}
+	for i, slot := range s {
+		st, err := certs.Load(filepath.Join(slot.Dir, "certs"))
+		if i >= 3 {
+			if err == nil {
+				t.Errorf("%s (a spare slot) has a node certificate for member %d; expected none until a page issues one", slot.Name, st.Member())
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", slot.Name, err)
+		}
+		if st.Member() != uint64(i+1) {
+			t.Errorf("%s: node.crt names member %d, expected %d", slot.Name, st.Member(), i+1)
+		}
+		if _, err := os.Stat(filepath.Join(slot.Dir, "certs", "tokens")); err != nil {
+			t.Errorf("%s: no tokens file: %v", slot.Name, err)
+		}
+	}
+	out := exec1(t, c, `echo "$(wc -l <"$TIDAL_TOKENS") $(awk '{ print $1, $2 }' "$TIDAL_TOKENS") $(wc -c <"$TIDAL_CERTS/app.token") $TIDAL_CA_KEY"; tidal_secured && echo secured`+"\n")
+	if want := "1 app writer 44 " + filepath.Join(c.Dir(), "ca", certs.CAKeyFile) + "\nsecured\n"; out != want {
+		t.Errorf("tokens and CA key: found %q, expected %q", out, want)
+	}
+	if !strings.HasPrefix(c.URL(s[0]), "https://") {
+		t.Errorf("URL %s: expected https://", c.URL(s[0]))
+	}
+
+	plain := newFakeClusterWith(t, true)
+	out = exec1(t, plain, `echo "$TIDAL_NODE1 [$TIDAL_CERTS] [$TIDAL_CA_KEY] [$TIDAL_TOKENS]"; tidal_secured || echo insecure; tidal_start 1 --id 1`+"\n")
+	ps := plain.Slots()
+	if !strings.HasPrefix(out, "http://"+ps[0].ClientAddr+" [] [] []\ninsecure\n") || strings.Contains(out, "--certs-dir") {
+		t.Errorf("an --insecure cluster: expected http:// URLs, no certificates and no --certs-dir: %s", out)
+	}
+	if plain.CertsDir() != "" || !strings.HasPrefix(plain.URL(ps[0]), "http://") {
+		t.Errorf("an --insecure cluster: certs dir %q, URL %s", plain.CertsDir(), plain.URL(ps[0]))
+	}
+	if _, err := os.Stat(filepath.Join(ps[0].Dir, "certs")); err == nil {
+		t.Errorf("an --insecure cluster has %s", filepath.Join(ps[0].Dir, "certs"))
+	}
+}
+
 func TestBashStatus(t *testing.T) {
 	for code, want := range map[int]string{0: "exit status 0", 3: "exit status 3", 137: "signal: killed", 143: "signal: terminated", -1: "unknown (no exit status recorded)"} {
 		if got := bashStatus(code).Text; got != want {
@@ -137,10 +227,7 @@ func TestBashStatus(t *testing.T) {
 // Reap kills the nodes of a run whose owner is gone, and leaves a live
 // owner's nodes alone.
 func TestReapKillsOnlyTheNodesOfDeadRuns(t *testing.T) {
-	bin := t.TempDir()
-	if err := os.WriteFile(filepath.Join(bin, "tidal-server"), []byte(fakeServer), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := fakeBin(t)
 	root := t.TempDir()
 	start := func(run string, owner report.Owner) (*LocalCluster, Slot) {
 		dir := filepath.Join(root, "runbook-x", run)
@@ -253,5 +340,102 @@ func TestClusterUpGivesEveryNodeTheWholeInitialCluster(t *testing.T) {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("%s started with %s\nexpected %q in it", slot.Name, b, want)
 		}
+	}
+}
+
+// An exit a fault was to cause (FillFollowerDisk: the fence, status 4) is
+// not a crash when it has exactly that status; any other exit of the same
+// process still is.
+func TestExitsExpectedByAFault(t *testing.T) {
+	start := time.Now().Add(-time.Minute)
+	c := newFakeCluster(t)
+	s := c.Slots()[0]
+	for _, tc := range []struct {
+		expect int
+		caused bool
+	}{{2, true}, {4, false}} {
+		failOn := filepath.Join(s.Dir, "fail-now")
+		exec1(t, c, "tidal_start 1 --id 1 --fail-on="+failOn+"\n")
+		pid, ok := c.PID(s)
+		if !ok {
+			t.Fatal("the fake node does not run after tidal_start")
+		}
+		appendEvent(s, "expect-exit %d %d status=%d", pid, time.Now().UnixNano(), tc.expect)
+		if err := os.WriteFile(failOn, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var exit *NodeExit
+		deadline := time.Now().Add(30 * time.Second)
+		for exit == nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("no exit of pid %d recorded", pid)
+			}
+			time.Sleep(20 * time.Millisecond)
+			exits, err := c.Exits(start)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range exits {
+				if exits[i].PID == pid {
+					exit = &exits[i]
+				}
+			}
+		}
+		if exit.Status.Code != 2 || exit.Caused != tc.caused || exit.Requested {
+			t.Errorf("exit status 2 of a process expected to exit with %d: %+v; expected caused=%v, not requested", tc.expect, exit, tc.caused)
+		}
+	}
+}
+
+// A faultfs mount whose server was killed (a run killed while a scenario
+// served a node's data directory) fails every access with ENOTCONN until
+// unmounted: Reap takes it down, and leaves live mounts alone.
+func TestReapUnmountsDeadFUSEMounts(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounts a FUSE filesystem: needs root and /dev/fuse (CI has both); skipped as a non-root user")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skipf("mounts a FUSE filesystem: needs /dev/fuse (CI has it): %v", err)
+	}
+	root := t.TempDir()
+	backing, mnt := filepath.Join(root, "backing"), filepath.Join(root, "run", "nodes", "n1", "data")
+	if err := os.MkdirAll(backing, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := osexec.Command(self)
+	cmd.Env = append(os.Environ(), mountEnv+"="+backing+" "+mnt)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		syscall.Unmount(mnt, syscall.MNT_DETACH)
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "mounted\n" {
+		t.Fatalf("the mounting process said %q, %v", line, err)
+	}
+	if got := reapMounts(root); len(got) != 0 {
+		t.Fatalf("reaped %v while the mount's server runs; expected nothing", got)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if _, err := os.Stat(mnt); !errors.Is(err, syscall.ENOTCONN) {
+		t.Fatalf("stat %s after its server was killed: %v; expected ENOTCONN (a dead mount)", mnt, err)
+	}
+	if got, err := Reap(root); err != nil || len(got) != 1 || !strings.Contains(got[0], mnt) {
+		t.Fatalf("Reap: %v, %v; expected the dead mount %s", got, err, mnt)
+	}
+	if _, err := os.Stat(mnt); err != nil {
+		t.Fatalf("stat %s after Reap: %v; expected the directory under the mount", mnt, err)
 	}
 }

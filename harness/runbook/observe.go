@@ -50,7 +50,7 @@ func (o *observer) statusClient(name string) *client.Client {
 	cl := o.clients[name]
 	if cl == nil {
 		s, _ := o.c.Slot(name)
-		cl = client.New(s.ClientAddr, client.WithRetries(0), client.WithTimeout(o.timeout()))
+		cl = o.c.AdminClient(s, client.WithRetries(0), client.WithTimeout(o.timeout()))
 		o.clients[name] = cl
 	}
 	return cl
@@ -156,13 +156,14 @@ func (o *observer) Names() []string {
 	return out
 }
 
-// Client returns a workload client for a slot.
+// Client returns a workload client for a slot, presenting the writer's
+// certificate on a secured cluster.
 func (o *observer) Client(name string, opts ...client.Option) *client.Client {
 	s, err := o.c.Slot(name)
 	if err != nil {
 		return client.New("127.0.0.1:1")
 	}
-	return client.New(s.ClientAddr, opts...)
+	return o.c.WriterClient(s, opts...)
 }
 
 // Leader is the slot that last answered as leader.

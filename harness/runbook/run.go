@@ -47,6 +47,9 @@ type Config struct {
 	Nodes, Slots int
 	// ServerFlags are extra flags for every node.
 	ServerFlags []string
+	// Insecure runs the cluster in plaintext (local-cluster.sh
+	// --insecure); by default it is secured, as production runs.
+	Insecure bool
 	// Scenario is injected before the first block; zero for none.
 	Scenario Scenario
 	// Workload defaults to a light open-loop ledger load (40 writes/s,
@@ -74,6 +77,7 @@ type storedConfig struct {
 	Nodes       int             `json:"nodes"`
 	Slots       int             `json:"slots"`
 	ServerFlags []string        `json:"server_flags"`
+	Secured     bool            `json:"secured"`
 	Workload    workload.Config `json:"workload"`
 	SLO         checker.SLO     `json:"slo"`
 }
@@ -90,6 +94,9 @@ type Outcome struct {
 	Manual []Block
 	// Target is the slot the scenario acted on ("" for none).
 	Target string
+	// Loss is the loss the scenario says the page may cause, measured
+	// (nil: none may be lost).
+	Loss *LossBound
 	// Cluster is the (by now stopped) cluster the page ran on: its slots
 	// name the nodes' directories and logs.
 	Cluster *LocalCluster
@@ -117,12 +124,20 @@ func (o *Outcome) LongestOutage() time.Duration {
 	return -1
 }
 
-// AckedLost is how many acknowledged writes the ledger checker found lost
-// (-1: it could not tell).
+// AckedLost is how many acknowledged writes the ledger checker found lost,
+// plus the stated loss it judged absent (-1: it could not tell).
 func (o *Outcome) AckedLost() int {
+	stated := 0
+	if r, ok := o.Result("loss"); ok {
+		d, ok := r.Details.(LossDetails)
+		if !ok || r.Valid == checker.Unknown {
+			return -1
+		}
+		stated = d.Lost
+	}
 	if r, ok := o.Result("ledger"); ok {
 		if d, ok := r.Details.(checker.LedgerDetails); ok && len(d.Nodes) > 0 {
-			return d.Lost.Count
+			return d.Lost.Count + stated
 		}
 	}
 	return -1
@@ -194,12 +209,12 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	}
 	o := &Outcome{Run: run, Manual: cfg.Page.Manual()}
 	if err := run.WriteConfig(storedConfig{Page: cfg.Page.Path, Title: cfg.Page.Title, Budget: cfg.Page.Budget.String(),
-		Scenario: cfg.Scenario.Name, Nodes: cfg.Nodes, Slots: cfg.Slots, ServerFlags: cfg.ServerFlags, Workload: cfg.Workload, SLO: cfg.SLO}); err != nil {
+		Scenario: cfg.Scenario.Name, Nodes: cfg.Nodes, Slots: cfg.Slots, ServerFlags: cfg.ServerFlags, Secured: !cfg.Insecure, Workload: cfg.Workload, SLO: cfg.SLO}); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(out, "runbook %s (%s): %d nodes, budget %s, scenario %q\n  store %s\n", cfg.Page.Name, cfg.Page.Title, cfg.Nodes, cfg.Page.Budget, cfg.Scenario.Name, run.Dir())
 
-	lc, err := NewLocalCluster(ctx, LocalConfig{Script: cfg.Script, Dir: run.NodesDir(), Bin: cfg.Bin, Nodes: cfg.Nodes, Slots: cfg.Slots, Flags: cfg.ServerFlags})
+	lc, err := NewLocalCluster(ctx, LocalConfig{Script: cfg.Script, Dir: run.NodesDir(), Bin: cfg.Bin, Nodes: cfg.Nodes, Slots: cfg.Slots, Flags: cfg.ServerFlags, Insecure: cfg.Insecure})
 	if err != nil {
 		return nil, err
 	}
@@ -284,14 +299,17 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if cfg.Scenario.Inject != nil {
 		leader := obs.Leader(ctx)
 		inv := rec.Invoke(history.Nemesis, FSetup, history.FaultValue{Kind: cfg.Scenario.Name}, "")
-		affected, err := cfg.Scenario.Inject(ctx, lc, leader, obs.Names())
+		injected, err := cfg.Scenario.Inject(ctx, lc, leader, obs.Names())
 		if err != nil {
 			rec.Complete(inv, history.Info, nil, err, 0, 0)
 			return nil, fmt.Errorf("runbook: scenario %s: %w", cfg.Scenario.Name, err)
 		}
-		o.Target = affected
-		rec.Complete(inv, history.OK, history.FaultValue{Kind: cfg.Scenario.Name, Targets: []string{affected}}, nil, 0, 0)
-		fmt.Fprintf(out, "  scenario %s on %s\n", cfg.Scenario.Name, affected)
+		o.Target, o.Loss = injected.Target, injected.Loss
+		rec.Complete(inv, history.OK, history.FaultValue{Kind: cfg.Scenario.Name, Targets: []string{injected.Target}}, nil, 0, 0)
+		fmt.Fprintf(out, "  scenario %s on %s\n", cfg.Scenario.Name, injected.Target)
+		if injected.Loss != nil {
+			fmt.Fprintf(out, "  stated loss: writes acknowledged at log indexes above %d (%s's applied index)\n", injected.Loss.Applied, injected.Loss.Survivor)
+		}
 	}
 
 	steps, err := os.Create(run.Path("steps.log"))
@@ -361,7 +379,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if err := rec.Close(); err != nil {
 		return nil, fmt.Errorf("history: %w", err)
 	}
-	res, err := analyze(run, cfg, slo, o, ev)
+	res, err := analyze(run, cfg, slo, o, ev, rec.Start())
 	if err != nil {
 		return nil, err
 	}
@@ -404,7 +422,7 @@ func quiesce(ctx context.Context, lc *LocalCluster, obs *observer, limit time.Du
 			return false
 		}
 		ls, _ := lc.Slot(leader)
-		st, err := statusOf(ctx, ls)
+		st, err := statusOf(ctx, lc, ls)
 		if err != nil || st.Leader != st.Node {
 			last = fmt.Sprintf("%s does not answer as leader (%v)", leader, err)
 			return false
@@ -412,7 +430,7 @@ func quiesce(ctx context.Context, lc *LocalCluster, obs *observer, limit time.Du
 		var behind []string
 		for name := range members {
 			s, _ := lc.Slot(name)
-			ms, err := statusOf(ctx, s)
+			ms, err := statusOf(ctx, lc, s)
 			if err != nil || ms.Applied < st.Commit {
 				applied := "no answer"
 				if err == nil {
@@ -444,10 +462,12 @@ func deadMember(lc *LocalCluster, obs *observer) string {
 	return ""
 }
 
-func statusOf(ctx context.Context, s Slot) (*client.Status, error) {
+func statusOf(ctx context.Context, lc *LocalCluster, s Slot) (*client.Status, error) {
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	return client.New(s.ClientAddr, client.WithRetries(0), client.WithTimeout(2*time.Second)).Status(sctx)
+	c := lc.AdminClient(s, client.WithRetries(0), client.WithTimeout(2*time.Second))
+	defer c.CloseIdleConnections()
+	return c.Status(sctx)
 }
 
 // evidence is the nodes checker's evidence plus what the runbook run
@@ -460,6 +480,10 @@ type evidence struct {
 	// ForeignExits are exits on slots that were never members (another
 	// cluster, e.g. a restored backup, the page ran on spare slots).
 	ForeignExits []NodeExit
+	// CausedExits are exits the injected fault was to cause, with the
+	// status it was to cause (a node fenced by its full disk): the
+	// trouble the page is for, not a crash, unless they panicked.
+	CausedExits []NodeExit
 }
 
 // serveWait bounds how long a member may take to answer /cluster/status
@@ -476,6 +500,10 @@ func nodeEvidence(ctx context.Context, lc *LocalCluster, obs *observer, start ti
 	for _, e := range exits {
 		if !slices.Contains(ev.Nodes, e.Node) {
 			ev.ForeignExits = append(ev.ForeignExits, e)
+			continue
+		}
+		if e.Caused && !logsPanic(e.Logs) {
+			ev.CausedExits = append(ev.CausedExits, e)
 			continue
 		}
 		stillMember := members[e.Node] == e.ID
@@ -502,7 +530,7 @@ func nodeEvidence(ctx context.Context, lc *LocalCluster, obs *observer, start ti
 			f.State = "running"
 			deadline := time.Now().Add(serveWait)
 			for {
-				_, err := statusOf(ctx, s)
+				_, err := statusOf(ctx, lc, s)
 				if err == nil {
 					f.Serving, f.Error = true, ""
 					break
@@ -543,16 +571,17 @@ func logsPanic(logs []checker.LogTail) bool {
 func collect(ctx context.Context, lc *LocalCluster, run *report.Run, members map[string]uint64, ev *evidence, out io.Writer) map[string]checker.DigestSample {
 	digests := map[string]checker.DigestSample{}
 	ev.AuditErrors, ev.DigestErrors = map[string]string{}, map[string]string{}
-	hc := &http.Client{Timeout: time.Minute}
 	for name := range members {
 		s, _ := lc.Slot(name)
+		hc := lc.HTTPClient(s, time.Minute)
+		defer hc.CloseIdleConnections()
 		if !lc.Alive(s) {
 			why := "its process is not running"
 			ev.AuditErrors[name], ev.DigestErrors[name] = why, why
 			continue
 		}
 		if err := retry(ctx, func() error {
-			return fetch(ctx, hc, "http://"+s.ClientAddr+"/v1/audit/events", func(r io.Reader) error { return run.WriteAudit(name, r) })
+			return fetch(ctx, hc, lc.URL(s)+"/v1/audit/events", func(r io.Reader) error { return run.WriteAudit(name, r) })
 		}); err != nil {
 			ev.AuditErrors[name] = err.Error()
 			fmt.Fprintf(out, "  warning: audit of %s: %v\n", name, err)
@@ -560,7 +589,9 @@ func collect(ctx context.Context, lc *LocalCluster, run *report.Run, members map
 		if err := retry(ctx, func() error {
 			dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
-			d, err := client.New(s.ClientAddr, client.WithRetries(0)).Digest(dctx)
+			dc := lc.AdminClient(s, client.WithRetries(0))
+			defer dc.CloseIdleConnections()
+			d, err := dc.Digest(dctx)
 			if err == nil {
 				digests[name] = checker.DigestSample{AppliedIndex: d.AppliedIndex, Digest: d.Digest}
 			}
@@ -568,7 +599,7 @@ func collect(ctx context.Context, lc *LocalCluster, run *report.Run, members map
 		}); err != nil {
 			ev.DigestErrors[name] = fmt.Sprintf("GET /v1/audit/digest: %v", err)
 		}
-		fetch(ctx, hc, "http://"+s.ClientAddr+"/metrics", func(r io.Reader) error {
+		fetch(ctx, hc, lc.URL(s)+"/metrics", func(r io.Reader) error {
 			f, err := os.Create(filepath.Join(s.Dir, "metrics.txt"))
 			if err != nil {
 				return err
@@ -614,15 +645,33 @@ func fetch(ctx context.Context, hc *http.Client, url string, fn func(io.Reader) 
 
 // analyze runs every checker over what the run stored and writes
 // results.json and report.html.
-func analyze(run *report.Run, cfg Config, slo checker.SLO, o *Outcome, ev evidence) (checker.Results, error) {
+func analyze(run *report.Run, cfg Config, slo checker.SLO, o *Outcome, ev evidence, start time.Time) (checker.Results, error) {
 	ops, err := run.ReadHistory()
 	if err != nil {
 		return checker.Results{}, fmt.Errorf("read history: %w", err)
 	}
 	rs := []checker.Result{stepsResult(cfg.Page, o), checker.Stats(ops)}
+	// The ledger judges the stated loss (if any) as certainly absent, and
+	// every other acknowledged write as present: see applyStatedLoss.
+	ledgerOps := ops
+	if o.Loss != nil {
+		var loss checker.Result
+		ledgerOps, loss = applyStatedLoss(ops, *o.Loss, start)
+		rs = append(rs, loss)
+	}
 	nodes := checker.Nodes(ops, ev.NodeEvidence)
-	if len(ev.RemovedExits) > 0 || len(ev.ForeignExits) > 0 {
-		nodes.Summary += fmt.Sprintf(" (not judged: %d exits of removed members, %d exits on slots outside the cluster)", len(ev.RemovedExits), len(ev.ForeignExits))
+	var notJudged []string
+	if n := len(ev.RemovedExits); n > 0 {
+		notJudged = append(notJudged, fmt.Sprintf("%d exits of removed members", n))
+	}
+	if n := len(ev.ForeignExits); n > 0 {
+		notJudged = append(notJudged, fmt.Sprintf("%d exits on slots outside the cluster", n))
+	}
+	for _, e := range ev.CausedExits {
+		notJudged = append(notJudged, fmt.Sprintf("%s's %s, which the injected fault was to cause", e.Node, e.Status.Text))
+	}
+	if len(notJudged) > 0 {
+		nodes.Summary += " (not judged: " + strings.Join(notJudged, "; ") + ")"
 	}
 	rs = append(rs, nodes)
 	var crashed []string
@@ -653,7 +702,7 @@ func analyze(run *report.Run, cfg Config, slo checker.SLO, o *Outcome, ev eviden
 				audits[n] = kept
 			}
 		}
-		ledger := checker.LedgerCovering(ops, audits, applied, cov)
+		ledger := checker.LedgerCovering(ledgerOps, audits, applied, cov)
 		if others > 0 {
 			ledger.Summary += fmt.Sprintf(" (left out: %d audit entries of ids not starting with the workload's %q, written by the page)", others, cfg.Workload.IDPrefix)
 		}

@@ -15,13 +15,21 @@ import (
 
 // Scenario is the trouble a runbook is for, injected by the harness before
 // the page's first block (a planned operation has none). It acts on one
-// follower and returns its slot; the page must find the node from its
+// follower and returns its slot (Injected); the page must find the node from its
 // symptoms, as a person would, not be told.
 type Scenario struct {
 	Name string
 	// Inject makes the trouble happen; leader is the leading slot and
 	// members the member slots, sorted.
-	Inject func(ctx context.Context, c *LocalCluster, leader string, members []string) (target string, err error)
+	Inject func(ctx context.Context, c *LocalCluster, leader string, members []string) (Injected, error)
+}
+
+// Injected is what a scenario did: the slot it acted on and, for trouble
+// that loses acknowledged writes by its nature (a lost quorum), the loss
+// the page may cause, as measured.
+type Injected struct {
+	Target string
+	Loss   *LossBound
 }
 
 // follower picks the first member that does not lead.
@@ -36,49 +44,49 @@ func follower(leader string, members []string) (string, error) {
 
 // LoseFollowerDisk kills a follower (SIGKILL, as a machine whose disk died
 // goes down) and deletes its data directory.
-var LoseFollowerDisk = Scenario{Name: "lose-follower-disk", Inject: func(ctx context.Context, c *LocalCluster, leader string, members []string) (string, error) {
+var LoseFollowerDisk = Scenario{Name: "lose-follower-disk", Inject: func(ctx context.Context, c *LocalCluster, leader string, members []string) (Injected, error) {
 	name, err := follower(leader, members)
 	if err != nil {
-		return "", err
+		return Injected{}, err
 	}
 	s, err := c.Slot(name)
 	if err != nil {
-		return "", err
+		return Injected{}, err
 	}
 	if err := c.Kill(ctx, s); err != nil {
-		return "", err
+		return Injected{}, err
 	}
-	return name, os.RemoveAll(s.DataDir)
+	return Injected{Target: name}, os.RemoveAll(s.DataDir)
 }}
 
 // CorruptFollowerWAL stops a follower cleanly and flips a byte in a record
 // in the middle of its newest WAL segment, with good records after it:
 // corruption that the node refuses to start on, not a torn tail it would
 // truncate. It checks that `wal verify` sees it that way.
-var CorruptFollowerWAL = Scenario{Name: "corrupt-follower-wal", Inject: func(ctx context.Context, c *LocalCluster, leader string, members []string) (string, error) {
+var CorruptFollowerWAL = Scenario{Name: "corrupt-follower-wal", Inject: func(ctx context.Context, c *LocalCluster, leader string, members []string) (Injected, error) {
 	name, err := follower(leader, members)
 	if err != nil {
-		return "", err
+		return Injected{}, err
 	}
 	s, err := c.Slot(name)
 	if err != nil {
-		return "", err
+		return Injected{}, err
 	}
 	if err := c.Stop(ctx, s); err != nil {
-		return "", err
+		return Injected{}, err
 	}
 	dir := filepath.Join(s.DataDir, "wal")
 	if err := corruptMiddleRecord(dir); err != nil {
-		return "", err
+		return Injected{}, err
 	}
 	rep, err := wal.Verify(dir)
 	if err != nil {
-		return name, nil // verify reports the damage as an error: as intended
+		return Injected{Target: name}, nil // verify reports the damage as an error: as intended
 	}
 	if rep.Problem == nil || rep.TornTail != nil {
-		return "", fmt.Errorf("runbook: corrupting %s: expected wal verify to report corruption (not a torn tail), found problem %v, torn tail %v", dir, rep.Problem, rep.TornTail)
+		return Injected{}, fmt.Errorf("runbook: corrupting %s: expected wal verify to report corruption (not a torn tail), found problem %v, torn tail %v", dir, rep.Problem, rep.TornTail)
 	}
-	return name, nil
+	return Injected{Target: name}, nil
 }}
 
 // corruptMiddleRecord flips one payload byte of the middle record of the
@@ -127,23 +135,24 @@ func corruptMiddleRecord(dir string) error {
 // StallFollower freezes a follower (SIGSTOP: a process stuck in a stall, a
 // debugger, a hung disk) and waits until the leader reports it lagging by
 // at least 100 entries.
-var StallFollower = Scenario{Name: "stall-follower", Inject: func(ctx context.Context, c *LocalCluster, leader string, members []string) (string, error) {
+var StallFollower = Scenario{Name: "stall-follower", Inject: func(ctx context.Context, c *LocalCluster, leader string, members []string) (Injected, error) {
 	name, err := follower(leader, members)
 	if err != nil {
-		return "", err
+		return Injected{}, err
 	}
 	s, err := c.Slot(name)
 	if err != nil {
-		return "", err
+		return Injected{}, err
 	}
 	ls, err := c.Slot(leader)
 	if err != nil {
-		return "", err
+		return Injected{}, err
 	}
 	if err := c.Pause(s); err != nil {
-		return "", err
+		return Injected{}, err
 	}
-	lc := client.New(ls.ClientAddr, client.WithRetries(0), client.WithTimeout(2*time.Second))
+	lc := c.AdminClient(ls, client.WithRetries(0), client.WithTimeout(2*time.Second))
+	defer lc.CloseIdleConnections()
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	var lag uint64
@@ -155,12 +164,12 @@ var StallFollower = Scenario{Name: "stall-follower", Inject: func(ctx context.Co
 				}
 			}
 			if lag >= 100 {
-				return name, nil
+				return Injected{Target: name}, nil
 			}
 		}
 		select {
 		case <-wctx.Done():
-			return "", fmt.Errorf("runbook: stalled %s, but the leader %s reported a lag of %d entries after a minute; expected at least 100 (is the workload writing?)", name, leader, lag)
+			return Injected{}, fmt.Errorf("runbook: stalled %s, but the leader %s reported a lag of %d entries after a minute; expected at least 100 (is the workload writing?)", name, leader, lag)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

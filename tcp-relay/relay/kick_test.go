@@ -15,7 +15,10 @@ func TestFaultActsOnNextByte(t *testing.T) {
 	for i := 0; i < 200; i++ {
 		c := dial(t, r)
 		c.Write([]byte("w"))
-		for s.received.Load() < int64(i+1) {
+		for deadline := time.Now().Add(30 * time.Second); s.received.Load() < int64(i+1); {
+			if time.Now().After(deadline) {
+				t.Fatalf("iteration %d: the first byte never arrived", i)
+			}
 			time.Sleep(100 * time.Microsecond)
 		}
 		add(t, r, Spec{Type: "blackhole"})
@@ -26,7 +29,13 @@ func TestFaultActsOnNextByte(t *testing.T) {
 		}
 		r.RemoveAll()
 		c.Close()
-		for s.received.Load() < int64(i+2) {
+		// The held byte must arrive once the fault is gone. Bounded, so
+		// a relay that dropped it fails here, naming the iteration, rather
+		// than hanging the package until go test's timeout.
+		for deadline := time.Now().Add(30 * time.Second); s.received.Load() < int64(i+2); {
+			if time.Now().After(deadline) {
+				t.Fatalf("iteration %d: the byte held by the blackhole never arrived after RemoveAll returned and the client closed", i)
+			}
 			time.Sleep(100 * time.Microsecond)
 		}
 		s.received.Add(-1)
