@@ -121,6 +121,11 @@ func CheckCompose(c *Compose, srv Server) *Report {
 				r.problem(at("ports"), "%q: host port %s is also published by %s", p, parts[1], o)
 			}
 			hostPorts[parts[1]] = name
+			// The client address the node publishes (what `status`
+			// dials to reach the leader) is where clients reach it.
+			if want := parts[0] + ":" + parts[1]; flags["advertise-client-addr"] != want {
+				r.problem(at("command --advertise-client-addr"), "expected %s (the published client port), found %q", want, flags["advertise-client-addr"])
+			}
 		}
 
 		// Volumes: its own named volume at --data-dir; certs read-only.

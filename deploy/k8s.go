@@ -270,6 +270,22 @@ func CheckK8s(k *K8s, srv Server) *Report {
 	clientPort := checkListen(r, cat("args --client-addr"), flags["client-addr"], ports, "client")
 	peerPort := checkListen(r, cat("args --peer-addr"), flags["peer-addr"], ports, "peer")
 
+	// The client address each member publishes (what `status` dials to
+	// reach the leader): its stable name and the client port, never the
+	// 0.0.0.0 it listens on.
+	for _, id := range ids {
+		args, err := expand(c.Args, env, idVar, id)
+		if err != nil {
+			break
+		}
+		adv, _ := flagValue(args, "advertise-client-addr")
+		host, port, err := net.SplitHostPort(adv)
+		want := fmt.Sprintf("%s-%d.%s", sts.Name, id, spec.ServiceName)
+		if err != nil || (host != want && !strings.HasPrefix(host, want+".")) || port != strconv.Itoa(int(clientPort)) {
+			r.problem(cat("args --advertise-client-addr"), "pod %s-%d: expected %s:%d (its stable name and the client port), found %q", sts.Name, id, want, clientPort, adv)
+		}
+	}
+
 	// Peers: exactly the member ids, each at its pod's stable name.
 	members, err := server.ParsePeers(flags["peers"])
 	if err != nil {
@@ -509,8 +525,18 @@ func checkCerts(r *Report, k *K8s, where, dir, idVar string, ids []uint64, mount
 	} else if !readable {
 		r.problem(vwhere, "node.key would be mode %#o, owner root%s: uid %d cannot read it (set the pod's fsGroup to the server's group)", mode, map[bool]string{true: fmt.Sprintf(", group %d", deref(gid)), false: ""}[gid != nil], *uid)
 	}
-	if err := srv.KeyModeAccepted(mode); err != nil {
-		r.Notes = append(r.Notes, fmt.Sprintf("%s: node.key as kubelet writes it (mode %#o, group %d): %v — pending issue 10 follow-up: the certs loader must accept a root-owned, group-readable key (the Secret-with-fsGroup case, as CockroachDB does)", vwhere, mode, deref(gid), err))
+	// The server's process: its group is runAsGroup, and kubelet adds the
+	// fsGroup to its supplementary groups.
+	var groups []int
+	owner := 0
+	if pod.SecurityContext != nil && pod.SecurityContext.RunAsGroup != nil {
+		groups = append(groups, int(*pod.SecurityContext.RunAsGroup))
+	}
+	if gid != nil {
+		groups, owner = append(groups, int(*gid)), int(*gid)
+	}
+	if err := srv.KeyAccepted(mode, 0, owner, groups); err != nil {
+		r.problem(vwhere, "node.key as kubelet writes it (mode %#o, owner root, group %d): %v", mode, owner, err)
 	}
 }
 

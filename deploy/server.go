@@ -17,9 +17,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -46,16 +44,17 @@ type Server interface {
 	// ServesGET returns an error unless GET path is a route of the
 	// client API that answers a healthy node with 200.
 	ServesGET(path string) error
-	// KeyModeAccepted returns an error if the server refuses a node key
-	// file of this mode.
-	KeyModeAccepted(mode fs.FileMode) error
+	// KeyAccepted returns an error if the server, running with the
+	// process groups given, refuses a node key file of this mode owned by
+	// uid:gid.
+	KeyAccepted(mode fs.FileMode, uid, gid int, groups []int) error
 }
 
 // Binary is the real tidal-server: arguments are checked by running
 // `tidal-server ARGS --help`, which parses every flag as a start would
 // (unknown flags, bad values) and then prints help instead of starting.
-// Routes are checked against the API handler itself, and key modes
-// against package certs.
+// Routes are checked against the API handler itself, and key files
+// against package certs' rule.
 type Binary struct{ Path string }
 
 var _ Server = Binary{}
@@ -102,27 +101,14 @@ func (Binary) ServesGET(path string) (err error) {
 	return nil
 }
 
-// KeyModeAccepted implements Server: it makes a node certificate with
-// package certs, sets the key's mode and loads the directory as the
-// server does.
-func (Binary) KeyModeAccepted(mode fs.FileMode) error {
-	dir, err := os.MkdirTemp("", "tidal-deploy-key-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	opts := certs.CreateOptions{CertsDir: dir}
-	if _, err := certs.CreateCA(opts); err != nil {
-		return err
-	}
-	if _, err := certs.CreateNode(opts, 1, []string{"localhost"}); err != nil {
-		return err
-	}
-	if err := os.Chmod(filepath.Join(dir, "node.key"), mode); err != nil {
-		return err
-	}
-	if _, err := certs.Load(dir); err != nil {
-		return fmt.Errorf("tidal-server refuses a node key of mode %#o: %w", mode, err)
+// KeyAccepted implements Server with the rule the certs loader applies
+// to every key it reads (certs.CheckKeyPermissions): a file owned by
+// another uid, as kubelet writes a Secret, cannot be made here without
+// root, and the loader would judge it by this process's groups, not the
+// pod's.
+func (Binary) KeyAccepted(mode fs.FileMode, uid, gid int, groups []int) error {
+	if err := certs.CheckKeyPermissions("node.key", mode, uid, gid, groups); err != nil {
+		return fmt.Errorf("tidal-server refuses it: %w", err)
 	}
 	return nil
 }
@@ -175,6 +161,16 @@ func checkRun(r *Report, srv Server, where, noteWhere string, args []string) {
 			r.problem(where, "tidal-server accepts %s now: remove it from deploy.Pending (%s)", f, why)
 		}
 	}
+}
+
+// flagValue finds --name=value among args.
+func flagValue(args []string, name string) (string, bool) {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
 }
 
 // runFlags reads "run --name=value ..." into a map. Deploy artifacts

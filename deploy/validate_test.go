@@ -126,6 +126,9 @@ func TestK8sValidatorCatches(t *testing.T) {
 		{"listening on loopback", "statefulset.yaml", "--client-addr=0.0.0.0:7070", "--client-addr=127.0.0.1:7070", "args --client-addr: expected to listen on every interface"},
 		{"no memory limit", "statefulset.yaml", "              memory: 2Gi\n", "", "resources.limits.memory: expected a limit"},
 		{"key mode", "statefulset.yaml", "defaultMode: 0400", "defaultMode: 0440", "secret.defaultMode: expected 0400"},
+		{"key the server refuses as kubelet writes it", "statefulset.yaml", "defaultMode: 0400", "defaultMode: 0620", "node.key as kubelet writes it (mode 0660, owner root, group 65532): tidal-server refuses it"},
+		{"advertised as another pod", "statefulset.yaml", "--advertise-client-addr=tidal-$(TIDAL_ID).tidal-peers:7070", "--advertise-client-addr=tidal-1.tidal-peers:7070", "pod tidal-2: expected tidal-2.tidal-peers:7070"},
+		{"advertised on the peer port", "statefulset.yaml", "--advertise-client-addr=tidal-$(TIDAL_ID).tidal-peers:7070", "--advertise-client-addr=tidal-$(TIDAL_ID).tidal-peers:7100", "pod tidal-1: expected tidal-1.tidal-peers:7070"},
 		{"no fsGroup: the key is unreadable", "statefulset.yaml", "        fsGroup: 65532\n", "", "uid 65532 cannot read it"},
 		{"a member without its key", "statefulset.yaml", "              - {key: node-3.key, path: 3/node.key}\n", "", "expected path 3/node.key"},
 		{"every member the same certificate", "statefulset.yaml", "subPathExpr: $(TIDAL_ID)", "subPath: \"1\"", "subPathExpr: expected $(TIDAL_ID)"},
@@ -169,6 +172,8 @@ func TestComposeValidatorCatches(t *testing.T) {
 		{"flag the server lacks", "", "--log-format=json\n    ports: [\"127.0.0.1:7073", "--log-fmt=json\n    ports: [\"127.0.0.1:7073", "services.tidal-3.command: tidal-server refuses the arguments: unknown flag: --log-fmt"},
 		{"shared data volume", "", "tidal-2-data:/data", "tidal-1-data:/data", "volume tidal-1-data also holds tidal-1's data"},
 		{"writable certificates", "", "./certs/tidal-1:/certs:ro", "./certs/tidal-1:/certs", "expected the certificates mounted read-only"},
+		{"advertising the container's address", "", "--advertise-client-addr=127.0.0.1:7072", "--advertise-client-addr=0.0.0.0:7070", "services.tidal-2.command --advertise-client-addr: expected 127.0.0.1:7072 (the published client port)"},
+		{"advertising another node's port", "", "--advertise-client-addr=127.0.0.1:7073", "--advertise-client-addr=127.0.0.1:7071", "services.tidal-3.command --advertise-client-addr: expected 127.0.0.1:7073"},
 		{"data in the container", "", "tidal-3-data:/data", "tidal-3-data:/var/data", "expected a named volume at --data-dir"},
 	} {
 		t.Run(m.name, func(t *testing.T) {

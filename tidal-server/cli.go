@@ -219,6 +219,7 @@ underscores (client_addr, data_dir, ...).
 	f.StringVar(&configFile, "config", "", "YAML config file (keys = flag names with underscores)")
 	f.Uint64Var(&cfg.ID, "id", cfg.ID, "this node's id (> 0, unique, never reused)")
 	f.StringVar(&cfg.ClientAddr, "client-addr", cfg.ClientAddr, "HTTP API listen address")
+	f.StringVar(&cfg.AdvertiseClientAddr, "advertise-client-addr", cfg.AdvertiseClientAddr, "client address published to the cluster (status, leader lookups) when clients reach this node elsewhere than --client-addr (a container's published port, a pod's DNS name); default --client-addr")
 	f.StringVar(&cfg.PeerAddr, "peer-addr", cfg.PeerAddr, "raft peer (gRPC) listen address")
 	f.StringVar(&cfg.Peers, "peers", cfg.Peers, "initial cluster: id=host:port,... (peer addresses); empty = single node")
 	f.StringVar(&cfg.PeerDial, "peer-dial", cfg.PeerDial, "dial address rewrites: advertised=dial,... host:port pairs (route links through relays)")
@@ -353,6 +354,8 @@ func mergeConfig(file, flags server.Config, set *pflag.FlagSet) server.Config {
 			out.ID = flags.ID
 		case "client-addr":
 			out.ClientAddr = flags.ClientAddr
+		case "advertise-client-addr":
+			out.AdvertiseClientAddr = flags.AdvertiseClientAddr
 		case "peer-addr":
 			out.PeerAddr = flags.PeerAddr
 		case "peers":

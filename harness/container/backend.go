@@ -371,6 +371,7 @@ func planNode(spec cluster.NodeSpec, host string) (nodePlan, error) {
 	p := nodePlan{Mounts: []mount.Mount{{Type: mount.TypeBind, Source: spec.Dir, Target: spec.Dir}}}
 	mounted := map[string]bool{spec.Dir: true}
 	args := append([]string(nil), spec.Args...)
+	var advertise string // the client address as the cluster allocated it
 	for i := 0; i < len(args); i++ {
 		flag, value, inline := splitFlag(args[i])
 		if listenFlags[flag] {
@@ -401,6 +402,9 @@ func planNode(spec cluster.NodeSpec, host string) (nodePlan, error) {
 				i = vi
 			}
 			p.Ports = append(p.Ports, n)
+			if flag == "--client-addr" {
+				advertise = value
+			}
 			continue
 		}
 		path := args[i]
@@ -427,6 +431,11 @@ func planNode(spec cluster.NodeSpec, host string) (nodePlan, error) {
 	// exception is needed.)
 	if len(p.Ports) > 0 && !hasFlag(args, "--certs-dir") && !hasFlag(args, "--insecure") {
 		args = append(args, "--insecure")
+	}
+	// The node publishes the address the harness reaches it at (its
+	// published port), not the container's 0.0.0.0.
+	if advertise != "" && !hasFlag(args, "--advertise-client-addr") {
+		args = append(args, "--advertise-client-addr", advertise)
 	}
 	p.Args = args
 	return p, nil

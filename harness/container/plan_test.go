@@ -45,7 +45,10 @@ func TestPlanNode(t *testing.T) {
 		"--client-addr", "0.0.0.0:7071", "--peer-addr=0.0.0.0:7101",
 		"--peers", "1=127.0.0.1:7101,2=127.0.0.1:7102", "--peer-dial", "127.0.0.1:7102=tcp-relay:40001",
 		"--data-dir", filepath.Join(dir, "data"), "--log-file", filepath.Join(dir, "node.log"),
-		"--schema=" + schema, "--certs-dir", "/no/such/dir"}
+		"--schema=" + schema, "--certs-dir", "/no/such/dir",
+		// Regression (issue 13): the node published 0.0.0.0:7071 as its
+		// client address; it advertises the harness's address.
+		"--advertise-client-addr", "127.0.0.1:7071"}
 	if !reflect.DeepEqual(p.Args, want) {
 		t.Errorf("args:\nexpected %q\nfound    %q", want, p.Args)
 	}
@@ -63,7 +66,7 @@ func TestPlanNode(t *testing.T) {
 	// Without certificates the node is told --insecure: its 0.0.0.0 is
 	// the container's own namespace, published on 127.0.0.1 only.
 	p, err = planNode(cluster.NodeSpec{Name: "n1", Dir: dir, Args: []string{"run", "--client-addr", "127.0.0.1:7071"}}, "127.0.0.1")
-	if err != nil || !reflect.DeepEqual(p.Args, []string{"run", "--client-addr", "0.0.0.0:7071", "--insecure"}) {
+	if err != nil || !reflect.DeepEqual(p.Args, []string{"run", "--client-addr", "0.0.0.0:7071", "--insecure", "--advertise-client-addr", "127.0.0.1:7071"}) {
 		t.Errorf("no --certs-dir: expected --insecure appended, found %q (%v)", p.Args, err)
 	}
 

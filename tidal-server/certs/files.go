@@ -146,16 +146,17 @@ func parseCerts(data []byte) ([]*x509.Certificate, error) {
 	return certs, nil
 }
 
-// readKey reads a private key, refusing one that group or others may
-// read (as CockroachDB does): a node key readable by every local user is
-// a member identity anyone on the machine can take.
+// readKey reads a private key, refusing one that others may read, or a
+// group other than through root's choice (CheckKeyPermissions, as
+// CockroachDB does): a node key readable by every local user is a member
+// identity anyone on the machine can take.
 func readKey(path string) (crypto.Signer, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fileError(path, err)
 	}
-	if perm := st.Mode().Perm(); perm&0o077 != 0 {
-		return nil, fmt.Errorf("%s: key file mode is %#o, expected no access for group and others (chmod 600; in Kubernetes, defaultMode: 0400)", path, perm)
+	if err := checkKeyFile(path, st); err != nil {
+		return nil, err
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {

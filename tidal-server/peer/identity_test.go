@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // Issue 10 item 2: over mutual TLS, two transports deliver raft messages
@@ -262,4 +263,38 @@ func TestInsecureDelivers(t *testing.T) {
 
 func outbound(t *testing.T, m *raftpb.Message) []replicaOutbound {
 	return []replicaOutbound{{To: m.GetTo(), Snapshot: m.GetType() == raftpb.MsgSnap, Data: marshal(t, m)}}
+}
+
+// Regression (issue 13, found by the e2e suite: POST /admin/transfer-leader
+// asked of a follower of a TLS cluster timed out with 504): raft's
+// follower forwards a leadership transfer request to the leader as
+// MsgTransferLeader whose From names the transferee, not the follower
+// that sends it. It must reach raft when the sender is a member; a
+// transfer to a non-member, and any other message naming another member,
+// are still dropped.
+func TestTLSAdmitsForwardedTransferLeader(t *testing.T) {
+	p := newPKI(t)
+	srv := startNode(t, 1, p.secured(t, 1, Options{Membership: members([]uint64{1, 2, 3})}))
+	conn := rawClient(t, srv.addr, attackerTLS(t, p.nodeDir(t, 2)))
+	transfer := func(from uint64) *raftpb.Message {
+		return &raftpb.Message{Type: raftpb.MsgTransferLeader.Enum(), From: proto.Uint64(from), To: proto.Uint64(1), Term: proto.Uint64(2)}
+	}
+
+	if err := sendMessages(context.Background(), conn, marshal(t, transfer(3))); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "raft receiving member 2's forward of a transfer to member 3", func() bool { return len(srv.in.received()) == 1 })
+	if m := srv.in.received()[0]; m.GetType() != raftpb.MsgTransferLeader || m.GetFrom() != 3 {
+		t.Fatalf("raft received %v; expected MsgTransferLeader from (transferee) 3", m)
+	}
+
+	if err := sendMessages(context.Background(), conn, marshal(t, transfer(9)), marshal(t, heartbeat(3, 1, 2))); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the transfer to a non-member and the heartbeat posing as member 3 dropped", func() bool {
+		return dropped(srv.t, reasonNotMember) == 1 && dropped(srv.t, reasonSenderMismatch) == 1
+	})
+	if got := srv.in.received(); len(got) != 1 {
+		t.Fatalf("raft received %v; expected only the forwarded transfer", got)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 
 	"github.com/tidaldb/tidal/tidal-server/auth"
+	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -70,7 +71,7 @@ func remoteAddr(ctx context.Context) string {
 // on a stream authenticated as member authID (0: insecure). "" admits;
 // anything else is the reason to drop it.
 func (t *Transport) admit(authID uint64, h header) string {
-	if t.secure() && h.From != authID {
+	if t.secure() && h.From != authID && !t.forwardedTransfer(authID, h) {
 		return reasonSenderMismatch
 	}
 	if h.From == t.self {
@@ -92,6 +93,16 @@ func (t *Transport) admit(authID uint64, h header) string {
 		return ""
 	}
 	return reasonNotMember
+}
+
+// forwardedTransfer reports whether h is a leadership transfer request a
+// current member forwards: raft's follower hands MsgTransferLeader on to
+// the leader unchanged, and its From names the transferee, not the
+// sender. The transferee is then checked like any From. A member can ask
+// for a transfer anyway; what it cannot do is speak for another member
+// in the messages raft counts (votes, appends, heartbeats).
+func (t *Transport) forwardedTransfer(authID uint64, h header) bool {
+	return h.Type == raftpb.MsgTransferLeader && authID != 0 && t.memberStatus(authID) == MemberCurrent
 }
 
 // drop counts a refused message and logs it on transitions.

@@ -77,8 +77,9 @@ func TestPublishMemberRecordsAddressesEverywhere(t *testing.T) {
 	for _, id := range []uint64{1, 2, 3} {
 		m := replica.Member{ID: id, PeerAddr: peerAddr(id), ClientAddr: fmt.Sprintf("127.0.0.1:707%d", id)}
 		// raft takes one conf change at a time: a change proposed while
-		// another is pending becomes an empty entry and its proposer
-		// times out with an unknown outcome. Publishing retries, as the
+		// another is pending is dropped (ErrConfChangeDropped, certainly
+		// not applied), or, without a leader yet, refused (ErrNoLeader);
+		// a timeout is an unknown outcome. Publishing retries, as the
 		// server does.
 		for attempt := 1; ; attempt++ {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -87,7 +88,9 @@ func TestPublishMemberRecordsAddressesEverywhere(t *testing.T) {
 			if err == nil {
 				break
 			}
-			if !errors.Is(err, replica.ErrUnknownOutcome) || attempt == 10 {
+			retryable := errors.Is(err, replica.ErrUnknownOutcome) || errors.Is(err, replica.ErrConfChangeDropped) ||
+				errors.Is(err, replica.ErrNoLeader)
+			if !retryable || attempt == 10 {
 				t.Fatalf("node %d publishing %+v (attempt %d): %v", id, m, attempt, err)
 			}
 		}

@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/tidaldb/tidal/tidal-server/replica"
@@ -78,9 +80,12 @@ func (s *Server) publishClientAddr(ctx context.Context) {
 	}
 }
 
-// advertisedClientAddr is --client-addr, or the bound address when the
-// port was 0 (tests).
+// advertisedClientAddr is --advertise-client-addr, else --client-addr, or
+// the bound address when the port was 0 (tests).
 func (s *Server) advertisedClientAddr() string {
+	if s.cfg.AdvertiseClientAddr != "" {
+		return s.cfg.AdvertiseClientAddr
+	}
 	if _, port, err := net.SplitHostPort(s.cfg.ClientAddr); err == nil && port != "0" {
 		return s.cfg.ClientAddr
 	}
@@ -94,4 +99,24 @@ func memberStatus(st replica.Status, id uint64) (replica.MemberStatus, bool) {
 		}
 	}
 	return replica.MemberStatus{}, false
+}
+
+// checkAdvertisedAddr accepts an empty address (none given) or a host:port
+// a client can dial: a host name or a specific IP, and a port > 0. An
+// unspecified address (0.0.0.0, ::) is what the flag exists to replace.
+func checkAdvertisedAddr(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--advertise-client-addr %q: expected host:port: %w", addr, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+		return fmt.Errorf("--advertise-client-addr %q: expected a port in 1..65535, found %q", addr, port)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return fmt.Errorf("--advertise-client-addr %q: expected an address clients can dial (a host name or a specific IP), found %q", addr, host)
+	}
+	return nil
 }

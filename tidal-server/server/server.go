@@ -37,7 +37,13 @@ import (
 type Config struct {
 	ID         uint64 `yaml:"id"`
 	ClientAddr string `yaml:"client_addr"`
-	PeerAddr   string `yaml:"peer_addr"`
+	// AdvertiseClientAddr is the client address published in the
+	// membership table (what `status` shows and dials to reach the
+	// leader) when it differs from the listener's: a container listening
+	// on 0.0.0.0:7070 behind a published 127.0.0.1:7071, a pod behind
+	// its DNS name. Empty: ClientAddr.
+	AdvertiseClientAddr string `yaml:"advertise_client_addr"`
+	PeerAddr            string `yaml:"peer_addr"`
 	// Peers is the initial cluster as "1=host:port,2=host:port"; empty
 	// means a single-node cluster of this node at PeerAddr.
 	Peers string `yaml:"peers"`
@@ -272,6 +278,9 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 	}
 
 	if err := httpDefaults(&cfg); err != nil {
+		return nil, err
+	}
+	if err := checkAdvertisedAddr(cfg.AdvertiseClientAddr); err != nil {
 		return nil, err
 	}
 	if cfg.CertsDir != "" && cfg.Certs == nil {
