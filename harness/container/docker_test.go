@@ -163,6 +163,66 @@ func waitFor(t *testing.T, what string, cond func() error) {
 	}
 }
 
+// waitNode is waitFor for a condition on one node's container: it gives up
+// at once if the container exited, and a failure says what the container
+// was doing (its state and published ports) and ends with what it printed,
+// so a failure on a machine nobody can log in to can still be read.
+func waitNode(t *testing.T, b *Backend, h *Handle, spec cluster.NodeSpec, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		exited := false
+		select {
+		case <-h.Exited():
+			exited = true
+		default:
+		}
+		if exited || time.Now().After(deadline) {
+			st, _ := h.ExitStatus()
+			t.Fatalf("%s: %v (container exited: %v, status %+v)\n%s", what, err, exited, st, nodeDiagnosis(b, h, spec))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// nodeDiagnosis is docker inspect's state and ports for h and the tails of
+// the node's stdout log and its own log file.
+func nodeDiagnosis(b *Backend, h *Handle, spec cluster.NodeSpec) string {
+	var sb strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if info, err := b.Client().ContainerInspect(ctx, h.Container()); err != nil {
+		fmt.Fprintf(&sb, "docker inspect %s: %v\n", h.Container(), err)
+	} else {
+		if info.State != nil {
+			fmt.Fprintf(&sb, "state: %s (running %v, exit %d, oom %v, error %q, started %s, finished %s)\n",
+				info.State.Status, info.State.Running, info.State.ExitCode, info.State.OOMKilled, info.State.Error, info.State.StartedAt, info.State.FinishedAt)
+		}
+		if info.NetworkSettings != nil {
+			fmt.Fprintf(&sb, "published ports: %v\n", info.NetworkSettings.Ports)
+		}
+		if info.Config != nil {
+			fmt.Fprintf(&sb, "command: %v as user %q\n", info.Config.Cmd, info.Config.User)
+		}
+	}
+	for _, f := range []string{spec.LogPath, filepath.Join(spec.Dir, "node.log")} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			fmt.Fprintf(&sb, "%s: %v\n", f, err)
+			continue
+		}
+		if len(data) > 4000 {
+			data = data[len(data)-4000:]
+		}
+		fmt.Fprintf(&sb, "--- tail of %s:\n%s\n", f, data)
+	}
+	return sb.String()
+}
+
 // One node through every operation the cluster asks of a handle: the
 // container starts from the image, answers on its published port, keeps
 // its data in the bind-mounted directory across a restart, freezes and
@@ -192,7 +252,7 @@ func TestNodeLifecycle(t *testing.T) {
 	}
 
 	h := launch()
-	waitFor(t, "n1 ready on its published port", ready)
+	waitNode(t, b, h, spec, "n1 ready on its published port", ready)
 	ctx := context.Background()
 	if _, err := c.WriteSignals(ctx, []tclient.Event{{ID: "before-restart", Entity: 7, Signal: "view"}}); err != nil {
 		t.Fatal(err)
@@ -222,7 +282,7 @@ func TestNodeLifecycle(t *testing.T) {
 	if err := h.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "n1 answers after resume", ready)
+	waitNode(t, b, h, spec, "n1 answers after resume", ready)
 
 	// Paused, then terminated: resumed first, drains, exits 0.
 	if err := h.Pause(); err != nil {
@@ -240,7 +300,7 @@ func TestNodeLifecycle(t *testing.T) {
 
 	// Restart on the same data: the acknowledged write is still there.
 	h = launch()
-	waitFor(t, "n1 ready after restart", ready)
+	waitNode(t, b, h, spec, "n1 ready after restart", ready)
 	waitFor(t, "the write from before the restart", func() error {
 		_, err := c.EventLocation(ctx, "before-restart")
 		return err
