@@ -137,14 +137,20 @@ func labelled(t *testing.T, cli client.APIClient, label string) []string {
 	return out
 }
 
-func freePort(t *testing.T) int {
+// freePorts returns n distinct free loopback ports: every listener stays
+// open until all are chosen, so the kernel cannot hand one out twice.
+func freePorts(t *testing.T, n int) []int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 // waitFor polls cond until it holds or a generous deadline passes.
@@ -231,7 +237,8 @@ func nodeDiagnosis(b *Backend, h *Handle, spec cluster.NodeSpec) string {
 func TestNodeLifecycle(t *testing.T) {
 	b := newBackend(t, false)
 	dir := t.TempDir()
-	port, peer := freePort(t), freePort(t)
+	ports := freePorts(t, 2)
+	port, peer := ports[0], ports[1]
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	spec := cluster.NodeSpec{Name: "n1", Dir: dir, LogPath: filepath.Join(dir, "stdout.log"), Args: []string{"run", "--id", "1",
 		"--client-addr", addr, "--peer-addr=127.0.0.1:" + strconv.Itoa(peer),
