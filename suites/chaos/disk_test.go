@@ -77,7 +77,7 @@ var diskScenarios = []diskScenario{
 	{"disk-full", 3, 1105, []string{"disk-full"}},
 	{"slow-disk", 3, 1106, []string{"slow-disk"}},
 	{"corrupt-read", 3, 1107, []string{"corrupt-read"}},
-	{"power-cut-all-and-partitions", 5, 1108, []string{"power-cut-all", "partition"}},
+	{"power-cut-all-and-partitions", 5, 1130, []string{"power-cut-all", "partition"}},
 }
 
 var _ = Describe("disk faults through faultfs: no acknowledged write is lost, a failing disk fences its node", Label("faultfs"), func() {
@@ -91,6 +91,11 @@ var _ = Describe("disk faults through faultfs: no acknowledged write is lost, a 
 			expectValid(o, s)
 			expectFaultsHappened(o)
 			expectDiskRunClean(o)
+			// The seed must schedule the disk kind at all (a mix with
+			// groups draws among many kinds).
+			var schedule nemesis.Schedule
+			Expect(o.Run.ReadSchedule(&schedule)).To(Succeed())
+			Expect(schedule.Kinds()).To(ContainElement(sc.mix[0]), "seed %d scheduled no %s", sc.seed, sc.mix[0])
 			if sc.mix[0] == "power-cut-all" {
 				Expect(powerCutReports(o)).NotTo(BeEmpty())
 			}
