@@ -86,6 +86,25 @@ func TestReapStaleUnmountsDeadMounts(t *testing.T) {
 	if !slices.Contains(mounts, dead) || !slices.Contains(mounts, liveUnder) || slices.Contains(mounts, liveMnt) {
 		t.Fatalf("Mounts(%s): expected %s and %s (and not %s, outside root), found %v", root, dead, liveUnder, liveMnt, mounts)
 	}
+	// The mounts name their servers, so the dead one is known dead
+	// without touching it (touching one can hang; see ReapStale).
+	infos, err := mountInfos(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range infos {
+		alive, known := m.ServerAlive()
+		switch m.Mountpoint {
+		case dead:
+			if m.PID != cmd.Process.Pid || !known || alive {
+				t.Errorf("dead mount: expected server pid %d known and dead, found %+v (alive %t, known %t)", cmd.Process.Pid, m, alive, known)
+			}
+		case liveUnder:
+			if m.PID != os.Getpid() || !alive {
+				t.Errorf("live mount: expected this process serving it, alive, found %+v (alive %t)", m, alive)
+			}
+		}
+	}
 	reaped, err := ReapStale(root)
 	if err != nil {
 		t.Fatal(err)
