@@ -58,7 +58,7 @@ type abResult struct {
 	Runs      []abRun           `json:"runs"`
 }
 
-func runAB(spec, toxiproxy string, rounds int, d time.Duration, out string) error {
+func runAB(spec, toxiproxy string, rounds int, d time.Duration, phases []string, out string) error {
 	ctx := context.Background()
 	self, err := os.Executable()
 	if err != nil {
@@ -139,7 +139,7 @@ func runAB(spec, toxiproxy string, rounds int, d time.Duration, out string) erro
 	}
 	for round := 1; round <= rounds; round++ {
 		fmt.Fprintf(os.Stderr, "relay-bench: round %d (load %s)\n", round, loadAvg())
-		for _, phase := range probe.Phases {
+		for _, phase := range phases {
 			for i := range targets {
 				t := targets[(i+round-1)%len(targets)] // rotate the order
 				run := abRun{Round: round, Target: t.name, Phase: phase, Load: loadAvg()}

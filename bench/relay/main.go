@@ -51,7 +51,7 @@ func main() {
 	echoAddr := flag.String("echo", "127.0.0.1:0", "echo server address (to serve, or to measure through)")
 	sinkAddr := flag.String("sink", "127.0.0.1:0", "sink server address (to serve, or to measure through)")
 	target := flag.String("target", "direct", "-measure: the name the JSON gives what was measured")
-	phases := flag.String("phases", strings.Join(probe.Phases, ","), "-measure: the measurements to run")
+	phases := flag.String("phases", strings.Join(probe.Phases, ","), "-measure, -ab: the measurements to run")
 	ab := flag.String("ab", "", "compare relay builds: name=tcp-relay-binary[,name=binary...] (see ab.go)")
 	toxiproxy := flag.String("toxiproxy", "", "-ab: also compare Toxiproxy's server binary")
 	rounds := flag.Int("rounds", 5, "-ab: rounds, the order of the targets rotating")
@@ -62,7 +62,7 @@ func main() {
 	case *serveMode:
 		err = serveUntilSignal(*echoAddr, *sinkAddr)
 	case *ab != "":
-		err = runAB(*ab, *toxiproxy, *rounds, *dur, *abOut)
+		err = runAB(*ab, *toxiproxy, *rounds, *dur, strings.Split(*phases, ","), *abOut)
 	case *measureMode:
 		var m probe.Measurement
 		if m, err = probe.MeasurePhases(*target, *echoAddr, *sinkAddr, *dur, strings.Split(*phases, ",")); err == nil {

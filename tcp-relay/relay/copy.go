@@ -111,12 +111,12 @@ func (p *pump) readOnce(fd int) bool {
 		p.cp.exit = copyStale
 		return false
 	}
-	n, err := readFD(fd, p.buf)
+	n, errno := readFD(fd, p.buf)
 	switch {
-	case err == syscall.EAGAIN:
+	case errno == syscall.EAGAIN:
 		return false
-	case err != nil:
-		p.cp.exit, p.cp.err = copyFailed, err
+	case errno != 0:
+		p.cp.exit, p.cp.err = copyFailed, errno
 		return false
 	case n == 0:
 		p.cp.exit = copyEOF
@@ -162,14 +162,12 @@ func (p *pump) readOnce(fd int) bool {
 // writable writes p.cp.data to the destination without waiting.
 func (p *pump) writable(fd uintptr) bool {
 	for len(p.cp.data) > 0 {
-		m, err := syscall.Write(int(fd), p.cp.data)
+		m, errno := writeFD(int(fd), p.cp.data)
 		switch {
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN:
+		case errno == syscall.EAGAIN:
 			return true // never wait here: see the file comment
-		case err != nil:
-			p.cp.err = err
+		case errno != 0:
+			p.cp.err = errno
 			return true
 		}
 		p.cp.data = p.cp.data[m:]
@@ -208,13 +206,4 @@ func (p *pump) unwritten() {
 		p.cp.data = nil
 	}
 	p.clearAnnounce()
-}
-
-func readFD(fd int, buf []byte) (int, error) {
-	for {
-		n, err := syscall.Read(fd, buf)
-		if err != syscall.EINTR {
-			return n, err
-		}
-	}
 }
