@@ -140,7 +140,8 @@ func Listen(cfg Config) (*Relay, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	lc := net.ListenConfig{Control: tuneSocket}
+	ln, err := lc.Listen(context.Background(), "tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("relay %s: listen on %s: %w", cfg.Name, cfg.Listen, err)
 	}
@@ -339,7 +340,7 @@ func (r *Relay) serve(client *net.TCPConn) {
 			}
 		}
 	}
-	d := net.Dialer{Timeout: r.cfg.DialTimeout}
+	d := net.Dialer{Timeout: r.cfg.DialTimeout, Control: tuneSocket}
 	sc, err := d.DialContext(r.ctx, "tcp", r.cfg.Upstream)
 	if err != nil {
 		// An unreachable upstream looks to the client like a refused
