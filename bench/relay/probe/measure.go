@@ -43,14 +43,23 @@ func Measure(target, echoAddr, sinkAddr string, d time.Duration) (Measurement, e
 // trips, bulk throughput, connections per second.
 var Phases = []string{"rtt", "bulk", "conns"}
 
+// ExtraPhases can be asked for by name but are not part of Measure:
+// "conns16" is connections/s with 16 clients at once (each a closed loop
+// of dial, 1-byte echo, close), where the relay's CPU per connection
+// rather than its latency bounds the rate.
+var ExtraPhases = []string{"conns16"}
+
+// ParallelClients is the number of clients of the conns16 phase.
+const ParallelClients = 16
+
 // MeasurePhases runs only the named phases (of Phases), in the order of
 // Phases. One phase at a time lets a caller attribute the relay's CPU time
 // to one kind of work (bench/relay -ab).
 func MeasurePhases(target, echoAddr, sinkAddr string, d time.Duration, phases []string) (Measurement, error) {
 	m := Measurement{Target: target}
 	for _, ph := range phases {
-		if !slices.Contains(Phases, ph) {
-			return m, fmt.Errorf("phase: expected one of %v, found %q", Phases, ph)
+		if !slices.Contains(Phases, ph) && !slices.Contains(ExtraPhases, ph) {
+			return m, fmt.Errorf("phase: expected one of %v or %v, found %q", Phases, ExtraPhases, ph)
 		}
 	}
 	if slices.Contains(phases, "rtt") {
@@ -77,7 +86,44 @@ func MeasurePhases(target, echoAddr, sinkAddr string, d time.Duration, phases []
 			return m, fmt.Errorf("%s: no connection via %s completed an echo: %v", target, echoAddr, first)
 		}
 	}
+	if slices.Contains(phases, "conns16") {
+		var first error
+		m.ConnsPerSec, m.Conns, m.ConnErrors, first = parallelConnRate(echoAddr, d, ParallelClients)
+		if first != nil {
+			m.ConnError = first.Error()
+		}
+		if m.ConnsPerSec == 0 {
+			return m, fmt.Errorf("%s: no connection via %s completed an echo: %v", target, echoAddr, first)
+		}
+	}
 	return m, nil
+}
+
+// parallelConnRate runs connRate in k clients at once and sums them.
+func parallelConnRate(addr string, d time.Duration, k int) (perSec float64, n, failed int, first error) {
+	type result struct {
+		rate      float64
+		n, failed int
+		first     error
+	}
+	results := make(chan result, k)
+	for range k {
+		go func() {
+			var r result
+			r.rate, r.n, r.failed, r.first = connRate(addr, d)
+			results <- r
+		}()
+	}
+	for range k {
+		r := <-results
+		perSec += r.rate
+		n += r.n
+		failed += r.failed
+		if first == nil {
+			first = r.first
+		}
+	}
+	return perSec, n, failed, first
 }
 
 // MinRounds is the least each measurement does however short d is, so
