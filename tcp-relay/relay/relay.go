@@ -376,8 +376,11 @@ func (r *Relay) serve(client *net.TCPConn) {
 		if down, err = newPump(c, Downstream, c.server, client, &r.down); err == nil {
 			var wg sync.WaitGroup
 			wg.Add(1)
-			go func() { defer wg.Done(); up.run() }()
-			down.run()
+			// The client speaks first: its direction runs on this
+			// goroutine at once, the reply direction on a new one, which
+			// is ready long before a reply can come back.
+			go func() { defer wg.Done(); down.run() }()
+			up.run()
 			wg.Wait()
 		}
 	}
