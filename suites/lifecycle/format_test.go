@@ -147,4 +147,3 @@ var _ = Describe("a removed member", func() {
 		}
 	})
 })
-
