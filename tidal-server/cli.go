@@ -95,7 +95,7 @@ in ./tidal-data (the same as "tidal-server run").`,
 	root.SetVersionTemplate(buildinfo.Line("tidal-server") + "\n")
 	root.Flags().AddFlagSet(run.Flags())
 	root.AddCommand(run, newStatusCommand(), newMembersCommand(), newTransferLeaderCommand(),
-		newBackupCommand(), newRestoreCommand(), newWALCommand(), newVersionCommand())
+		newBackupCommand(), newRestoreCommand(), newRecoverCommand(), newWALCommand(), newVersionCommand())
 	root.AddCommand(newCertsCommand(), newTokensCommand())
 	return root
 }
