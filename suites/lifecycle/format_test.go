@@ -102,6 +102,9 @@ var _ = Describe("format versions", func() {
 		metrics, err := client.New(addrs[0]).Metrics(context.Background())
 		Expect(err).NotTo(HaveOccurred())
 		Expect(string(metrics)).To(MatchRegexp(`tidal_peer_messages_dropped_total\{reason="protocol_version"\} [1-9]`))
+		// The minimum-entry-format rule counts the member it cannot talk
+		// to as format 1.
+		Expect(string(metrics)).To(MatchRegexp(`(?m)^tidal_cluster_entry_format 1$`))
 		leaderSt, err := client.New(addrs[0]).Status(context.Background())
 		Expect(err).NotTo(HaveOccurred())
 		st, err := client.New(addrs[2]).Status(context.Background())

@@ -386,6 +386,15 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		return nil, err
 	}
 	s.inbound.set(s.replica)
+	if reg != nil {
+		// The minimum-entry-format rule as this node applies it (ARCHITECTURE,
+		// "Format versions"): a rolling upgrade shows here when the last
+		// member runs a release that reads a new entry format.
+		r := s.replica
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tidal_cluster_entry_format",
+			Help: "Newest raft entry format every current member advertised it reads (this node proposes no newer)."},
+			func() float64 { return float64(r.ClusterEntryFormat()) }))
+	}
 	s.node = &node{id: cfg.ID, schema: schema, sm: s.sm, r: s.replica, readyWithin: cfg.ReadyWithin}
 
 	if cfg.TestClockOffset != 0 {
