@@ -234,6 +234,7 @@ func (s *sender) sendSnapshot(data []byte) {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Minute)
 	defer cancel()
+	ctx = metadata.NewOutgoingContext(ctx, ownVersions().metadata())
 	start := time.Now()
 	st, err := conn.NewStream(ctx, snapshotDesc, "/"+serviceName+"/"+methodSnapshots)
 	if err != nil {

@@ -7,7 +7,9 @@ import (
 
 	"github.com/tidaldb/tidal/tidal-server/replica"
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -118,7 +120,8 @@ func compatible(own, theirs versions) string {
 	return ""
 }
 
-// peerFormats remembers the entry format each peer advertised.
+// notePeerVersions remembers the entry format peer id advertised, logging
+// it when it is new or changed.
 func (t *Transport) notePeerVersions(id uint64, v versions) {
 	t.formatsMu.Lock()
 	prev, had := t.formats[id]
@@ -137,10 +140,26 @@ func (t *Transport) PeerEntryFormat(id uint64) (uint32, bool) {
 	return f, ok
 }
 
-// incomingVersions reads and checks the versions on an inbound stream.
-func incomingVersions(ctx context.Context) (versions, error) {
+// checkVersions reads the versions on an inbound stream (Messages or
+// Snapshot) and refuses, counted and logged, a peer this node cannot talk
+// to; the error is the stream's status.
+func (t *Transport) checkVersions(ctx context.Context, authID uint64, remote string) (versions, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	return parseVersions(md)
+	theirs, err := parseVersions(md)
+	if err != nil {
+		t.metrics.messagesDropped.WithLabelValues(reasonProtocolVersion).Inc()
+		t.drops.note("refusing peer stream", reasonProtocolVersion, "remote", remote, "authenticated_member", authID, "err", err)
+		return versions{}, status.Error(codes.InvalidArgument, err.Error())
+	}
+	own := ownVersions()
+	if why := compatible(own, theirs); why != "" {
+		t.metrics.messagesDropped.WithLabelValues(reasonProtocolVersion).Inc()
+		t.drops.note("refusing peer stream: incompatible peer protocol", reasonProtocolVersion, "remote", remote,
+			"authenticated_member", authID, "peer_protocol", theirs.protocol, "peer_protocol_min", theirs.protocolMin,
+			"protocol", own.protocol, "protocol_min", own.protocolMin, "why", why)
+		return versions{}, status.Error(codes.FailedPrecondition, "peer protocol: "+why)
+	}
+	return theirs, nil
 }
 
 // unreadableEntry returns the first entry of a marshalled MsgApp whose

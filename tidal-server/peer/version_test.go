@@ -150,3 +150,25 @@ func TestRemovedSenderIsTold(t *testing.T) {
 		t.Fatalf("member 2 was told it was removed by %v", got)
 	}
 }
+
+// Snapshot streams are versioned like Messages streams: one from a peer
+// this node cannot talk to is refused before anything is spooled.
+func TestSnapshotStreamRefusesIncompatibleProtocol(t *testing.T) {
+	n1 := startNode(t, 1, Options{Membership: members([]uint64{1, 2})})
+	conn := rawClient(t, n1.addr, nil)
+	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(context.Background(),
+		metadata.Pairs(mdProtocol, "4", mdProtocolMin, "3")), waitFor)
+	defer cancel()
+	st, err := conn.NewStream(ctx, snapshotDesc, "/"+serviceName+"/"+methodSnapshots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := snapshotMessage(t, 2, 1, 1024)
+	_ = st.SendMsg(&chunk)
+	if err := finish(st); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "peer protocol 4") {
+		t.Fatalf("expected FailedPrecondition naming protocol 4, found %v", err)
+	}
+	if got := dropped(n1.t, reasonProtocolVersion); got != 1 {
+		t.Errorf("protocol_version drops = %d; expected 1", got)
+	}
+}
