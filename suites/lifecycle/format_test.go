@@ -75,7 +75,7 @@ var _ = Describe("format versions", func() {
 		again.stop()
 	})
 
-	It("refuses to replicate with a peer across an incompatible peer protocol, on both sides, and the compatible majority serves", func() {
+	It("refuses to replicate across an incompatible peer protocol (an upgrade to a release that dropped this one), on both sides, and the compatible majority serves", func() {
 		dir := specDir("format-protocol")
 		addrs := freeAddrs(6)
 		peers := fmt.Sprintf("1=%s,2=%s,3=%s", addrs[3], addrs[4], addrs[5])
