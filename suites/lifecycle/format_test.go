@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -65,6 +66,12 @@ var _ = Describe("format versions", func() {
 		Expect(out).To(ContainSubstring(filepath.Join(data, "wal", "0000000000000000.wal")), "the refusal names the file")
 		Expect(out).To(ContainSubstring("WAL segment format version 2 is newer than this build reads (versions 1 to 1)"))
 		Expect(dirDigest(data)).To(Equal(before), "a refused start changed the data dir")
+		// Not damage: wal verify says what it is, with the refusal status,
+		// not the damage one (3).
+		verify := exec.Command(bins.TidalServer, "wal", "verify", "--data-dir", data)
+		vout, err := verify.CombinedOutput()
+		Expect(verify.ProcessState.ExitCode()).To(Equal(1), "wal verify on a newer log: %v\n%s", err, vout)
+		Expect(string(vout)).To(ContainSubstring("format version 2 is newer than this build reads"))
 
 		// The newer release still opens it, with the write there.
 		again := startNode(-1, runArgs(1, addrs[0], addrs[1], data, "--test-newer-format")...)
