@@ -342,6 +342,13 @@ func (t *Transport) Send(msgs []replica.Outbound) {
 			}()
 			continue
 		}
+		if index, format, withheld := t.withholds(m.To, m.Data); withheld {
+			t.metrics.dropped.WithLabelValues(strconv.FormatUint(m.To, 10)).Inc()
+			t.drops.note("not sending entries a peer cannot read; upgrade it", reasonEntryFormat,
+				"peer", m.To, "index", index, "peer_entry_format", format)
+			go t.inbound.ReportUnreachable(m.To)
+			continue
+		}
 		s.enqueue(m.Data)
 	}
 }

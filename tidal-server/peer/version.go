@@ -166,7 +166,35 @@ func (t *Transport) checkVersions(ctx context.Context, authID uint64, remote str
 // format this node cannot read (index, envelope byte), or ok=false. A
 // message it cannot parse is left to raft, which refuses it.
 func unreadableEntry(msg []byte) (index uint64, envelope byte, found bool) {
-	readable := replica.ReadableEntryFormat()
+	return entryAbove(msg, replica.ReadableEntryFormat())
+}
+
+// withholds is the sending half of the entry-format gate: whether a
+// message for peer id is a MsgApp carrying an entry of a format id has not
+// advertised it reads (a peer that advertised nothing reads format 1). The
+// minimum-entry-format rule keeps such entries out of the log while such a
+// peer is a member; this catches one added later, or one that lags behind
+// entries written before it joined, which a release without the receiving
+// half would otherwise skip at apply and diverge. Free while every peer
+// reads all this node does.
+func (t *Transport) withholds(id uint64, data []byte) (index uint64, format uint32, withheld bool) {
+	format, ok := t.PeerEntryFormat(id)
+	if !ok {
+		format = 1
+	}
+	if format >= replica.ReadableEntryFormat() {
+		return 0, format, false
+	}
+	if h, err := parseHeader(data); err != nil || h.Type != raftpb.MsgApp {
+		return 0, format, false
+	}
+	index, _, withheld = entryAbove(data, format)
+	return index, format, withheld
+}
+
+// entryAbove returns the first entry of a marshalled MsgApp whose format
+// is above max or unknown to this build.
+func entryAbove(msg []byte, max uint32) (index uint64, envelope byte, found bool) {
 	for len(msg) > 0 {
 		num, typ, n := protowire.ConsumeTag(msg)
 		if n < 0 {
@@ -191,7 +219,7 @@ func unreadableEntry(msg []byte) (index uint64, envelope byte, found bool) {
 			return 0, 0, false
 		}
 		f, known := replica.EntryFormatOf(etype, data)
-		if !known || f > readable {
+		if !known || f > max {
 			return idx, data[0], true
 		}
 	}

@@ -78,8 +78,12 @@ type PeerFormats interface {
 var testEntryFormat uint32 = EntryFormat
 
 // SetTestNewerEntryFormat makes this process advertise, and accept, one
-// entry format above EntryFormat. TEST ONLY (--test-newer-format).
-func SetTestNewerEntryFormat() { testEntryFormat = EntryFormat + 1 }
+// entry format above EntryFormat; restore undoes it. TEST ONLY
+// (--test-newer-format).
+func SetTestNewerEntryFormat() (restore func()) {
+	testEntryFormat = EntryFormat + 1
+	return func() { testEntryFormat = EntryFormat }
+}
 
 // ReadableEntryFormat is the newest entry format this process reads (and
 // advertises): EntryFormat, except under SetTestNewerEntryFormat.
