@@ -25,9 +25,11 @@ import (
 //     time by the proposing node, so a node of an older release added
 //     later stops new format-N proposals from then on; entries already
 //     in the log stay.
-//  3. Nothing else: the peer plane drops a MsgApp carrying an entry whose
-//     format the receiver cannot read (tidal_peer_messages_dropped_total
-//     {reason="entry_format"}), and an entry of an unknown format that
+//  3. Nothing else: the peer plane withholds an append carrying an entry
+//     of a format its peer has not advertised, drops on receipt a MsgApp
+//     carrying an entry whose format the receiver cannot read
+//     (tidal_peer_messages_dropped_total{reason="entry_format"}), and an
+//     entry of an unknown format that
 //     reaches apply anyway (a log written under a newer release, then
 //     downgraded) stops the node with an *EntryFormatError instead of
 //     skipping it — a skipped entry is a replica that diverged.
