@@ -132,6 +132,13 @@ func (t *Transport) notePeerVersions(id uint64, v versions) {
 	}
 }
 
+// forgetPeerVersions drops what peer id advertised, until it says again.
+func (t *Transport) forgetPeerVersions(id uint64) {
+	t.formatsMu.Lock()
+	delete(t.formats, id)
+	t.formatsMu.Unlock()
+}
+
 // PeerEntryFormat implements replica.PeerFormats.
 func (t *Transport) PeerEntryFormat(id uint64) (uint32, bool) {
 	t.formatsMu.Lock()
