@@ -150,6 +150,10 @@ type Inbound interface {
 	// removed for good, or neither. The transport admits raft messages
 	// only from current members.
 	MemberStatus(id uint64) (current, removed bool)
+	// ReportRemoved: member by told this node, on the peer plane, that
+	// its applied membership has removed this node
+	// (replica.Replica.ReportRemoved).
+	ReportRemoved(by uint64)
 }
 
 // DefaultConfig is a single node on 127.0.0.1:7070 with data in ./tidal-data.
@@ -382,6 +386,15 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		return nil, err
 	}
 	s.inbound.set(s.replica)
+	if reg != nil {
+		// The minimum-entry-format rule as this node applies it (ARCHITECTURE,
+		// "Format versions"): a rolling upgrade shows here when the last
+		// member runs a release that reads a new entry format.
+		r := s.replica
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tidal_cluster_entry_format",
+			Help: "Newest raft entry format every current member advertised it reads (this node proposes no newer)."},
+			func() float64 { return float64(r.ClusterEntryFormat()) }))
+	}
 	s.node = &node{id: cfg.ID, schema: schema, sm: s.sm, r: s.replica, readyWithin: cfg.ReadyWithin}
 
 	if cfg.TestClockOffset != 0 {
@@ -559,6 +572,12 @@ func (p *inboundProxy) ReportUnreachable(id uint64) {
 func (p *inboundProxy) ReportSnapshot(id uint64, ok bool) {
 	if r := p.get(); r != nil {
 		r.ReportSnapshot(id, ok)
+	}
+}
+
+func (p *inboundProxy) ReportRemoved(by uint64) {
+	if r := p.get(); r != nil {
+		r.ReportRemoved(by)
 	}
 }
 
