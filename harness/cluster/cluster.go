@@ -117,6 +117,10 @@ type Config struct {
 	// link, the address each side dials. nodes are the slots' addresses
 	// as allocated on Backend.Host().
 	NewNetwork func(nodes map[string]mesh.Node) (Network, error)
+	// ClockControl runs every node with the test-only
+	// --test-clock-offset-file (clock.go), so that SetClockOffset can
+	// move its clock: the clock nemesis needs it.
+	ClockControl bool
 }
 
 // DefaultWALSegmentSize is the harness's WAL segment size: small, because
@@ -532,6 +536,9 @@ func (c *Cluster) args(n *Node) []string {
 	if c.cfg.WALSegmentSize > 0 {
 		// Before Flags, so a flag given there wins.
 		args = append(args, "--wal-segment-size", strconv.FormatInt(c.cfg.WALSegmentSize, 10))
+	}
+	if c.cfg.ClockControl {
+		args = append(args, "--test-clock-offset-file", ClockOffsetFile(n.Dir))
 	}
 	return append(args, c.cfg.Flags...)
 }
