@@ -573,6 +573,9 @@ func Analyze(run *report.Run, cfg Config) (checker.Results, error) {
 	if faults, ok := faultsResult(run, cfg, ops); ok {
 		rs = append(rs, faults)
 	}
+	if clock, ok := checker.Clock(ops); ok {
+		rs = append(rs, clock)
+	}
 
 	digests, digestErr := run.ReadDigests()
 	audits, err := run.ReadAudits()
