@@ -110,6 +110,7 @@ type page struct {
 	Checkers           []checkerView
 	Charts             []template.HTML
 	Faults             []checker.FaultWindow
+	Availability       []faultAvailability
 	Nodes              []nodeView
 	Visualizations     []link
 	HasLag, HasHistory bool
@@ -216,7 +217,7 @@ func buildPage(rep Report) page {
 		p.Checkers = append(p.Checkers, cv)
 	}
 
-	faults, err := checker.FaultWindows(rep.History)
+	faults, values, err := checker.FaultWindowValues(rep.History)
 	if err != nil {
 		p.Problems = append(p.Problems, "fault windows: "+err.Error())
 	}
@@ -243,8 +244,22 @@ func buildPage(rep Report) page {
 				slo = d.SLO.P99
 			}
 		}
-		p.Charts = append(p.Charts, template.HTML(lagChart(rep.Lag, faults, tmax, float64(slo)/1e6)))
+		var catchUps []checker.CatchUp
+		if r, ok := resultNamed(rr.Results, "lag"); ok {
+			if d, ok := detailsAs[checker.LagDetails](r); ok {
+				catchUps = d.CatchUps
+			}
+		}
+		p.Charts = append(p.Charts, template.HTML(lagChart(rep.Lag, faults, tmax, float64(slo)/1e6, catchUps)))
+		nodes := laneNodes(rep.History, values, rep.Lag)
+		leaders, terms := leaderSpans(rep.Lag, tmax)
+		p.Charts = append(p.Charts, template.HTML(lanesChart(nodes, nodeSpans(faults, values, nodes), leaders, terms, tmax)))
 	}
+	var end int64
+	if n := len(rep.History); n > 0 {
+		end = rep.History[n-1].Time
+	}
+	p.Availability = availability(pairs, faults, end)
 	return p
 }
 
@@ -259,8 +274,11 @@ func validClass(v checker.Validity) string {
 }
 
 var pageFuncs = template.FuncMap{
-	"t":    history.FormatTime,
-	"ms":   ms,
+	"t":  history.FormatTime,
+	"ms": ms,
+	"seconds": func(s float64) string {
+		return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
+	},
 	"join": func(xs []string) string { return strings.Join(xs, ", ") },
 	"indexes": func(m map[string][]uint64) string {
 		return formatIndexes(m)
@@ -345,6 +363,8 @@ pre { background: #f8f9fa; padding: 8px; overflow: auto; max-height: 420px; }
 .chart .frame { fill: none; stroke: #adb5bd; }
 .chart .grid { stroke: #e9ecef; }
 .chart .empty { fill: #868e96; }
+.chart .lane-label { font-size: 10.5px; font-weight: 600; }
+.chart .band-label { font-size: 8.5px; fill: #fff; font-weight: 600; }
 details summary { cursor: pointer; color: #495057; }
 </style>
 </head>
@@ -380,6 +400,12 @@ details summary { cursor: pointer; color: #495057; }
 <tr><th>fault</th><th>targets</th><th class="num">invoked</th><th class="num">took effect</th><th class="num">healed</th></tr>
 {{range .Faults}}<tr><td>{{.Label}}</td><td>{{join .Targets}}</td><td class="num">{{t .Start}}</td><td class="num">{{effective .}}</td><td class="num">{{if .Healed}}{{t .End}}{{else}}<span class="bad">never</span>{{end}}</td></tr>
 {{end}}</table>{{else}}<p>No faults were injected.</p>{{end}}
+{{if .Availability}}<h3 id="availability">Availability per fault</h3>
+<p>Writes as clients saw them (any node): the longest stretch without a successful write from the fault's invoke until writes succeeded again after its heal, and how long after the heal the first one succeeded.</p>
+<table>
+<tr><th>fault</th><th>targets</th><th class="num">window</th><th class="num">ok writes during</th><th class="num">longest without an ok write</th><th class="num">first ok write after the heal</th></tr>
+{{range .Availability}}<tr><td>{{.Window.Label}}</td><td>{{join .Window.Targets}}</td><td class="num">{{t .Window.Start}}..{{t .Window.End}}</td><td class="num">{{.OKWrites}}</td><td class="num">{{seconds .OutageS}}{{if .OutageEnd}} (to the end){{end}}</td><td class="num">{{if ge .ResumedS 0.0}}{{seconds .ResumedS}}{{else}}<span class="bad">none</span>{{end}}</td></tr>
+{{end}}</table>{{end}}
 </section>
 
 <section id="checkers">
