@@ -364,7 +364,7 @@ pre { background: #f8f9fa; padding: 8px; overflow: auto; max-height: 420px; }
 .chart .grid { stroke: #e9ecef; }
 .chart .empty { fill: #868e96; }
 .chart .lane-label { font-size: 10.5px; font-weight: 600; }
-.chart .band-label { font-size: 8.5px; fill: #fff; font-weight: 600; }
+.chart .band-label { font-size: 8.5px; fill: #fff; font-weight: 700; }
 details summary { cursor: pointer; color: #495057; }
 </style>
 </head>

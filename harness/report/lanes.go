@@ -240,11 +240,11 @@ func laneNodes(ops []history.Op, values []history.FaultValue, samples []checker.
 }
 
 const (
-	laneRow    = 26 // one node's row
+	laneRow    = 34 // one node's row
 	laneGap    = 4
 	leaderRow  = 20
 	lanesTop   = 40 // title and legend
-	bandHeight = 6
+	bandHeight = 9
 )
 
 // lanesChart draws the node rows and the leader row on the charts' time
@@ -304,8 +304,8 @@ func lanesChart(nodes []string, spans []laneSpan, leaders []leaderSpan, termChan
 					if float64(len(s.label))*6.2+4 <= w {
 						fmt.Fprintf(&b, `<text x="%s" y="%s" class="lane-label" fill="#fff">%s</text>`, f1(x0+2), f1(top+laneRow-3), esc(s.label))
 					}
-				} else if float64(len(s.label))*5.4+4 <= w {
-					fmt.Fprintf(&b, `<text x="%s" y="%s" class="band-label">%s</text>`, f1(x0+2), f1(top+y[0]+y[1]-0.5), esc(s.label))
+				} else if float64(len(s.label))*5.2+4 <= w {
+					fmt.Fprintf(&b, `<text x="%s" y="%s" class="band-label">%s</text>`, f1(x0+2), f1(top+y[0]+y[1]-1), esc(s.label))
 				}
 				b.WriteString(`</g>`)
 			}
