@@ -3,7 +3,9 @@ package nemesis
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/tidaldb/tidal/harness/checker"
 	"github.com/tidaldb/tidal/harness/cluster"
 	"github.com/tidaldb/tidal/harness/history"
+	"github.com/tidaldb/tidal/tidal-server/client"
 )
 
 // SetClockOffset makes the fake a ClockSetter: the call is recorded as
@@ -147,5 +150,49 @@ func TestClockFaultRecordedAndHealed(t *testing.T) {
 	err = NewRunner(f2, rec2, nil).Inject(ctx, Step{Kind: "clock-jump", Targets: []string{"n1"}, Duration: time.Second, Offsets: map[string]time.Duration{"n1": time.Hour}})
 	if err == nil || len(f2.clockCalls()) != 0 {
 		t.Fatalf("clock-jump on a paused node: err %v, calls %v; expected not applied and no call", err, f2.clockCalls())
+	}
+}
+
+// Issue 11 item 2, against real processes: clock-jump moves one node's
+// clock through its offset file; from the moment it took effect that node
+// refuses writes (503 naming its clock) while the others take them; after
+// the heal it takes writes again once it has measured its peers anew.
+func TestLiveClockJump(t *testing.T) {
+	l := startLive(t)
+	ctx := context.Background()
+	target := "n2"
+	must(t, l.r.Inject(ctx, Step{Kind: "clock-jump", Targets: []string{target}, Duration: time.Second,
+		Offsets: map[string]time.Duration{target: 2 * time.Hour}}))
+	if got, err := l.c.ClockOffset(ctx, target); err != nil || got != 2*time.Hour {
+		t.Fatalf("%s reports clock offset %v (%v); expected 2h", target, got, err)
+	}
+	_, err := l.write(ctx, target)
+	var api *client.APIError
+	if !errors.As(err, &api) || api.Status != 503 || !strings.Contains(api.Message, "clock") {
+		t.Fatalf("write via %s right after its clock jumped 2h: expected 503 naming the clock, found %v", target, err)
+	}
+	if _, err := l.write(ctx, "n1"); err != nil {
+		t.Fatalf("write via n1 while %s's clock is off: %v", target, err)
+	}
+	must(t, l.r.Heal(ctx, "clock-jump"))
+	deadline := time.Now().Add(30 * time.Second) // liveness bound only
+	for {
+		_, err := l.write(ctx, target)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("write via %s after its clock was set back: still failing: %v", target, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	got, _ := l.healAndCheck(t)
+	want := []string{
+		"invoke clock jump " + target, "ok clock jump " + target,
+		"invoke heal-clock jump " + target, "ok heal-clock jump " + target,
+		"invoke heal-all all n1,n2,n3", "ok heal-all all n1,n2,n3",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("nemesis ops: expected %v, found %v", want, got)
 	}
 }
