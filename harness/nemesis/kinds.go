@@ -173,6 +173,17 @@ var groups = []group{
 	{"all", "every kind", nil},
 }
 
+// groupOf names the group kind belongs to (the first group listing it,
+// "all" aside), or the kind itself when no group lists it.
+func groupOf(kind string) string {
+	for _, g := range groups {
+		if g.Kinds != nil && slices.Contains(g.Kinds, kind) {
+			return g.Name
+		}
+	}
+	return kind
+}
+
 // Kinds returns every fault kind, in help order.
 func Kinds() []Kind { return slices.Clone(kinds) }
 

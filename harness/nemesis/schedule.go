@@ -144,9 +144,12 @@ func (c ScheduleConfig) linkSpec(kind string) *relay.Spec {
 // Generate draws a schedule from seed. Fault starts are spaced by gaps of
 // mean cfg.Interval; at each start a kind is drawn uniformly from the mix
 // among those whose class has no fault active then (so faults of a class
-// never overlap) and that can be healed by cfg.Duration. A start where no
-// kind is eligible stays empty. The same seed and config always give the
-// same schedule.
+// never overlap) and that can be healed by cfg.Duration — and, while some
+// group of the mix (partition, kill, pause, ...; see groupOf) has not been
+// drawn yet, only among the kinds of such groups: a run asked for
+// "partition,kill,pause" must not end without a pause because the draws
+// fell on the six partition shapes. A start where no kind is eligible
+// stays empty. The same seed and config always give the same schedule.
 func Generate(seed int64, cfg ScheduleConfig) (Schedule, error) {
 	cfg.defaults()
 	var mix []string // without duplicates, in the user's order
@@ -163,6 +166,7 @@ func Generate(seed int64, cfg ScheduleConfig) (Schedule, error) {
 	nodes := slices.Sorted(slices.Values(cfg.Nodes))
 	gap := func() time.Duration { return cfg.Interval/2 + time.Duration(r.Int64N(int64(cfg.Interval))) }
 	busyUntil := map[Class]time.Duration{}
+	covered := map[string]bool{} // groups drawn so far
 	s := Schedule{Seed: seed, Config: cfg}
 	for t := gap(); t < cfg.Duration; t += gap() {
 		var eligible []Kind
@@ -175,7 +179,17 @@ func Generate(seed int64, cfg ScheduleConfig) (Schedule, error) {
 		if len(eligible) == 0 {
 			continue
 		}
+		var uncovered []Kind
+		for _, k := range eligible {
+			if !covered[groupOf(k.Name)] {
+				uncovered = append(uncovered, k)
+			}
+		}
+		if len(uncovered) > 0 {
+			eligible = uncovered
+		}
 		k := eligible[r.IntN(len(eligible))]
+		covered[groupOf(k.Name)] = true
 		st := Step{At: t, Kind: k.Name, Link: cfg.linkSpec(k.Name)}
 		if k.pick != nil {
 			st.Targets = k.pick(r, nodes)
