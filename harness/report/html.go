@@ -89,6 +89,7 @@ type checkerView struct {
 	Stats   *checker.StatsDetails
 	Nodes   *checker.NodesDetails
 	Faults  *checker.FaultsDetails
+	Clock   *checker.ClockDetails
 	Raw     string
 }
 
@@ -204,6 +205,10 @@ func buildPage(rep Report) page {
 			if d, ok := detailsAs[checker.FaultsDetails](r); ok {
 				cv.Faults, raw = &d, d
 			}
+		case "clock":
+			if d, ok := detailsAs[checker.ClockDetails](r); ok {
+				cv.Clock, raw = &d, d
+			}
 		}
 		if raw != nil {
 			if b, err := json.MarshalIndent(raw, "", "  "); err == nil {
@@ -274,8 +279,9 @@ func validClass(v checker.Validity) string {
 }
 
 var pageFuncs = template.FuncMap{
-	"t":  history.FormatTime,
-	"ms": ms,
+	"t":      history.FormatTime,
+	"ms":     ms,
+	"offset": func(msv int64) string { return signedDuration(time.Duration(msv) * time.Millisecond) },
 	"seconds": func(s float64) string {
 		return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
 	},
@@ -421,6 +427,7 @@ details summary { cursor: pointer; color: #495057; }
 {{with .Stats}}{{template "stats" .}}{{end}}
 {{with .Nodes}}{{template "nodes" .}}{{end}}
 {{with .Faults}}{{template "faults" .}}{{end}}
+{{with .Clock}}{{template "clock" .}}{{end}}
 {{if .Raw}}<details><summary>all details (JSON)</summary><pre>{{.Raw}}</pre></details>{{end}}
 </div>
 {{end}}
@@ -508,6 +515,14 @@ details summary { cursor: pointer; color: #495057; }
 {{if .FailedHeals}}<h3>Heals that did not take effect</h3><table><tr><th>heal</th><th>invoked</th><th>outcome</th><th>error</th></tr>
 {{range .FailedHeals}}<tr><td>{{.F}}</td><td>{{t .Time}}</td><td class="bad">{{.Outcome}}</td><td>{{.Error}}</td></tr>{{end}}</table>{{end}}
 {{if .Unhealed}}<h3>Faults possibly still in effect at the end</h3><ul>{{range .Unhealed}}<li>{{.}}</li>{{end}}</ul>{{end}}
+{{end}}
+{{define "clock"}}<table><tr><th>node</th><th class="num">clock offset</th><th class="num">bound</th><th class="num">invoked</th><th class="num">took effect</th><th class="num">heal invoked</th></tr>
+{{range .Shifts}}<tr><td>{{.Node}}</td><td class="num{{if .Beyond}} bad{{end}}">{{offset .OffsetMS}}</td><td class="num">{{offset .BoundMS}}</td><td class="num">{{t .Start}}</td><td class="num">{{if ge .Effective 0}}{{t .Effective}}{{else}}not confirmed{{end}}</td><td class="num">{{if .Healed}}{{t .HealStart}}{{else}}never{{end}}</td></tr>
+{{end}}</table>
+<p>{{.Writes}} writes sent to nodes beyond the bound while shifted, {{.Refused}} refused.</p>
+{{if .Violations.Count}}<h3>Writes acknowledged with a clock beyond the bound</h3><p>{{more (len .Violations.Examples) .Violations.Count}}</p>
+<table><tr><th>op</th><th>by</th><th>sent</th><th>acknowledged</th><th>its clock off by</th></tr>
+{{range .Violations.Examples}}<tr><td>{{.F}} (op {{.Invoke}}, process {{.Process}})</td><td>{{.Shift.Node}}</td><td>{{t .Start}}</td><td class="bad">{{t .End}}</td><td>{{offset .Shift.OffsetMS}}</td></tr>{{end}}</table>{{end}}
 {{end}}
 {{define "stats"}}<table><tr><th>operation</th><th class="num">ok</th><th class="num">fail</th><th class="num">info</th><th class="num">never completed</th></tr>
 {{$byF := .ByF}}{{range sortedF .ByF}}{{$o := index $byF .}}<tr><td>{{.}}</td><td class="num">{{$o.OK}}</td><td class="num">{{$o.Fail}}</td><td class="num">{{$o.Info}}</td><td class="num">{{$o.Pending}}</td></tr>{{end}}

@@ -265,3 +265,37 @@ func TestLanesRendered(t *testing.T) {
 		t.Errorf("expected the availability table with the power cut's 2.505s outage")
 	}
 }
+
+// Issue 11 item 2: the clock checker's evidence is shown as a table of
+// shifts, and a write acked with a clock beyond the bound is listed.
+func TestClockCheckerRendered(t *testing.T) {
+	ops := laneHistory(t)
+	// Plant: n1 acks a write at 15s, while its clock is 2h off.
+	w, _ := json.Marshal(history.WriteValue{Events: []history.Event{{ID: "planted", Entity: 1, Signal: "like"}}})
+	var planted []history.Op
+	for _, op := range ops {
+		planted = append(planted, op)
+		if op.Time == int64(15e9)+1e6 {
+			planted = append(planted,
+				history.Op{Process: 999, Type: history.Invoke, F: history.FWrite, Node: "n1", Value: w, Time: op.Time},
+				history.Op{Process: 999, Type: history.OK, F: history.FWrite, Node: "n1", Value: w, Time: op.Time + 1})
+		}
+	}
+	for i := range planted {
+		planted[i].Index = int64(i)
+	}
+	res, ok := checker.Clock(planted)
+	if !ok || res.Valid != checker.Invalid {
+		t.Fatalf("clock checker on a planted ack: %v %s: %s", ok, res.Valid, res.Summary)
+	}
+	var buf bytes.Buffer
+	if err := RenderHTML(&buf, Report{Results: RunResults{Test: "clock", Results: []checker.Result{res}}, History: planted}); err != nil {
+		t.Fatal(err)
+	}
+	page := parsePage(t, buf.Bytes())
+	for _, want := range []string{"+2h0m0s", "Writes acknowledged with a clock beyond the bound", "op "} {
+		if !strings.Contains(page.text, want) {
+			t.Errorf("expected the clock checker's section to show %q", want)
+		}
+	}
+}
