@@ -35,7 +35,7 @@ const clockOffsetMetric = "tidal_test_clock_offset_seconds"
 // then returns at once with ErrClockDeferred.
 func (c *Cluster) SetClockOffset(ctx context.Context, name string, offset time.Duration) (time.Time, error) {
 	if !c.cfg.ClockControl {
-		return time.Time{}, fmt.Errorf("cluster: set the clock of %s: expected a cluster started with ClockControl, found it off", name)
+		return time.Time{}, fmt.Errorf("%w: cannot set the clock of %s", ErrNoClockControl, name)
 	}
 	c.mu.Lock()
 	n, err := c.node(name)
@@ -71,6 +71,10 @@ func (c *Cluster) SetClockOffset(ctx context.Context, name string, offset time.D
 		}
 	}
 }
+
+// ErrNoClockControl says the cluster's nodes run without the offset file:
+// nothing was changed.
+var ErrNoClockControl = fmt.Errorf("cluster: expected a cluster started with ClockControl, found it off")
 
 // ErrClockDeferred says a clock offset was written for a node that is not
 // running: it takes effect when the node runs again.

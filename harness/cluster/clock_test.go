@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -27,5 +28,13 @@ func TestClockOffsetAndBound(t *testing.T) {
 		if got := c.ClockBound(); got != tc.want {
 			t.Errorf("flags %v: ClockBound %v, expected %v", tc.flags, got, tc.want)
 		}
+	}
+}
+
+// A cluster started without ClockControl changes nothing and says so.
+func TestSetClockOffsetWithoutClockControl(t *testing.T) {
+	c := &Cluster{cfg: Config{}}
+	if _, err := c.SetClockOffset(t.Context(), "n1", time.Minute); !errors.Is(err, ErrNoClockControl) {
+		t.Fatalf("expected ErrNoClockControl, found %v", err)
 	}
 }

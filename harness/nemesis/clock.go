@@ -159,6 +159,9 @@ func (f clockShift) Inject(ctx context.Context, c Cluster, v *history.FaultValue
 	var at time.Time
 	for _, t := range v.Targets {
 		at, err = c.(ClockSetter).SetClockOffset(ctx, t, time.Duration(p.OffsetsMS[t])*time.Millisecond)
+		if errors.Is(err, cluster.ErrNoClockControl) {
+			return time.Time{}, NotApplied(fmt.Errorf("%s: %w", t, err))
+		}
 		if err != nil {
 			// The file may have been written: the fault may be in effect.
 			return time.Time{}, fmt.Errorf("%s: %w", t, err)
