@@ -50,6 +50,9 @@ type Step struct {
 	Link *relay.Spec
 	// Disk is what a disk kind does (disk.go).
 	Disk *DiskSpec
+	// Offsets are the clock offsets of clock-skew and clock-jump, per
+	// target (clock.go).
+	Offsets map[string]time.Duration
 }
 
 // Schedule is a run's faults, in start order. It is a pure function of
@@ -198,6 +201,7 @@ func Generate(seed int64, cfg ScheduleConfig) (Schedule, error) {
 			// what the same seed always gave.
 			st.Disk = diskSpec(k.Name, r)
 		}
+		st.Offsets = clockOffsets(r, k.Name, st.Targets)
 		if !k.Instant {
 			st.Duration = cfg.FaultDuration
 			busyUntil[k.Class] = t + cfg.FaultDuration
@@ -230,6 +234,9 @@ func (s Schedule) Validate() error {
 			if !slices.Contains(s.Config.Nodes, t) {
 				errs = append(errs, fmt.Errorf("step %d (%s): target %q: expected one of the nodes %v", i, st.Kind, t, s.Config.Nodes))
 			}
+		}
+		if err := validateClockStep(st); err != nil {
+			errs = append(errs, fmt.Errorf("step %d (%s): %w", i, st.Kind, err))
 		}
 		if k.Class == Links {
 			if st.Link == nil {
@@ -334,16 +341,23 @@ func (c *ScheduleConfig) UnmarshalJSON(b []byte) error {
 }
 
 type stepJSON struct {
-	At       jsonDuration  `json:"at"`
-	Kind     string        `json:"kind"`
-	Targets  []string      `json:"targets,omitempty"`
-	Duration *jsonDuration `json:"duration,omitempty"`
-	Link     *relay.Spec   `json:"link,omitempty"`
-	Disk     *DiskSpec     `json:"disk,omitempty"`
+	At       jsonDuration            `json:"at"`
+	Kind     string                  `json:"kind"`
+	Targets  []string                `json:"targets,omitempty"`
+	Duration *jsonDuration           `json:"duration,omitempty"`
+	Link     *relay.Spec             `json:"link,omitempty"`
+	Disk     *DiskSpec               `json:"disk,omitempty"`
+	Offsets  map[string]jsonDuration `json:"offsets,omitempty"`
 }
 
 func (s Step) MarshalJSON() ([]byte, error) {
 	j := stepJSON{At: jsonDuration(s.At), Kind: s.Kind, Targets: s.Targets, Link: s.Link, Disk: s.Disk}
+	for t, d := range s.Offsets {
+		if j.Offsets == nil {
+			j.Offsets = map[string]jsonDuration{}
+		}
+		j.Offsets[t] = jsonDuration(d)
+	}
 	if s.Duration != 0 {
 		d := jsonDuration(s.Duration)
 		j.Duration = &d
@@ -357,6 +371,12 @@ func (s *Step) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*s = Step{At: time.Duration(j.At), Kind: j.Kind, Targets: j.Targets, Link: j.Link, Disk: j.Disk}
+	for t, d := range j.Offsets {
+		if s.Offsets == nil {
+			s.Offsets = map[string]time.Duration{}
+		}
+		s.Offsets[t] = time.Duration(d)
+	}
 	if j.Duration != nil {
 		s.Duration = time.Duration(*j.Duration)
 	}

@@ -333,6 +333,13 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 	if newNetwork != nil {
 		ccfg.NewNetwork, ccfg.RelayBinary = newNetwork, ""
 	}
+	// Clock faults move node clocks through a test-only offset file the
+	// nodes must be started with (nemesis/clock.go).
+	if opts.Schedule != nil {
+		ccfg.ClockControl = nemesis.UsesClock(opts.Schedule.Kinds())
+	} else if mix, err := nemesis.ParseMix(strings.Join(cfg.Nemesis, ","), cfg.Nodes); err == nil {
+		ccfg.ClockControl = nemesis.UsesClock(mix)
+	}
 	c, err := cluster.New(ccfg)
 	if err != nil {
 		backend.Close()
@@ -658,6 +665,9 @@ func Analyze(run *report.Run, cfg Config) (checker.Results, error) {
 
 	if faults, ok := faultsResult(run, cfg, ops); ok {
 		rs = append(rs, faults)
+	}
+	if clock, ok := checker.Clock(ops); ok {
+		rs = append(rs, clock)
 	}
 
 	digests, digestErr := run.ReadDigests()

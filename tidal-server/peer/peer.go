@@ -99,6 +99,10 @@ type Options struct {
 	// the clock probes only. TEST ONLY: it lets tests and the harness
 	// simulate a skewed node; never set it in production.
 	ClockOffset time.Duration
+	// Now, when set, is this node's clock in the clock probes in place of
+	// the wall clock plus ClockOffset. TEST ONLY: the server's test clock
+	// (--test-clock-offset-file), whose offset changes at run time.
+	Now func() time.Time
 }
 
 func (o *Options) setDefaults() {
