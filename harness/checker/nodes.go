@@ -126,6 +126,9 @@ type NodesDetails struct {
 // exit codes (removed, fenced) say why it stopped, not that stopping was
 // expected — or when its log holds a Go panic, or when a requested stop
 // ended with a non-zero exit code instead of the signal or a clean exit.
+// The exceptions are the exits a disk fault on that node should cause
+// (expectedDiskExit): fenced (exit 4) under fsync-error or disk-full, and
+// a refusal naming the damaged file and offset under corrupt-read.
 // Any crash is Invalid. Without a record of the nodes after the final
 // heal the result is Unknown: a crash could not have been seen.
 func Nodes(ops []history.Op, ev NodeEvidence) Result {
@@ -139,7 +142,7 @@ func Nodes(ops []history.Op, ev NodeEvidence) Result {
 		panicked := hasPanic(e.Logs)
 		removal := duringRemoval(windows, e.Node, e.Time)
 		requestedEnd := e.Requested && (e.Status.Signal != "" || e.Status.Code == 0)
-		if !panicked && (removal || requestedEnd) {
+		if !panicked && (removal || requestedEnd || expectedDiskExit(windows, e)) {
 			d.Expected++
 			continue
 		}

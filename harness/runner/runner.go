@@ -566,6 +566,16 @@ func Analyze(run *report.Run, cfg Config) (checker.Results, error) {
 	if faults, ok := faultsResult(run, cfg, ops); ok {
 		rs = append(rs, faults)
 	}
+	// What nodes did under fsync errors, full and corrupt disks (issue 11
+	// item 3): only runs that had such faults.
+	if checker.DiskFaulted(ops) {
+		if evErr != nil {
+			rs = append(rs, checker.Result{Name: "fencing", Valid: checker.Unknown,
+				Summary: "no record of the node processes (nodes.json unreadable): " + evErr.Error()})
+		} else {
+			rs = append(rs, checker.Fencing(ops, ev))
+		}
+	}
 
 	digests, digestErr := run.ReadDigests()
 	audits, err := run.ReadAudits()
