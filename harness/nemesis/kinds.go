@@ -25,6 +25,9 @@ const (
 	Process Class = "process"
 	// Leadership faults move the leader (instant).
 	Leadership Class = "leadership"
+	// Disk faults (disk.go) cut power under the nodes or fail their
+	// disks, through faultfs: one at a time across the cluster.
+	Disk Class = "disk"
 )
 
 // Kind is one fault kind as named in --nemesis lists and schedule.json.
@@ -123,6 +126,8 @@ var kinds = []Kind{
 		Doc: "hand leadership to another running node via the admin API (instant)"},
 }
 
+func init() { kinds = append(kinds, diskKinds...) }
+
 // Recorded is how the history records a fault of kind k: the checker
 // finds the faults a run asked for by it (see checker.Faults). Links
 // kinds record the relay fault's type, which their default spec fixes.
@@ -164,7 +169,9 @@ var groups = []group{
 	{"slow", "slow-links, bandwidth", []string{"slow-links", "bandwidth"}},
 	{"transfer", "transfer-leader", []string{"transfer-leader"}},
 	{"membership", "member-churn", []string{"member-churn"}},
-	{"all", "every kind", nil},
+	{"disk", "power-cut-one, power-cut-minority, power-cut-all, fsync-error, disk-full, slow-disk, corrupt-read (need faultfs)",
+		[]string{"power-cut-one", "power-cut-minority", "power-cut-all", "fsync-error", "disk-full", "slow-disk", "corrupt-read"}},
+	{"all", "every kind (the disk kinds only where faultfs can mount)", nil},
 }
 
 // Kinds returns every fault kind, in help order.
@@ -207,8 +214,16 @@ func Help() string {
 // into kind names for a cluster of nodes nodes, without duplicates, in
 // the order given. Groups expand to their kinds that fit the cluster; a
 // kind named explicitly that needs more nodes is an error, as is an
-// unknown name (the error lists the valid ones).
+// unknown name (the error lists the valid ones). Disk kinds need faultfs
+// (DiskSupport): without it, naming one (or the disk group) is an error
+// saying why, and "all" leaves them out.
 func ParseMix(list string, nodes int) ([]string, error) {
+	return ParseMixWith(list, nodes, DiskSupport())
+}
+
+// ParseMixWith is ParseMix with the reason disk kinds cannot run given
+// (nil: they can), e.g. because the run was asked not to mount faultfs.
+func ParseMixWith(list string, nodes int, noDisks error) ([]string, error) {
 	var out []string
 	add := func(k string) {
 		if !slices.Contains(out, k) {
@@ -223,6 +238,9 @@ func ParseMix(list string, nodes int) ([]string, error) {
 		if k, ok := LookupKind(name); ok {
 			if nodes < k.MinNodes {
 				return nil, fmt.Errorf("nemesis %q: expected a cluster of at least %d nodes, found %d", name, k.MinNodes, nodes)
+			}
+			if k.IsDisk() && noDisks != nil {
+				return nil, fmt.Errorf("nemesis %q: %s needs faultfs: %w", name, name, noDisks)
 			}
 			add(name)
 			continue
@@ -239,9 +257,11 @@ func ParseMix(list string, nodes int) ([]string, error) {
 		members := groups[i].Kinds
 		if members == nil {
 			members = KindNames()
+		} else if name == "disk" && noDisks != nil {
+			return nil, fmt.Errorf("nemesis %q: the disk kinds need faultfs: %w", name, noDisks)
 		}
 		for _, m := range members {
-			if k, _ := LookupKind(m); nodes >= k.MinNodes {
+			if k, _ := LookupKind(m); nodes >= k.MinNodes && (!k.IsDisk() || noDisks == nil) {
 				add(m)
 			}
 		}

@@ -423,6 +423,11 @@ func (r *Runner) HealAll(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("relay mesh: %w", err))
 		}
 	}
+	// Disks first, before any node starts again: a node must not come
+	// back onto a disk that still fails.
+	if err := clearDisks(r.c); err != nil {
+		errs = append(errs, fmt.Errorf("disks: %w", err))
+	}
 	for _, n := range r.c.Names() {
 		var err error
 		switch r.c.State(n) {
@@ -434,6 +439,11 @@ func (r *Runner) HealAll(ctx context.Context) error {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", n, err))
 		}
+	}
+	// A node a disk fault made exit on its own (fenced, or refusing a
+	// corrupt log) comes back too, on the cleared disk.
+	if err := reviveDisks(r.c); err != nil {
+		errs = append(errs, err)
 	}
 	if err := r.readd(ctx); err != nil {
 		errs = append(errs, err)

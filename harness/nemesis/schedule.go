@@ -48,6 +48,8 @@ type Step struct {
 	Duration time.Duration
 	// Link is the relay fault of slow-links and bandwidth.
 	Link *relay.Spec
+	// Disk is what a disk kind does (disk.go).
+	Disk *DiskSpec
 }
 
 // Schedule is a run's faults, in start order. It is a pure function of
@@ -177,6 +179,11 @@ func Generate(seed int64, cfg ScheduleConfig) (Schedule, error) {
 		if k.pick != nil {
 			st.Targets = k.pick(r, nodes)
 		}
+		if k.IsDisk() {
+			// Drawn only for disk kinds: schedules without them are
+			// what the same seed always gave.
+			st.Disk = diskSpec(k.Name, r)
+		}
 		if !k.Instant {
 			st.Duration = cfg.FaultDuration
 			busyUntil[k.Class] = t + cfg.FaultDuration
@@ -215,6 +222,13 @@ func (s Schedule) Validate() error {
 				errs = append(errs, fmt.Errorf("step %d (%s): link: expected a relay fault spec, found none", i, st.Kind))
 			} else if _, err := st.Link.Fault(); err != nil {
 				errs = append(errs, fmt.Errorf("step %d (%s): link: %w", i, st.Kind, err))
+			}
+		}
+		if k.Class == Disk && k.F == FDisk {
+			if st.Disk == nil || st.Disk.Faults == nil {
+				errs = append(errs, fmt.Errorf("step %d (%s): disk: expected a disk fault spec, found none", i, st.Kind))
+			} else if err := st.Disk.Faults.Validate(); err != nil {
+				errs = append(errs, fmt.Errorf("step %d (%s): disk: %w", i, st.Kind, err))
 			}
 		}
 	}
@@ -311,10 +325,11 @@ type stepJSON struct {
 	Targets  []string      `json:"targets,omitempty"`
 	Duration *jsonDuration `json:"duration,omitempty"`
 	Link     *relay.Spec   `json:"link,omitempty"`
+	Disk     *DiskSpec     `json:"disk,omitempty"`
 }
 
 func (s Step) MarshalJSON() ([]byte, error) {
-	j := stepJSON{At: jsonDuration(s.At), Kind: s.Kind, Targets: s.Targets, Link: s.Link}
+	j := stepJSON{At: jsonDuration(s.At), Kind: s.Kind, Targets: s.Targets, Link: s.Link, Disk: s.Disk}
 	if s.Duration != 0 {
 		d := jsonDuration(s.Duration)
 		j.Duration = &d
@@ -327,7 +342,7 @@ func (s *Step) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*s = Step{At: time.Duration(j.At), Kind: j.Kind, Targets: j.Targets, Link: j.Link}
+	*s = Step{At: time.Duration(j.At), Kind: j.Kind, Targets: j.Targets, Link: j.Link, Disk: j.Disk}
 	if j.Duration != nil {
 		s.Duration = time.Duration(*j.Duration)
 	}
