@@ -232,7 +232,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 	// harness asked for it: the nodes checker's evidence.
 	watch := newExitWatch(backend)
 	ccfg := cluster.Config{Nodes: cfg.Nodes, Backend: watch, Dir: run.NodesDir(), Flags: cfg.ServerFlags, Logger: log, RelayBinary: relayBin,
-		WALSegmentSize: cfg.WALSegmentSize, Insecure: cfg.Insecure, CertsDir: filepath.Join(run.Dir(), "certs")}
+		WALSegmentSize: cfg.WALSegmentSize, Insecure: cfg.Insecure, CertsDir: filepath.Join(run.Dir(), "certs"), DiskFaults: nemesis.NeedsDisks(cfg.Nemesis)} // TEMP (wave3-disknemesis brings the real switch)
 	if newNetwork != nil {
 		ccfg.NewNetwork, ccfg.RelayBinary = newNetwork, ""
 	}

@@ -97,7 +97,7 @@ var _ = Describe("planted WAL defects are caught under disk faults", Label("disk
 			o, s, warned := plantedRun(ctx, buggyServer, dd.name, cfg)
 			Expect(warned).To(BeTrue(), "every node should log %q", warning)
 			expectCaught(o, s, dd.by)
-		}, SpecTimeout(3*time.Minute))
+		}, SpecTimeout(5*time.Minute)) // a damaged node can hold the final convergence wait (1 min) and the audits up
 
 		It(dd.name+": the normal build is valid under the same run", func(ctx SpecContext) {
 			cfg := dd.cfg
