@@ -113,7 +113,14 @@ var diskDefects = []diskDefect{
 		// the cut (under load the leader's log ends in entries not yet
 		// committed), hence a slow, steady writer.
 		name: "drop-last-record-on-recovery", by: "ledger",
-		cfg: powerCutAll("bug-drop-last-record-on-recovery", 9707, workload.Config{Kind: workload.Ledger, Concurrency: 2, Rate: 20}),
+		// Each cut needs the cluster back up and written to since the
+		// last one (else the newest entry is the new leader's empty
+		// one): faults held 1 s, ~5 s apart.
+		cfg: func() runner.Config {
+			c := powerCutAll("bug-drop-last-record-on-recovery", 9707, workload.Config{Kind: workload.Ledger, Concurrency: 2, Rate: 20})
+			c.Duration, c.Interval, c.FaultDuration = runner.Duration(18*time.Second), runner.Duration(5*time.Second), runner.Duration(time.Second)
+			return c
+		}(),
 	},
 	{
 		// Every fsync on one node fails until the heal: the node must
