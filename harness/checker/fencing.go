@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -16,11 +15,10 @@ import (
 // "disk", Kind the faultfs kind, Targets the nodes whose disks it acts on,
 // Params the faultfs.Faults it armed.
 const (
-	fDisk            = "disk"
-	diskFsyncError   = "fsync-error"
-	diskFull         = "disk-full"
-	diskCorruptRead  = "corrupt-read"
-	exitStatusFenced = 4 // tidal-server: fenced after a failed WAL or snapshot write/fsync
+	fDisk           = history.FDisk
+	diskFsyncError  = "fsync-error"
+	diskFull        = "disk-full"
+	diskCorruptRead = "corrupt-read"
 )
 
 // diskParams mirrors the parts of faultfs.Faults (harness/faultfs) the
@@ -99,16 +97,6 @@ type FencingDetails struct {
 	Silent []DiskExit `json:"silent,omitempty"`
 }
 
-// damageNamed matches a log line that names a corrupt file and offset,
-// as tidal-server's wal.CorruptionError does ("wal: corruption in
-// .../0000000000000000.wal at offset 0: ...").
-var damageNamed = regexp.MustCompile(`(?i)(corrupt|crc|checksum).*\S+ at offset \d+`)
-
-// diskExitGrace is how long after its fault's heal a node's exit still
-// counts as caused by it: a fenced node drains and stops, which takes a
-// moment after its failed fsync.
-const diskExitGrace = int64(5e9)
-
 // Fencing judges what nodes did under disk faults (issue 11 item 3).
 //
 // fsync-error: once a sticky fault failing every fsync of the node's WAL
@@ -174,7 +162,7 @@ func Fencing(ops []history.Op, ev NodeEvidence) Result {
 					continue
 				}
 				de := DiskExit{Node: node, Fault: w.String(), Time: e.Time, Status: e.Status.Text,
-					Fenced: e.Status.Code == exitStatusFenced, NamesDamage: namedDamage(e.Logs)}
+					Fenced: e.Status.Signal == "" && e.Status.Code == ExitFenced, NamesDamage: namedDamage(e.Logs)}
 				d.Exits = append(d.Exits, de)
 				if w.Kind == diskCorruptRead {
 					exercised++
@@ -365,35 +353,11 @@ func opRef(index int64) string { return fmt.Sprintf("op %d", index) }
 // offset, "" if none does.
 func namedDamage(logs []LogTail) string {
 	for _, l := range logs {
-		if i := slices.IndexFunc(l.Lines, damageNamed.MatchString); i >= 0 {
+		if i := slices.IndexFunc(l.Lines, corruptionRefusal.MatchString); i >= 0 {
 			return strings.TrimSpace(l.Lines[i])
 		}
 	}
 	return ""
-}
-
-// expectedDiskExit reports whether a process exit the harness did not ask
-// for is what a disk fault on that node should cause: a fenced exit
-// (status 4) under fsync-error or disk-full, or a refusal naming the
-// damaged file and offset under corrupt-read. The nodes checker counts
-// those as expected, not as crashes.
-func expectedDiskExit(windows []FaultWindow, e ProcessExit) bool {
-	for _, w := range windows {
-		if w.F != fDisk || !slices.Contains(w.Targets, e.Node) || e.Time < w.Start || e.Time > w.End+diskExitGrace {
-			continue
-		}
-		switch w.Kind {
-		case diskFsyncError, diskFull:
-			if e.Status.Code == exitStatusFenced {
-				return true
-			}
-		case diskCorruptRead:
-			if e.Status.Code > 0 && namedDamage(e.Logs) != "" {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // DiskFaulted reports whether the history holds a disk fault the fencing

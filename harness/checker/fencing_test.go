@@ -21,7 +21,7 @@ func diskFault(t *testing.T, kind string, params any, targets ...string) history
 
 var stickyFsyncError = map[string]any{"fsync_error": map[string]any{"sticky": true}}
 
-var fenced = ExitStatus{Code: 4, Text: "exit status 4"}
+var fencedExit = ExitStatus{Code: 4, Text: "exit status 4"}
 
 // fsyncErrorOnN2 is a run in which every fsync of n2 fails from 1s to
 // 3s: a write to n2 invoked before the fault and acked just after it (an
@@ -61,7 +61,7 @@ func fencingDetails(t *testing.T, r Result) FencingDetails {
 func TestFencingFencedNodeIsValid(t *testing.T) {
 	h := fsyncErrorOnN2(t, false)
 	ev := NodeEvidence{Nodes: []string{"n1", "n2", "n3"}, Final: serving("n1", "n2", "n3"),
-		Exits: []ProcessExit{{Node: "n2", PID: 7, Time: int64(1600 * time.Millisecond), Status: fenced}}}
+		Exits: []ProcessExit{{Node: "n2", PID: 7, Time: int64(1600 * time.Millisecond), Status: fencedExit}}}
 	r := Fencing(h.ops, ev)
 	mustValid(t, r, Valid)
 	d := fencingDetails(t, r)
@@ -157,7 +157,7 @@ func TestFencingCorruptReadExitWithoutNamingTheDamageIsInvalid(t *testing.T) {
 func TestNodesFencedExitWithoutDiskFaultIsACrash(t *testing.T) {
 	h := fsyncErrorOnN2(t, false)
 	ev := NodeEvidence{Nodes: []string{"n1", "n2", "n3"}, Final: serving("n1", "n2", "n3"),
-		Exits: []ProcessExit{{Node: "n1", PID: 7, Time: int64(1600 * time.Millisecond), Status: fenced}}}
+		Exits: []ProcessExit{{Node: "n1", PID: 7, Time: int64(1600 * time.Millisecond), Status: fencedExit}}}
 	mustValid(t, Nodes(h.ops, ev), Invalid)
 }
 

@@ -162,6 +162,17 @@ func (c *Cluster) Exited(name string) bool {
 	}
 }
 
+// PID is the process id of name's latest process, if it was started.
+func (c *Cluster) PID(name string) (int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, err := c.node(name)
+	if err != nil || n.handle == nil {
+		return 0, false
+	}
+	return n.handle.PID(), true
+}
+
 // Revive starts name again if its process exited on its own while the
 // harness believed it running (a node that fenced itself, or one that
 // refused to open a corrupt log): what a disk fault's heal does once the

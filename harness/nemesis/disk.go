@@ -70,8 +70,8 @@ var _ DiskCluster = live{}
 
 // Fault names (history f) of the disk kinds.
 const (
-	FPowerCut = "power-cut"
-	FDisk     = "disk"
+	FPowerCut = history.FPowerCut
+	FDisk     = history.FDisk
 )
 
 // DiskSpec is what a disk fault does, chosen at generation time.

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/tidaldb/tidal/harness/faultfs"
+
 	gproc "github.com/shirou/gopsutil/v4/process"
 )
 
@@ -128,6 +130,13 @@ func Prune(root string, opts PruneOptions) (PruneResult, error) {
 	}
 	if !st.IsDir() {
 		return res, fmt.Errorf("report: prune: store root %s: expected a directory, found a file", abs)
+	}
+
+	// A run killed with its faultfs mounts up left them dead under its
+	// nodes/; removing its directory would fail on them. Only dead mounts
+	// are touched: a live run's answer and stay.
+	if _, err := faultfs.ReapStale(abs); err != nil {
+		return res, fmt.Errorf("report: prune: %w", err)
 	}
 
 	pinned := map[string]bool{}
