@@ -71,10 +71,11 @@ type FencingWindow struct {
 	Node  string `json:"node"`
 	Fault string `json:"fault"`
 	Kind  string `json:"kind"`
-	// Judged is false when the fault's shape does not make every fsync
-	// fail from the moment it took effect (After > 0, not sticky, or a
-	// path glob that misses the WAL), or it never confirmed taking
-	// effect; Why says which.
+	// Judged: an fsync-error window whose fault fails every fsync of the
+	// WAL from the moment it took effect (false when After > 0, not
+	// sticky, a path glob that misses the WAL, or it never confirmed
+	// taking effect; Why says which), or a corrupt-read window (its
+	// exits are judged). disk-full windows only list exits.
 	Judged bool   `json:"judged"`
 	Why    string `json:"why,omitempty"`
 	// Writes counts client writes sent to the node while the fault was
