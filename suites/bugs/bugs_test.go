@@ -13,7 +13,6 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/tidaldb/tidal/harness/checker"
 	"github.com/tidaldb/tidal/harness/history"
-	"github.com/tidaldb/tidal/harness/nemesis"
 	"github.com/tidaldb/tidal/harness/report"
 	"github.com/tidaldb/tidal/harness/runner"
 	"github.com/tidaldb/tidal/harness/workload"
@@ -38,16 +37,17 @@ func storeRoot() string {
 // and returns the outcome, its terminal summary, and whether every node's
 // log carries the planted-defects warning. The store path is printed
 // always: for a caught bug it is the evidence.
-// wrap, if given, wraps what the nemesis acts on (runner.Options.Nemesis).
-func plantedRun(ctx context.Context, server, defects string, cfg runner.Config, wrap ...func(nemesis.Cluster) nemesis.Cluster) (*runner.Outcome, string, bool) {
+// with, if given, adjusts the run's options (the disk specs' nemesis
+// wrapper and schedule).
+func plantedRun(ctx context.Context, server, defects string, cfg runner.Config, with ...func(*runner.Options)) (*runner.Outcome, string, bool) {
 	Expect(os.Setenv(envVar, defects)).To(Succeed())
 	DeferCleanup(os.Unsetenv, envVar)
 	cfg.ServerBin = server
 	cfg.Store = storeRoot()
 	cfg.ServerFlags = append(cfg.ServerFlags, fixture.FastFlags...)
 	opts := runner.Options{Progress: GinkgoWriter}
-	for _, w := range wrap {
-		opts.Nemesis = w
+	for _, w := range with {
+		w(&opts)
 	}
 	o, err := runner.Run(ctx, cfg, opts)
 	Expect(err).NotTo(HaveOccurred())
