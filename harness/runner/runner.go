@@ -669,6 +669,16 @@ func Analyze(run *report.Run, cfg Config) (checker.Results, error) {
 	if clock, ok := checker.Clock(ops); ok {
 		rs = append(rs, clock)
 	}
+	// What nodes did under fsync errors, full and corrupt disks (issue 11
+	// item 3): only runs that had such faults.
+	if checker.DiskFaulted(ops) {
+		if evErr != nil {
+			rs = append(rs, checker.Result{Name: "fencing", Valid: checker.Unknown,
+				Summary: "no record of the node processes (nodes.json unreadable): " + evErr.Error()})
+		} else {
+			rs = append(rs, checker.Fencing(ops, ev))
+		}
+	}
 
 	digests, digestErr := run.ReadDigests()
 	audits, err := run.ReadAudits()
