@@ -116,3 +116,36 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	*c += countingWriter(len(p))
 	return len(p), nil
 }
+
+// BenchmarkIDMemory inserts a generation's worth of ids and looks each up
+// again (the id memory alone, without folding): the cost per id of the
+// open-addressing index and the chunk arenas.
+func BenchmarkIDMemory(b *testing.B) {
+	const n = 1 << 18
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("client-7-req-%d", i)
+	}
+	b.Run("add", func(b *testing.B) {
+		b.ReportAllocs()
+		g := newGeneration(n)
+		for i := 0; b.Loop(); i++ {
+			if i == n {
+				g, i = newGeneration(n), 0
+			}
+			g.add(ids[i], idRecord{index: uint64(i)})
+		}
+	})
+	b.Run("get", func(b *testing.B) {
+		g := newGeneration(n)
+		for i, id := range ids {
+			g.add(id, idRecord{index: uint64(i)})
+		}
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if _, ok := g.get(ids[i%n]); !ok {
+				b.Fatal("missing id")
+			}
+		}
+	})
+}

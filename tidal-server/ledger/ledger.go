@@ -34,8 +34,13 @@ type Ledger struct {
 	sigs      []sigSpec
 	idsPerGen int
 
-	applied  uint64
-	entities map[uint64]*entityState
+	applied uint64
+	// Entity state, laid out as entities.go describes: ids[s] is the
+	// entity of slot s, index maps ids to slots.
+	index    entityTable
+	ids      []uint64
+	cells    []cell
+	bkts     [][]bucket
 	keys     int // (entity, signal) pairs with at least one event
 	buckets  int // window buckets held, over all keys
 	cur, old *generation
@@ -60,17 +65,13 @@ type winSpec struct {
 	bucket int   // index into cell.buckets, -1 for "all"
 }
 
-type entityState struct {
-	cells []*cell // by signal index; nil until the first event of that signal
-}
-
-// cell is the state of one (entity, signal) pair.
+// cell is the state of one (entity, signal) pair; absent while count is 0.
 type cell struct {
 	count     uint64
 	weightSum float64
 	anchor    int64   // newest ts folded
 	decayed   float64 // Σ w·2^-(anchor-ts)/h
-	buckets   [][]bucket
+	bkt       uint32  // first of its windows' bucket slices in Ledger.bkts
 }
 
 // bucket counts the events whose ts/width == k; a window's buckets are
@@ -120,7 +121,8 @@ func New(s Schema, o Options) *Ledger {
 
 func (l *Ledger) reset() {
 	l.applied = 0
-	l.entities = map[uint64]*entityState{}
+	l.index = newEntityTable()
+	l.ids, l.cells, l.bkts = nil, nil, nil
 	l.keys, l.buckets = 0, 0
 	l.cur = newGeneration(l.idsPerGen)
 	l.old = newGeneration(0)
@@ -258,28 +260,26 @@ func (l *Ledger) remembered(id string) (idRecord, bool) {
 }
 
 func (l *Ledger) fold(e *Event, si int) {
-	ent := l.entities[e.Entity]
-	if ent == nil {
-		ent = &entityState{cells: make([]*cell, len(l.sigs))}
-		l.entities[e.Entity] = ent
+	slot := l.entitySlot(e.Entity)
+	if slot < 0 {
+		slot = l.addEntity(e.Entity)
 	}
 	spec := &l.sigs[si]
-	c := ent.cells[si]
-	if c == nil {
-		c = &cell{anchor: e.TS, buckets: make([][]bucket, spec.bucketed)}
-		ent.cells[si] = c
-		l.keys++
+	c := l.cellAt(slot, si)
+	if c.count == 0 {
+		l.present(c, spec, e.TS)
 	}
 	c.count++
 	c.weightSum += e.Weight
 	c.decayed, c.anchor = foldDecayed(c.decayed, c.anchor, e.TS, e.Weight, spec.halfLifeMs)
+	bs := l.cellBuckets(c, spec)
 	for _, w := range spec.windows {
 		if w.bucket < 0 {
 			continue
 		}
-		before := len(c.buckets[w.bucket])
-		c.buckets[w.bucket] = addToBuckets(c.buckets[w.bucket], e.TS/w.width, c.anchor/w.width)
-		l.buckets += len(c.buckets[w.bucket]) - before
+		before := len(bs[w.bucket])
+		bs[w.bucket] = addToBuckets(bs[w.bucket], e.TS/w.width, c.anchor/w.width)
+		l.buckets += len(bs[w.bucket]) - before
 	}
 }
 
@@ -305,6 +305,11 @@ func addToBuckets(bs []bucket, k, top int64) []bucket {
 	if i > 0 && bs[i-1].k == k {
 		bs[i-1].n++
 		return bs
+	}
+	if bs == nil {
+		// Most cells see few buckets; start with room for some so the
+		// first events of a key do not reallocate one by one.
+		bs = make([]bucket, 0, 4)
 	}
 	bs = append(bs, bucket{})
 	copy(bs[i+1:], bs[i:])
@@ -374,16 +379,18 @@ func (l *Ledger) Get(entity uint64, at int64) EntityView {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	v := EntityView{Entity: entity, Signals: make(map[string]SignalView, len(l.sigs))}
-	ent := l.entities[entity]
+	slot := l.entitySlot(entity)
 	for si := range l.sigs {
 		spec := &l.sigs[si]
 		var c *cell
-		if ent != nil {
-			c = ent.cells[si]
+		if slot >= 0 {
+			if c = l.cellAt(slot, si); c.count == 0 {
+				c = nil
+			}
 		}
 		sv := SignalView{Windows: make(map[string]uint64, len(spec.windows))}
 		for _, w := range spec.windows {
-			sv.Windows[w.name] = c.windowValue(w, at)
+			sv.Windows[w.name] = l.windowValue(c, w, at)
 		}
 		if c != nil {
 			sv.Count, sv.WeightSum = c.count, c.weightSum
@@ -394,14 +401,14 @@ func (l *Ledger) Get(entity uint64, at int64) EntityView {
 	return v
 }
 
-func (c *cell) windowValue(w winSpec, at int64) uint64 {
+func (l *Ledger) windowValue(c *cell, w winSpec, at int64) uint64 {
 	switch {
 	case c == nil:
 		return 0
 	case w.bucket < 0:
 		return c.count
 	default:
-		return windowCount(c.buckets[w.bucket], w.width, at)
+		return windowCount(l.bkts[int(c.bkt)+w.bucket], w.width, at)
 	}
 }
 
@@ -441,17 +448,17 @@ func (l *Ledger) Top(signal, window string, k int, at int64) ([]Ranked, error) {
 	if k <= 0 {
 		return nil, &FieldError{Field: "k", Message: fmt.Sprintf("expected k >= 1, found %d", k)}
 	}
-	h := make(rankHeap, 0, min(k, len(l.entities)))
-	for id, ent := range l.entities {
-		c := ent.cells[si]
-		if c == nil {
+	h := make(rankHeap, 0, min(k, len(l.ids)))
+	for slot, id := range l.ids {
+		c := l.cellAt(slot, si)
+		if c.count == 0 {
 			continue
 		}
 		var v float64
 		if wi < 0 {
 			v = decayedAt(c.decayed, c.anchor, at, spec.halfLifeMs)
 		} else {
-			v = float64(c.windowValue(spec.windows[wi], at))
+			v = float64(l.windowValue(c, spec.windows[wi], at))
 		}
 		if v == 0 {
 			continue
@@ -545,7 +552,7 @@ func (l *Ledger) AuditEvents(fn func(Location) error) error {
 	l.mu.RLock()
 	locs := make([]Location, 0, l.old.len()+l.cur.len())
 	for _, gen := range []*generation{l.old, l.cur} {
-		gen.each(func(r *rememberedID) { locs = append(locs, l.location(r.id, r.idRecord)) })
+		gen.each(func(id []byte, r *idRecord) { locs = append(locs, l.location(string(id), *r)) })
 	}
 	l.mu.RUnlock()
 	for _, loc := range locs {
@@ -573,7 +580,7 @@ func (l *Ledger) Stats() Stats {
 	defer l.mu.RUnlock()
 	return Stats{
 		AppliedIndex:     l.applied,
-		Entities:         len(l.entities),
+		Entities:         len(l.ids),
 		Keys:             l.keys,
 		Buckets:          l.buckets,
 		IDs:              l.cur.len() + l.old.len(),
