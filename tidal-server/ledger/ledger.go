@@ -46,8 +46,10 @@ type Ledger struct {
 	cur, old *generation
 
 	// class is Apply's scratch: per event, the signal index to fold or
-	// isDuplicate. Guarded by mu (exclusive).
-	class []int8
+	// isDuplicate; inBatch its map of a large batch's ids. Guarded by mu
+	// (exclusive).
+	class   []int8
+	inBatch map[string]int
 }
 
 const isDuplicate int8 = -1
@@ -154,7 +156,12 @@ func (l *Ledger) Apply(index, term uint64, events []Event) (Result, error) {
 		return Result{}, fmt.Errorf("%w: entry index %d, applied index %d", ErrAlreadyApplied, index, l.applied)
 	}
 	l.class = slices.Grow(l.class[:0], len(events))[:len(events)]
-	if err := l.classify(events, l.class); err != nil {
+	if len(events) > 16 && l.inBatch == nil {
+		l.inBatch = make(map[string]int, 128)
+	}
+	err := l.classify(events, l.class, l.inBatch)
+	clear(l.inBatch) // keep no ids alive, and start empty next time
+	if err != nil {
 		return Result{}, err
 	}
 	var res Result
@@ -188,20 +195,24 @@ func (l *Ledger) Apply(index, term uint64, events []Event) (Result, error) {
 func (l *Ledger) Check(events []Event) error {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	return l.classify(events, make([]int8, len(events)))
+	return l.classify(events, make([]int8, len(events)), nil)
 }
 
 // classify validates the batch and sets class[i] to the signal index of
 // event i, or isDuplicate for a retry of an applied event or of an earlier
 // event of the same batch. It reads but never writes ledger state.
-func (l *Ledger) classify(events []Event, class []int8) error {
+//
+// inBatch, when not nil, is an empty map classify may use (Apply's
+// scratch, so a large batch does not allocate one every time).
+func (l *Ledger) classify(events []Event, class []int8, inBatch map[string]int) error {
 	if len(events) > MaxBatchLen {
 		return &FieldError{Field: "events", Message: fmt.Sprintf("expected at most %d events in one entry, found %d", MaxBatchLen, len(events))}
 	}
 	// Earlier events of this batch by id; a linear scan is cheaper for
 	// the common small batches.
-	var inBatch map[string]int
-	if len(events) > 16 {
+	if len(events) <= 16 {
+		inBatch = nil
+	} else if inBatch == nil {
 		inBatch = make(map[string]int, len(events))
 	}
 	// Invalid events are reported before conflicts: whether a batch is

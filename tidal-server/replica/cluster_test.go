@@ -42,7 +42,8 @@ type listSM struct {
 	mu       sync.Mutex
 	st       smState
 	restores int // Restore calls this incarnation
-	applies  int // Apply calls this incarnation
+	applies  int // Apply calls this incarnation (entries, batched or not)
+	batches  int // ApplyBatch calls this incarnation
 }
 
 type smState struct {
@@ -59,6 +60,24 @@ type smEntry struct {
 func (s *listSM) Apply(index, term uint64, data []byte) any {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.applyLocked(index, data)
+}
+
+// ApplyBatch makes listSM a replica.BatchStateMachine, so every replica
+// test runs the batched apply path (issue 14, build item 2) for runs of
+// entries and the single-entry path for the rest.
+func (s *listSM) ApplyBatch(entries []replica.AppEntry) []any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.batches++
+	out := make([]any, len(entries))
+	for i, e := range entries {
+		out[i] = s.applyLocked(e.Index, e.Data)
+	}
+	return out
+}
+
+func (s *listSM) applyLocked(index uint64, data []byte) any {
 	if index <= s.st.Applied {
 		panic(fmt.Sprintf("Apply(%d) after applied %d: entries must be applied once, in order", index, s.st.Applied))
 	}

@@ -55,6 +55,24 @@ type StateMachine interface {
 	Restore(r io.Reader) error
 }
 
+// BatchStateMachine is a StateMachine that can apply several consecutive
+// committed entries in one call (issue 14, build item 2: one lock and one
+// pass per raft Ready instead of per entry). ApplyBatch must leave the
+// state exactly as calling Apply on each entry in order would, and
+// return one result per entry, in order. The replica hands it every run
+// of consecutive application entries of one Ready; raft no-ops,
+// membership entries and markers still go through SetApplied one by one.
+type BatchStateMachine interface {
+	StateMachine
+	ApplyBatch(entries []AppEntry) []any
+}
+
+// AppEntry is one committed entry's application payload.
+type AppEntry struct {
+	Index, Term uint64
+	Data        []byte
+}
+
 // Outbound is one marshalled raft message for the transport.
 type Outbound struct {
 	To       uint64
@@ -210,6 +228,8 @@ type Replica struct {
 	snapForMember atomic.Bool
 	prevHS        wal.HardState // last HardState staged; Ready loop only
 	confMarker    confMarker    // apply goroutine only
+	runScratch    []pendingApp  // apply goroutine only
+	appScratch    []AppEntry    // apply goroutine only
 	snapq         chan snapJob
 	promoting     map[uint64]time.Time // guarded by mu
 	// laneq takes appends off the Ready loop from one carrying a received
@@ -814,12 +834,33 @@ const (
 	envelopeHeader    = 1 + 8 + 8
 )
 
+// pendingApp is an application entry whose apply is deferred to the end
+// of its run of consecutive application entries (see applyRun).
+type pendingApp struct {
+	AppEntry
+	origin, request uint64
+}
+
 func (r *Replica) apply(ents []*raftpb.Entry) error {
+	run := r.runScratch[:0]
+	defer func() { r.runScratch = run[:0] }()
+	applied := r.appliedIndex()
 	for _, e := range ents {
 		idx := e.GetIndex()
-		if idx <= r.appliedIndex() {
+		if idx <= applied {
 			continue
 		}
+		data := e.GetData()
+		if e.GetType() == raftpb.EntryNormal && len(data) >= envelopeHeader && data[0] == envelopeVersion && r.confMarker.index == 0 {
+			run = append(run, pendingApp{
+				AppEntry: AppEntry{Index: idx, Term: e.GetTerm(), Data: data[envelopeHeader:]},
+				origin:   binary.BigEndian.Uint64(data[1:9]),
+				request:  binary.BigEndian.Uint64(data[9:17]),
+			})
+			continue
+		}
+		r.applyRun(run)
+		run = run[:0]
 		// The entry right after a conf change marker is that change, or
 		// the empty entry raft put in its place.
 		marker := r.confMarker
@@ -850,12 +891,14 @@ func (r *Replica) apply(ents []*raftpb.Entry) error {
 				r.sm.SetApplied(idx)
 				break
 			}
-			origin := binary.BigEndian.Uint64(data[1:9])
-			req := binary.BigEndian.Uint64(data[9:17])
-			result := r.sm.Apply(idx, e.GetTerm(), data[envelopeHeader:])
-			if origin == r.cfg.ID {
-				r.wake(req, Applied{Index: idx, Term: e.GetTerm(), Result: result})
-			}
+			// An application entry right after a conf change marker
+			// (never, in practice) is applied alone, after the marker is
+			// consumed as above.
+			r.applyRun([]pendingApp{{
+				AppEntry: AppEntry{Index: idx, Term: e.GetTerm(), Data: data[envelopeHeader:]},
+				origin:   binary.BigEndian.Uint64(data[1:9]),
+				request:  binary.BigEndian.Uint64(data[9:17]),
+			}})
 		case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
 			if err := r.applyConfChange(e); err != nil {
 				return err
@@ -864,7 +907,59 @@ func (r *Replica) apply(ents []*raftpb.Entry) error {
 		}
 		r.setApplied(idx, e.GetTerm())
 	}
+	r.applyRun(run)
 	return nil
+}
+
+// applyRun applies a run of consecutive application entries: in one call
+// when the state machine takes batches, then wakes this node's proposers
+// and publishes the applied index once for the run.
+func (r *Replica) applyRun(run []pendingApp) {
+	if len(run) == 0 {
+		return
+	}
+	var results []any
+	if bsm, ok := r.sm.(BatchStateMachine); ok && len(run) > 1 {
+		ents := r.appScratch[:0]
+		for i := range run {
+			ents = append(ents, run[i].AppEntry)
+		}
+		results = bsm.ApplyBatch(ents)
+		clear(ents)
+		r.appScratch = ents[:0]
+		if len(results) != len(run) {
+			panic(fmt.Sprintf("replica: ApplyBatch returned %d results for %d entries", len(results), len(run)))
+		}
+	} else {
+		results = make([]any, len(run))
+		for i := range run {
+			results[i] = r.sm.Apply(run[i].Index, run[i].Term, run[i].Data)
+		}
+	}
+	// Wake this node's proposers: their channels are looked up under one
+	// lock for the run, and sent to (buffered, one each) outside it.
+	type waiter struct {
+		ch chan Applied
+		a  Applied
+	}
+	var waiters []waiter
+	r.mu.Lock()
+	for i := range run {
+		if run[i].origin != r.cfg.ID {
+			continue
+		}
+		if ch, ok := r.proposals[run[i].request]; ok {
+			delete(r.proposals, run[i].request)
+			waiters = append(waiters, waiter{ch, Applied{Index: run[i].Index, Term: run[i].Term, Result: results[i]}})
+		}
+	}
+	r.mu.Unlock()
+	for _, w := range waiters {
+		w.ch <- w.a
+	}
+	last := run[len(run)-1]
+	r.setApplied(last.Index, last.Term)
+	clear(run)
 }
 
 // wake hands a to the waiter of request req on this node, if any.

@@ -113,6 +113,57 @@ func TestProposeOnEveryNodeAppliesInSameOrder(t *testing.T) {
 	}
 }
 
+// Concurrent proposals are applied in runs (ApplyBatch, issue 14 build
+// item 2); each proposer must still get its own entry's result. listSM's
+// result is the entry's position in its list, so a result handed to the
+// wrong waiter shows as a mismatch with where the payload landed.
+func TestBatchedApplyHandsEachProposerItsOwnResult(t *testing.T) {
+	c := newCluster(t, 1, nil)
+	c.waitLeader()
+	type ack struct {
+		payload string
+		a       replica.Applied
+	}
+	var mu sync.Mutex
+	var acks []ack
+	var wg sync.WaitGroup
+	for w := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				p := fmt.Sprintf("w%d-%d", w, i)
+				a, err := c.propose(1, p, 30*time.Second)
+				if err != nil {
+					t.Errorf("propose %q: %v", p, err)
+					return
+				}
+				mu.Lock()
+				acks = append(acks, ack{p, a})
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	nd := c.node(1)
+	st := nd.sm.state()
+	pos := map[string]int{}
+	for i, e := range st.Entries {
+		pos[e.Data] = i + 1
+	}
+	for _, k := range acks {
+		if got, want := k.a.Result, pos[k.payload]; got != want {
+			t.Errorf("write %q: result %v, but it is entry %d of the state (index %d)", k.payload, got, want, k.a.Index)
+		}
+	}
+	nd.sm.mu.Lock()
+	t.Logf("%d entries applied, %d ApplyBatch calls", nd.sm.applies, nd.sm.batches)
+	nd.sm.mu.Unlock()
+}
+
 // The leader cut off from both followers: the majority elects a new leader
 // and keeps committing; the old leader's proposals never report success (the
 // ones raft took end as ErrUnknownOutcome), its commit index does not move,

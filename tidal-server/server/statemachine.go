@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/tidaldb/tidal/tidal-server/ledger"
+	"github.com/tidaldb/tidal/tidal-server/replica"
 	"github.com/tidaldb/tidal/tidal-server/vectors"
 )
 
@@ -34,6 +35,12 @@ type StateMachine struct {
 	applied uint64
 	opts    ledger.Options
 	planted plantedState // empty unless built with -tags tidalbugs
+
+	// Apply's scratch (under mu): the decoded events of one entry, and
+	// the schema's signal names that decoded events share instead of
+	// allocating their own.
+	events      []ledger.Event
+	signalNames []string
 }
 
 // SignalsResult is what applying a signals command returns to its proposer.
@@ -65,12 +72,17 @@ func (e *EmbeddingConflictError) Error() string {
 
 // NewStateMachine returns an empty state for schema.
 func NewStateMachine(schema ledger.Schema, opts ledger.Options) *StateMachine {
+	names := make([]string, len(schema.Signals))
+	for i, st := range schema.Signals {
+		names[i] = st.Name
+	}
 	return &StateMachine{
-		schema:  schema,
-		ledger:  ledger.New(schema, opts),
-		vectors: vectors.New(schema.EmbeddingDim),
-		embeds:  newWriteMemory(opts.IDsPerGeneration),
-		opts:    opts,
+		signalNames: names,
+		schema:      schema,
+		ledger:      ledger.New(schema, opts),
+		vectors:     vectors.New(schema.EmbeddingDim),
+		embeds:      newWriteMemory(opts.IDsPerGeneration),
+		opts:        opts,
 	}
 }
 
@@ -78,6 +90,22 @@ func NewStateMachine(schema ledger.Schema, opts ledger.Options) *StateMachine {
 func (s *StateMachine) Apply(index, term uint64, data []byte) any {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.applyLocked(index, term, data)
+}
+
+// ApplyBatch implements replica.BatchStateMachine: the entries of one raft
+// Ready are applied under one lock, exactly as Apply would one by one.
+func (s *StateMachine) ApplyBatch(entries []replica.AppEntry) []any {
+	out := make([]any, len(entries))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, e := range entries {
+		out[i] = s.applyLocked(e.Index, e.Term, e.Data)
+	}
+	return out
+}
+
+func (s *StateMachine) applyLocked(index, term uint64, data []byte) any {
 	s.applied = index
 	if len(data) == 0 {
 		s.ledger.SetApplied(index)
@@ -85,7 +113,9 @@ func (s *StateMachine) Apply(index, term uint64, data []byte) any {
 	}
 	switch data[0] {
 	case kindSignals:
-		events, err := decodeSignals(data)
+		events, err := decodeSignalsInto(s.events[:0], data, s.signalNames)
+		s.events = events[:0]
+		defer clear(events) // the next entry must not see (or retain) these
 		if err != nil {
 			s.ledger.SetApplied(index)
 			return SignalsResult{Err: err}
