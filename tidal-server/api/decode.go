@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -573,4 +574,18 @@ func internSignal(schema ledger.Schema, name []byte) string {
 		}
 	}
 	return string(name)
+}
+
+// binaryVector decodes an application/octet-stream vector: exactly dim
+// IEEE-754 float32s, little-endian, back to back. Finiteness and the norm
+// are checked afterwards like a JSON vector's.
+func binaryVector(body []byte, dim int) ([]float32, error) {
+	if len(body) != 4*dim {
+		return nil, invalid("vector", "expected %d bytes (%d little-endian float32s), found %d", 4*dim, dim, len(body))
+	}
+	out := make([]float32, dim)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(body[4*i:]))
+	}
+	return out, nil
 }
