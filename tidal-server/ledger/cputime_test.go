@@ -22,5 +22,5 @@ func processCPU() time.Duration {
 // the timer starts; StopTimer regions are counted too, so keep them
 // rare).
 func reportCPU(b *testing.B, start time.Duration, units int, unit string) {
-	b.ReportMetric(float64((processCPU() - start).Nanoseconds())/float64(units), "cpu-ns/"+unit)
+	b.ReportMetric(float64((processCPU()-start).Nanoseconds())/float64(units), "cpu-ns/"+unit)
 }

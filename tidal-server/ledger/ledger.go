@@ -35,6 +35,9 @@ type Ledger struct {
 	idsPerGen int
 
 	applied uint64
+	// nextPos is the first position after the last command applied at
+	// the applied index (ApplyAt); 0 after SetApplied moves on.
+	nextPos uint32
 	// Entity state, laid out as entities.go describes: ids[s] is the
 	// entity of slot s, index maps ids to slots.
 	index    entityTable
@@ -122,7 +125,7 @@ func New(s Schema, o Options) *Ledger {
 }
 
 func (l *Ledger) reset() {
-	l.applied = 0
+	l.applied, l.nextPos = 0, 0
 	l.index = newEntityTable()
 	l.ids, l.cells, l.bkts = nil, nil, nil
 	l.keys, l.buckets = 0, 0
@@ -152,8 +155,56 @@ type Result struct {
 func (l *Ledger) Apply(index, term uint64, events []Event) (Result, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if index <= l.applied {
-		return Result{}, fmt.Errorf("%w: entry index %d, applied index %d", ErrAlreadyApplied, index, l.applied)
+	res, err := l.applyAt(index, term, 0, events)
+	if err == nil {
+		l.finishEntry()
+	}
+	return res, err
+}
+
+// FinishEntry ends the entry whose commands ApplyAt applied: the id
+// memory rotates here, at the entry boundary, by count of ids, never by
+// time — the generation dropped holds only ids older than the
+// IDsPerGeneration ids now in the previous generation. Apply calls it
+// itself; a caller of ApplyAt calls it after the entry's last command,
+// whatever that command's outcome.
+func (l *Ledger) FinishEntry() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.finishEntry()
+}
+
+func (l *Ledger) finishEntry() {
+	if l.cur.len() >= l.idsPerGen {
+		l.old = l.cur
+		l.cur = newGeneration(l.idsPerGen)
+	}
+}
+
+// ApplyAt is Apply for one of several commands packed into the entry at
+// index (issue 14, build item 2): the command's events take positions
+// first, first+1, … of that entry. The first command of an entry has
+// first 0 and an index above AppliedIndex, like Apply; a later one has
+// the same index, first > 0 and first at or above where the previous
+// command of the entry ended, so that (index, position) stays a total
+// order of events across commands. Anything else wraps
+// ErrAlreadyApplied. ApplyAt does not end the entry: call FinishEntry
+// after its last command.
+func (l *Ledger) ApplyAt(index, term uint64, first uint32, events []Event) (Result, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.applyAt(index, term, first, events)
+}
+
+func (l *Ledger) applyAt(index, term uint64, first uint32, events []Event) (Result, error) {
+	if index < l.applied || index == l.applied && (first == 0 || first < l.nextPos) {
+		if first == 0 {
+			return Result{}, fmt.Errorf("%w: entry index %d, applied index %d", ErrAlreadyApplied, index, l.applied)
+		}
+		return Result{}, fmt.Errorf("%w: entry index %d position %d, applied index %d (next position %d)", ErrAlreadyApplied, index, first, l.applied, l.nextPos)
+	}
+	if uint64(first)+uint64(len(events)) > MaxBatchLen {
+		return Result{}, &FieldError{Field: "events", Message: fmt.Sprintf("expected at most %d events in one entry, found %d from position %d", MaxBatchLen, len(events), first)}
 	}
 	l.class = slices.Grow(l.class[:0], len(events))[:len(events)]
 	if len(events) > 16 && l.inBatch == nil {
@@ -172,18 +223,12 @@ func (l *Ledger) Apply(index, term uint64, events []Event) (Result, error) {
 			res.Duplicates++
 			continue
 		}
-		l.cur.add(e.ID, idRecord{index: index, term: term, entity: e.Entity, weight: e.Weight, pos: uint32(i), signal: uint16(si)})
+		l.cur.add(e.ID, idRecord{index: index, term: term, entity: e.Entity, weight: e.Weight, pos: first + uint32(i), signal: uint16(si)})
 		l.fold(e, int(si))
 		res.Applied++
 	}
 	l.applied = index
-	// Rotate at the entry boundary, by count of ids, never by time: the
-	// generation that is dropped holds only ids older than the
-	// IDsPerGeneration ids now in the previous generation.
-	if l.cur.len() >= l.idsPerGen {
-		l.old = l.cur
-		l.cur = newGeneration(l.idsPerGen)
-	}
+	l.nextPos = first + uint32(len(events))
 	return res, nil
 }
 
@@ -363,6 +408,9 @@ func (l *Ledger) SetApplied(index uint64) {
 	defer l.mu.Unlock()
 	if index < l.applied {
 		panic(fmt.Sprintf("ledger: SetApplied(%d) below applied index %d", index, l.applied))
+	}
+	if index > l.applied {
+		l.nextPos = 0
 	}
 	l.applied = index
 }

@@ -208,7 +208,7 @@ func (l *Ledger) Restore(r io.Reader) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.applied = fresh.applied
+	l.applied, l.nextPos = fresh.applied, 0
 	l.index, l.ids, l.cells, l.bkts = fresh.index, fresh.ids, fresh.cells, fresh.bkts
 	l.keys, l.buckets = fresh.keys, fresh.buckets
 	l.cur, l.old = fresh.cur, fresh.old
