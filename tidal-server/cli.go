@@ -232,6 +232,7 @@ underscores (client_addr, data_dir, ...).
 	f.Uint64Var(&cfg.MaxSizePerMsg, "max-size-per-msg", 1<<20, "max bytes of entries per append message")
 	f.IntVar(&cfg.MaxInflightMsgs, "max-inflight-msgs", 256, "replication window: append messages in flight per follower")
 	f.Uint64Var(&cfg.MaxUncommittedBytes, "max-uncommitted-bytes", 64<<20, "uncommitted log bytes before writes get 503")
+	f.BoolVar(&cfg.PackProposals, "pack-proposals", false, "pack writes proposed concurrently on this node into one raft entry (fewer entries, fsyncs' records and messages per write); only when every member runs a build that applies packed entries (see docs/performance.md)")
 	f.Uint64Var(&cfg.SnapshotEvery, "snapshot-every", 10000, "applied entries between snapshots")
 	f.Uint64Var(&cfg.SnapshotCatchUp, "snapshot-catch-up", 5000, "entries kept after a snapshot for slow followers")
 	f.Uint64Var(&cfg.ReadyWithin, "ready-within", cfg.ReadyWithin, "/readyz fails while applied is more than this behind commit")
@@ -380,6 +381,8 @@ func mergeConfig(file, flags server.Config, set *pflag.FlagSet) server.Config {
 			out.MaxInflightMsgs = flags.MaxInflightMsgs
 		case "max-uncommitted-bytes":
 			out.MaxUncommittedBytes = flags.MaxUncommittedBytes
+		case "pack-proposals":
+			out.PackProposals = flags.PackProposals
 		case "snapshot-every":
 			out.SnapshotEvery = flags.SnapshotEvery
 		case "snapshot-catch-up":

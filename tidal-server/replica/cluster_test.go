@@ -44,6 +44,7 @@ type listSM struct {
 	restores int // Restore calls this incarnation
 	applies  int // Apply calls this incarnation (entries, batched or not)
 	batches  int // ApplyBatch calls this incarnation
+	packed   int // commands applied from packed entries (Subs > 1)
 }
 
 type smState struct {
@@ -60,7 +61,7 @@ type smEntry struct {
 func (s *listSM) Apply(index, term uint64, data []byte) any {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.applyLocked(index, data)
+	return s.applyLocked(index, 0, data)
 }
 
 // ApplyBatch makes listSM a replica.BatchStateMachine, so every replica
@@ -72,13 +73,17 @@ func (s *listSM) ApplyBatch(entries []replica.AppEntry) []any {
 	s.batches++
 	out := make([]any, len(entries))
 	for i, e := range entries {
-		out[i] = s.applyLocked(e.Index, e.Data)
+		out[i] = s.applyLocked(e.Index, e.Sub, e.Data)
+		if e.Subs > 1 {
+			s.packed++
+		}
 	}
 	return out
 }
 
-func (s *listSM) applyLocked(index uint64, data []byte) any {
-	if index <= s.st.Applied {
+func (s *listSM) applyLocked(index uint64, sub int, data []byte) any {
+	// A packed entry's later commands share its index (Sub > 0).
+	if index < s.st.Applied || index == s.st.Applied && sub == 0 {
 		panic(fmt.Sprintf("Apply(%d) after applied %d: entries must be applied once, in order", index, s.st.Applied))
 	}
 	prev, _ := hex.DecodeString(s.st.Digest)

@@ -67,10 +67,14 @@ type BatchStateMachine interface {
 	ApplyBatch(entries []AppEntry) []any
 }
 
-// AppEntry is one committed entry's application payload.
+// AppEntry is one committed entry's application payload. An entry that
+// packs several proposals (Config.PackProposals) is handed over as Subs
+// AppEntries with the same Index and Term and Sub 0..Subs-1, in order and
+// always within one ApplyBatch call; an ordinary entry has Sub 0, Subs 1.
 type AppEntry struct {
 	Index, Term uint64
 	Data        []byte
+	Sub, Subs   int
 }
 
 // Outbound is one marshalled raft message for the transport.
@@ -114,8 +118,14 @@ type Config struct {
 	// MaxUncommittedBytes bounds what the leader accepts before its log
 	// commits; past it proposals fail with ErrOverloaded (503). Default 64 MiB.
 	MaxUncommittedBytes uint64
-	SnapshotEvery       uint64 // applied entries between snapshots; default 10000
-	SnapshotCatchUp     uint64 // entries kept after a snapshot for slow followers; default 5000
+	// PackProposals packs proposals made concurrently on this node into
+	// one raft entry (pack.go). Every node applies packed entries whatever
+	// this says; a node running a build from before packing does not, so
+	// it stays off unless every member runs a build that knows them. It
+	// needs a BatchStateMachine.
+	PackProposals   bool
+	SnapshotEvery   uint64 // applied entries between snapshots; default 10000
+	SnapshotCatchUp uint64 // entries kept after a snapshot for slow followers; default 5000
 	// PromoteWithin: a learner is promoted to voter once its match index is
 	// within this many entries of the leader's commit. Default 1000.
 	PromoteWithin uint64
@@ -229,6 +239,7 @@ type Replica struct {
 	prevHS        wal.HardState // last HardState staged; Ready loop only
 	confMarker    confMarker    // apply goroutine only
 	runScratch    []pendingApp  // apply goroutine only
+	pack          packer        // proposals waiting to be packed (PackProposals)
 	appScratch    []AppEntry    // apply goroutine only
 	snapq         chan snapJob
 	promoting     map[uint64]time.Time // guarded by mu
@@ -295,6 +306,9 @@ func Start(cfg Config) (*Replica, error) {
 	}
 	if cfg.StateMachine == nil {
 		return nil, errors.New("replica: no state machine")
+	}
+	if _, ok := cfg.StateMachine.(BatchStateMachine); cfg.PackProposals && !ok {
+		return nil, errors.New("replica: PackProposals needs a state machine that implements BatchStateMachine")
 	}
 	r := &Replica{
 		cfg:         cfg,
@@ -853,13 +867,24 @@ func (r *Replica) apply(ents []*raftpb.Entry) error {
 		data := e.GetData()
 		if e.GetType() == raftpb.EntryNormal && len(data) >= envelopeHeader && data[0] == envelopeVersion && r.confMarker.index == 0 {
 			run = append(run, pendingApp{
-				AppEntry: AppEntry{Index: idx, Term: e.GetTerm(), Data: data[envelopeHeader:]},
+				AppEntry: AppEntry{Index: idx, Term: e.GetTerm(), Data: data[envelopeHeader:], Subs: 1},
 				origin:   binary.BigEndian.Uint64(data[1:9]),
 				request:  binary.BigEndian.Uint64(data[9:17]),
 			})
 			continue
 		}
-		r.applyRun(run)
+		if e.GetType() == raftpb.EntryNormal && len(data) > 0 && data[0] == packedVersion && r.confMarker.index == 0 {
+			var err error
+			if run, err = unpack(run, idx, e.GetTerm(), data); err == nil {
+				continue
+			}
+			// Cannot happen for entries a node packed; skipped on every
+			// node alike, like any entry of unknown framing.
+			r.log.Error("skipping malformed packed entry", "index", idx, "err", err)
+		}
+		if err := r.applyRun(run); err != nil {
+			return err
+		}
 		run = run[:0]
 		// The entry right after a conf change marker is that change, or
 		// the empty entry raft put in its place.
@@ -894,11 +919,13 @@ func (r *Replica) apply(ents []*raftpb.Entry) error {
 			// An application entry right after a conf change marker
 			// (never, in practice) is applied alone, after the marker is
 			// consumed as above.
-			r.applyRun([]pendingApp{{
-				AppEntry: AppEntry{Index: idx, Term: e.GetTerm(), Data: data[envelopeHeader:]},
+			if err := r.applyRun([]pendingApp{{
+				AppEntry: AppEntry{Index: idx, Term: e.GetTerm(), Data: data[envelopeHeader:], Subs: 1},
 				origin:   binary.BigEndian.Uint64(data[1:9]),
 				request:  binary.BigEndian.Uint64(data[9:17]),
-			}})
+			}}); err != nil {
+				return err
+			}
 		case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
 			if err := r.applyConfChange(e); err != nil {
 				return err
@@ -907,19 +934,22 @@ func (r *Replica) apply(ents []*raftpb.Entry) error {
 		}
 		r.setApplied(idx, e.GetTerm())
 	}
-	r.applyRun(run)
-	return nil
+	return r.applyRun(run)
 }
 
 // applyRun applies a run of consecutive application entries: in one call
 // when the state machine takes batches, then wakes this node's proposers
 // and publishes the applied index once for the run.
-func (r *Replica) applyRun(run []pendingApp) {
+func (r *Replica) applyRun(run []pendingApp) error {
 	if len(run) == 0 {
-		return
+		return nil
 	}
 	var results []any
-	if bsm, ok := r.sm.(BatchStateMachine); ok && len(run) > 1 {
+	bsm, batches := r.sm.(BatchStateMachine)
+	if !batches && run[len(run)-1].Subs > 1 || run[0].Sub > 0 {
+		return fmt.Errorf("replica: entry %d packs %d proposals, and this state machine cannot apply packed entries (no ApplyBatch)", run[len(run)-1].Index, run[len(run)-1].Subs)
+	}
+	if batches && len(run) > 1 {
 		ents := r.appScratch[:0]
 		for i := range run {
 			ents = append(ents, run[i].AppEntry)
@@ -960,6 +990,7 @@ func (r *Replica) applyRun(run []pendingApp) {
 	last := run[len(run)-1]
 	r.setApplied(last.Index, last.Term)
 	clear(run)
+	return nil
 }
 
 // wake hands a to the waiter of request req on this node, if any.
@@ -1341,12 +1372,6 @@ func (r *Replica) Propose(ctx context.Context, data []byte) (Applied, error) {
 	if err != nil {
 		return Applied{}, err
 	}
-	buf := make([]byte, envelopeHeader+len(data))
-	buf[0] = envelopeVersion
-	binary.BigEndian.PutUint64(buf[1:], r.cfg.ID)
-	binary.BigEndian.PutUint64(buf[9:], req)
-	copy(buf[envelopeHeader:], data)
-
 	ch := make(chan Applied, 1)
 	r.mu.Lock()
 	r.proposals[req] = ch
@@ -1359,7 +1384,10 @@ func (r *Replica) Propose(ctx context.Context, data []byte) (Applied, error) {
 		r.mu.Unlock()
 	}
 
-	if err := r.node.Propose(ctx, buf); err != nil {
+	var packErr chan error // nil unless packed: never ready
+	if r.cfg.PackProposals && !bugs.Active(bugs.AckBeforeCommit) {
+		packErr = r.proposePacked(ctx, req, data)
+	} else if err := r.node.Propose(ctx, r.envelope(req, data)); err != nil {
 		forget()
 		return Applied{}, r.proposeErr(err)
 	}
@@ -1371,6 +1399,9 @@ func (r *Replica) Propose(ctx context.Context, data []byte) (Applied, error) {
 	select {
 	case a := <-ch:
 		return a, nil
+	case err := <-packErr:
+		forget()
+		return Applied{}, err
 	case <-ctx.Done():
 		forget()
 		r.metrics.ProposalsTimedOut.Inc()

@@ -164,6 +164,69 @@ func TestBatchedApplyHandsEachProposerItsOwnResult(t *testing.T) {
 	nd.sm.mu.Unlock()
 }
 
+// With PackProposals (issue 14, build item 2) concurrent proposals share
+// raft entries; each proposer still gets its own command's result and
+// index, every node applies the same commands in the same order, and
+// nothing is applied twice or lost.
+func TestPackedProposalsApplyInOrderOnEveryNode(t *testing.T) {
+	c := newCluster(t, 3, func(cfg *replica.Config) { cfg.PackProposals = true })
+	c.waitLeader()
+	type ack struct {
+		payload string
+		a       replica.Applied
+	}
+	var mu sync.Mutex
+	var acks []ack
+	var wg sync.WaitGroup
+	for _, id := range []uint64{1, 2, 3} {
+		for w := range 12 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 15 {
+					p := fmt.Sprintf("n%d-w%d-%d", id, w, i)
+					a, err := c.propose(id, p, 30*time.Second)
+					if errors.Is(err, replica.ErrUnknownOutcome) || errors.Is(err, replica.ErrNoLeader) {
+						continue // a spurious election on a loaded machine
+					}
+					if err != nil {
+						t.Errorf("propose %q on node %d: %v", p, id, err)
+						return
+					}
+					mu.Lock()
+					acks = append(acks, ack{p, a})
+					mu.Unlock()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	st := c.waitConverged(1, 2, 3)
+	where := map[string]int{}
+	for i, e := range st.Entries {
+		if _, dup := where[e.Data]; dup {
+			t.Fatalf("%q applied twice", e.Data)
+		}
+		where[e.Data] = i
+	}
+	for _, k := range acks {
+		i, ok := where[k.payload]
+		if !ok {
+			t.Fatalf("acknowledged write %q (index %d) is not in the state", k.payload, k.a.Index)
+		}
+		if st.Entries[i].Index != k.a.Index || k.a.Result != i+1 {
+			t.Errorf("write %q acknowledged at index %d with result %v, but it is entry %d of the state, at index %d", k.payload, k.a.Index, k.a.Result, i+1, st.Entries[i].Index)
+		}
+	}
+	nd := c.node(1)
+	nd.sm.mu.Lock()
+	t.Logf("%d writes acknowledged; node 1 applied %d commands from packed entries in %d ApplyBatch calls", len(acks), nd.sm.packed, nd.sm.batches)
+	nd.sm.mu.Unlock()
+}
+
 // The leader cut off from both followers: the majority elects a new leader
 // and keeps committing; the old leader's proposals never report success (the
 // ones raft took end as ErrUnknownOutcome), its commit index does not move,

@@ -41,6 +41,7 @@ type StateMachine struct {
 	// allocating their own.
 	events      []ledger.Event
 	signalNames []string
+	packNext    uint32 // next event position in the packed entry being applied
 }
 
 // SignalsResult is what applying a signals command returns to its proposer.
@@ -90,7 +91,7 @@ func NewStateMachine(schema ledger.Schema, opts ledger.Options) *StateMachine {
 func (s *StateMachine) Apply(index, term uint64, data []byte) any {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.applyLocked(index, term, data)
+	return s.applyLocked(replica.AppEntry{Index: index, Term: term, Data: data, Subs: 1})
 }
 
 // ApplyBatch implements replica.BatchStateMachine: the entries of one raft
@@ -100,12 +101,26 @@ func (s *StateMachine) ApplyBatch(entries []replica.AppEntry) []any {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, e := range entries {
-		out[i] = s.applyLocked(e.Index, e.Term, e.Data)
+		out[i] = s.applyLocked(e)
+		if e.Subs > 1 && e.Sub == e.Subs-1 {
+			// The last command of a packed entry ends it, whatever its
+			// outcome: the id memory rotates at entry boundaries only.
+			s.ledger.FinishEntry()
+		}
 	}
 	return out
 }
 
-func (s *StateMachine) applyLocked(index, term uint64, data []byte) any {
+func (s *StateMachine) applyLocked(e replica.AppEntry) any {
+	index, term, data := e.Index, e.Term, e.Data
+	// A packed entry's commands share its index; their events take
+	// consecutive positions of it (packNext: where the previous command's
+	// events ended, refused or not).
+	first := uint32(0)
+	if e.Sub > 0 {
+		first = s.packNext
+	}
+	s.packNext = first
 	s.applied = index
 	if len(data) == 0 {
 		s.ledger.SetApplied(index)
@@ -120,7 +135,14 @@ func (s *StateMachine) applyLocked(index, term uint64, data []byte) any {
 			s.ledger.SetApplied(index)
 			return SignalsResult{Err: err}
 		}
-		res, err := s.ledger.Apply(index, term, s.plantedRefold(index, events))
+		events = s.plantedRefold(index, events)
+		var res ledger.Result
+		if e.Subs > 1 {
+			s.packNext = first + uint32(len(events))
+			res, err = s.ledger.ApplyAt(index, term, first, events)
+		} else {
+			res, err = s.ledger.Apply(index, term, events)
+		}
 		if err != nil {
 			// A conflict leaves the ledger as it was, on every node alike;
 			// the position is still consumed.
