@@ -49,6 +49,9 @@ type sbsOptions struct {
 	// etcd's place: an A/B of two builds with the same rounds, loads and
 	// report (rows then read "baseline" where they say etcd).
 	baseline string
+	// tidalFlags are extra tidal-server flags of the measured build (not
+	// the baseline's), e.g. "--pack-proposals".
+	tidalFlags string
 }
 
 // sharedMachineNote goes into every side-by-side file.
@@ -105,7 +108,7 @@ func runSideBySide(ctx context.Context, o options) (err error) {
 
 	started := time.Now()
 	res := &sideBySide{Schema: 1, Kind: sideBySideKind, Time: started.UTC(), Quick: o.quick, Note: sharedMachineNote,
-		Config: sbsConfig{Rounds: so.rounds, Clients: clients, Warmup: so.warmup, Duration: so.duration, OpTimeout: so.opTimeout,
+		Config: sbsConfig{TidalFlags: so.tidalFlags, Baseline: so.baseline, Rounds: so.rounds, Clients: clients, Warmup: so.warmup, Duration: so.duration, OpTimeout: so.opTimeout,
 			EtcdConns: so.etcdConns, BatchClients: so.batchClients, BatchSize: so.batchSize, RelayDuration: so.relayDuration}}
 	if res.Env, err = environment(ctx, repo); err != nil {
 		return err
@@ -238,7 +241,7 @@ func storeRoundOf(ctx context.Context, so sbsOptions, clients []int, system stri
 	case system == "etcd":
 		c, err = startEtcd(ctx, etcdBin, dir, 3)
 	default:
-		c, err = startCluster(ctx, filepath.Join(bin, "tidal-server"), dir, 3)
+		c, err = startCluster(ctx, filepath.Join(bin, "tidal-server"), dir, 3, strings.Fields(so.tidalFlags)...)
 	}
 	if err != nil {
 		return rd, err
