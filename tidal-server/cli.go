@@ -38,7 +38,9 @@ const runExitStatuses = `Exit status:
   0  stopped cleanly by SIGTERM or SIGINT (leadership handed off, in-flight
      requests drained)
   1  could not start (flags, a port in use, a data dir that belongs to
-     another schema or cluster) or failed while serving
+     another schema or cluster, or was written in a newer format than this
+     build reads: the error names the file and both versions) or failed
+     while serving (a log entry in a format this build cannot read)
   4  fenced: a WAL or snapshot write or fsync failed, so the node stopped
      writing, refused requests and exited; fix the disk and start it again
      (recovery keeps every acknowledged write)
@@ -93,27 +95,44 @@ in ./tidal-data (the same as "tidal-server run").`,
 	root.SetVersionTemplate(buildinfo.Line("tidal-server") + "\n")
 	root.Flags().AddFlagSet(run.Flags())
 	root.AddCommand(run, newStatusCommand(), newMembersCommand(), newTransferLeaderCommand(),
-		newBackupCommand(), newRestoreCommand(), newWALCommand(), newVersionCommand())
+		newBackupCommand(), newRestoreCommand(), newRecoverCommand(), newWALCommand(), newVersionCommand())
 	root.AddCommand(newCertsCommand(), newTokensCommand())
 	return root
 }
 
 func newVersionCommand() *cobra.Command {
-	return &cobra.Command{
+	var formats bool
+	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the version, commit and Go toolchain this binary was built from",
-		Args:  cobra.NoArgs,
+		Long: `Print the version, commit and Go toolchain this binary was built from.
+
+With --formats, also the on-disk and wire formats this build writes and
+reads, one "name written readable" line each (docs/ARCHITECTURE.md,
+"Format versions"): before an upgrade or a rollback, compare them between
+the two builds.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprintln(cmd.OutOrStdout(), buildinfo.Line("tidal-server"))
+			out := cmd.OutOrStdout()
+			fmt.Fprintln(out, buildinfo.Line("tidal-server"))
+			if formats {
+				fmt.Fprintf(out, "wal-segment %d %d-%d\n", wal.FormatVersion, wal.MinFormatVersion, wal.FormatVersion)
+				fmt.Fprintf(out, "snapshot %d %d-%d\n", replica.SnapshotFormatVersion, replica.MinSnapshotFormatVersion, replica.SnapshotFormatVersion)
+				fmt.Fprintf(out, "entry %d 1-%d\n", replica.EntryFormat, replica.EntryFormat)
+				fmt.Fprintf(out, "peer-protocol %d %d-%d\n", peer.ProtocolVersion, peer.MinProtocolVersion, peer.ProtocolVersion)
+			}
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&formats, "formats", false, "also print the format versions written and readable")
+	return cmd
 }
 
 func newRunCommand() *cobra.Command {
 	cfg := server.DefaultConfig()
 	var configFile, logLevel, logFormat, logFile string
 	var drainTimeout time.Duration
+	var testNewerFormat bool
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run a node (the default command)",
@@ -178,6 +197,9 @@ underscores (client_addr, data_dir, ...).
 				if cfg.Certs, err = server.LoadCerts(cfg.CertsDir, log); err != nil {
 					return err
 				}
+			}
+			if testNewerFormat {
+				setTestNewerFormat(log)
 			}
 			popts, err := peerOptions(&cfg)
 			if err != nil {
@@ -263,6 +285,8 @@ underscores (client_addr, data_dir, ...).
 	f.DurationVar(&cfg.MaxClockSkew, "max-clock-skew", time.Minute, "refuse (400, events[i].ts) an event whose ts is further ahead of this node's clock; a node this far off a majority of the voters' clocks refuses writes (503)")
 	f.DurationVar(&cfg.TestClockOffset, "test-clock-offset", 0, "TEST ONLY: shift this node's clock (stamping, skew check, clock probes) to simulate skew")
 	f.Int64Var(&cfg.MaxSnapshotBytes, "max-snapshot-bytes", 1<<30, "cap on one snapshot received from a peer, spooled to <data-dir>/snap-spool as it arrives; a longer stream is cut (must exceed the largest snapshot)")
+	f.BoolVar(&testNewerFormat, "test-newer-format", false, "TEST ONLY: act as a future release: write WAL segments and snapshots one format version up, speak a peer protocol that no longer talks to this release's, read one entry format more")
+	_ = f.MarkHidden("test-newer-format")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	f.StringVar(&logFile, "log-file", "", "write logs to this file instead of stderr")
@@ -303,6 +327,22 @@ func peerOptions(cfg *server.Config) (peer.Options, error) {
 	return o, nil
 }
 
+// setTestNewerFormat makes this process stand for a future release whose
+// formats this one cannot read (issue 12 item 2): WAL segments and
+// snapshot files one version up, an entry format more, and a peer
+// protocol that refuses this release's. The lifecycle suite shows with
+// it that a downgrade, and a mix across an incompatible protocol, refuse
+// clearly. TEST ONLY.
+func setTestNewerFormat(log *slog.Logger) {
+	wal.SetTestNewerFormat()
+	replica.SetTestNewerFormat()
+	replica.SetTestNewerEntryFormat()
+	peer.SetTestNewerProtocol()
+	log.Warn("TEST ONLY: acting as a newer release (--test-newer-format); never run a real node like this",
+		"wal_format", wal.FormatVersion+1, "snapshot_format", replica.SnapshotFormatVersion+1,
+		"entry_format", replica.ReadableEntryFormat(), "peer_protocol", peer.ProtocolVersion+1)
+}
+
 // snapshotSpoolDir is where, under the data dir, inbound snapshots are
 // written as they stream in (the transport empties it at start).
 const snapshotSpoolDir = "snap-spool"
@@ -314,7 +354,12 @@ func stopAfterReplica(srv *server.Server, log *slog.Logger, drainTimeout time.Du
 	cause := srv.ReplicaErr()
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
+	var efe *replica.EntryFormatError
 	switch {
+	case errors.As(cause, &efe):
+		log.Error("stopping: the log holds an entry this build cannot read", "err", efe, "exit_status", exitFailed)
+		srv.Shutdown(ctx)
+		return efe
 	case errors.Is(cause, replica.ErrRemoved):
 		log.Warn("this node was removed from the cluster; stopping", "exit_status", exitRemoved)
 		if err := srv.Shutdown(ctx); err != nil {

@@ -31,6 +31,10 @@ type LocalConfig struct {
 	Dir string
 	// Bin is the directory holding tidal-server.
 	Bin string
+	// OldRelease is the directory of the tidal-server nodes run until a
+	// page installs another (tidal_install): the release a rolling
+	// upgrade starts from. "": Bin.
+	OldRelease string
 	// Nodes is the initial cluster; Slots (>= Nodes) how many node slots
 	// get addresses, for nodes added later.
 	Nodes, Slots int
@@ -110,8 +114,12 @@ func NewLocalCluster(ctx context.Context, cfg LocalConfig) (*LocalCluster, error
 	}
 	args = append(args, dir, strconv.Itoa(cfg.Nodes), strconv.Itoa(cfg.Slots))
 	cmd := exec.CommandContext(ctx, "bash", args...)
+	old := cfg.OldRelease
+	if old == "" {
+		old = cfg.Bin
+	}
 	cmd.Env = append(os.Environ(), "TIDAL_PORTS="+strings.Join(portList, " "), "TIDAL_BIN="+cfg.Bin,
-		"TIDAL_FLAGS="+strings.Join(cfg.Flags, " "))
+		"TIDAL_FLAGS="+strings.Join(cfg.Flags, " "), "TIDAL_RELEASE_OLD="+old, "TIDAL_RELEASE_NEW="+cfg.Bin)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("runbook: %s %s: %v\n%s", cfg.Script, dir, err, out)
 	}

@@ -55,6 +55,7 @@ var pages = []struct {
 	{"rotate-certificates.md", runbook.Scenario{}, false, false, nil},
 	{"disk-full.md", runbook.FillFollowerDisk, false, false, nil},
 	{"lose-quorum.md", runbook.LoseQuorum, false, true, nil},
+	{"force-new-cluster.md", runbook.LoseQuorumKeepLog, false, true, nil},
 }
 
 func repoPath(parts ...string) string {

@@ -182,6 +182,9 @@ type Transport struct {
 	vouchRounds atomic.Int64 // finished rounds (tests wait on it)
 	clocks      clocks
 
+	formatsMu sync.Mutex
+	formats   map[uint64]uint32 // entry format each peer advertised (version.go)
+
 	mu      sync.Mutex
 	senders map[uint64]*sender
 	removed map[uint64]bool // RemovePeer'd: the address book's "removed"
@@ -199,7 +202,7 @@ func New(self uint64, inbound server.Inbound, opts Options, reg prometheus.Regis
 		log = slog.New(slog.DiscardHandler)
 	}
 	t := &Transport{self: self, inbound: inbound, opts: opts, log: log, metrics: newMetrics(reg),
-		senders: map[uint64]*sender{}, removed: map[uint64]bool{},
+		senders: map[uint64]*sender{}, removed: map[uint64]bool{}, formats: map[uint64]uint32{},
 		snapshotSlot: make(chan struct{}, opts.MaxConcurrentSnapshots),
 		drops:        newDropLog(log, dropLogEvery, dropLogQuiet)}
 	t.vouches.m = map[uint64]*vouch{}

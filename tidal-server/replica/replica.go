@@ -909,8 +909,15 @@ func (r *Replica) apply(ents []*raftpb.Entry) error {
 				r.sm.SetApplied(idx)
 				break
 			}
+			if _, known := EntryFormatOf(raftpb.EntryNormal, data); !known {
+				// An entry format this build does not read (format.go):
+				// skipping it, as this did before issue 12 item 2, makes
+				// this replica diverge from the nodes that applied it.
+				return &EntryFormatError{Index: idx, Term: e.GetTerm(), Envelope: data[0]}
+			}
 			if len(data) < envelopeHeader || data[0] != envelopeVersion {
-				// Cannot happen for entries we proposed; refusing to apply
+				// A known envelope cut short cannot happen for entries we
+				// proposed (the log is checksummed); refusing to apply
 				// would wedge the node, so it is skipped on every node alike.
 				r.log.Error("skipping entry with unknown framing", "index", idx, "len", len(data))
 				r.sm.SetApplied(idx)
@@ -1325,7 +1332,14 @@ func (r *Replica) restoreSnapshot(snap *raftpb.Snapshot) error {
 // returned and then closes done.
 func (r *Replica) halt(err error) {
 	r.haltOnce.Do(func() {
-		if err != nil {
+		var fe *EntryFormatError
+		switch {
+		case errors.As(err, &fe):
+			r.mu.Lock()
+			r.fenceErr = err
+			r.mu.Unlock()
+			r.log.Error("replica stopped: an entry in a format this build cannot read", "err", err)
+		case err != nil:
 			r.mu.Lock()
 			r.fenceErr = err
 			r.mu.Unlock()

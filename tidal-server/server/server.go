@@ -151,6 +151,10 @@ type Inbound interface {
 	// removed for good, or neither. The transport admits raft messages
 	// only from current members.
 	MemberStatus(id uint64) (current, removed bool)
+	// ReportRemoved: member by told this node, on the peer plane, that
+	// its applied membership has removed this node
+	// (replica.Replica.ReportRemoved).
+	ReportRemoved(by uint64)
 }
 
 // DefaultConfig is a single node on 127.0.0.1:7070 with data in ./tidal-data.
@@ -560,6 +564,12 @@ func (p *inboundProxy) ReportUnreachable(id uint64) {
 func (p *inboundProxy) ReportSnapshot(id uint64, ok bool) {
 	if r := p.get(); r != nil {
 		r.ReportSnapshot(id, ok)
+	}
+}
+
+func (p *inboundProxy) ReportRemoved(by uint64) {
+	if r := p.get(); r != nil {
+		r.ReportRemoved(by)
 	}
 }
 
