@@ -195,6 +195,7 @@ type network struct {
 	rng       *rand.Rand
 	snapsSent map[link]int
 	reports   []snapReport
+	formats   map[uint64]uint32 // advertised entry formats (setEntryFormat)
 	delivered atomic.Uint64
 	dropped   atomic.Uint64
 }
@@ -209,6 +210,7 @@ func newNetwork(seed uint64) *network {
 		queues:    map[link]chan queued{},
 		rng:       rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		snapsSent: map[link]int{},
+		formats:   map[uint64]uint32{},
 	}
 }
 
@@ -219,6 +221,28 @@ func (n *network) close() {
 	n.mu.Unlock()
 	n.cancel()
 	n.wg.Wait()
+}
+
+// setEntryFormat makes node id advertise entry format f (PeerEntryFormat);
+// by default an attached node advertises this build's.
+func (n *network) setEntryFormat(id uint64, f uint32) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.formats[id] = f
+}
+
+// PeerEntryFormat makes the fake transport a replica.PeerFormats, as the
+// real one is: what peer id advertises.
+func (e *endpoint) PeerEntryFormat(id uint64) (uint32, bool) {
+	e.net.mu.Lock()
+	defer e.net.mu.Unlock()
+	if f, ok := e.net.formats[id]; ok {
+		return f, true
+	}
+	if _, up := e.net.nodes[id]; up {
+		return replica.EntryFormat, true
+	}
+	return 0, false
 }
 
 func (n *network) attach(id uint64, r *replica.Replica) {

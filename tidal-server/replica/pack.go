@@ -22,10 +22,12 @@ import (
 //	u8 3 | u64 origin node | u32 n | n × (u64 request id | u32 len | data)
 //
 // and every command of the entry is applied in order, at the entry's log
-// index, as AppEntry{Sub: i, Subs: n}. A binary that predates version 3
-// would skip such an entry (unknown framing) and diverge, so packing is
-// off by default until the entry format is versioned across the cluster
-// (see docs/performance.md).
+// index, as AppEntry{Sub: i, Subs: n}. The envelope belongs to entry
+// format 2 (format.go): a node packs only while every current member
+// advertised that it reads format 2 (the minimum-entry-format rule),
+// otherwise it proposes each command as its own format-1 entry. A release
+// from before formats skipped unknown envelopes (and would diverge); it
+// advertises nothing, so it counts as format 1 and is never sent one.
 const (
 	packedVersion = 3
 	packedHeader  = 1 + 8 + 4
@@ -87,6 +89,17 @@ func (r *Replica) flushPacks(ctx context.Context) {
 		p.pending = append([]packItem(nil), p.pending[n:]...)
 		p.mu.Unlock()
 
+		if len(items) > 1 && !r.EntryFormatAllowed(PackedEntryFormat) {
+			// A member may not read packed entries (an older release, or
+			// one not heard from yet): the format-1 equivalent, one entry
+			// per proposal.
+			for _, it := range items {
+				if err := r.node.Propose(ctx, r.envelope(it.req, it.data)); err != nil {
+					it.errc <- r.proposeErr(err)
+				}
+			}
+			continue
+		}
 		var buf []byte
 		if len(items) == 1 {
 			buf = r.envelope(items[0].req, items[0].data)

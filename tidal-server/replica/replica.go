@@ -119,10 +119,9 @@ type Config struct {
 	// commits; past it proposals fail with ErrOverloaded (503). Default 64 MiB.
 	MaxUncommittedBytes uint64
 	// PackProposals packs proposals made concurrently on this node into
-	// one raft entry (pack.go). Every node applies packed entries whatever
-	// this says; a node running a build from before packing does not, so
-	// it stays off unless every member runs a build that knows them. It
-	// needs a BatchStateMachine.
+	// one raft entry (pack.go), while every member reads entry format 2
+	// (EntryFormatAllowed). Every node applies packed entries whatever
+	// this says. It needs a BatchStateMachine.
 	PackProposals   bool
 	SnapshotEvery   uint64 // applied entries between snapshots; default 10000
 	SnapshotCatchUp uint64 // entries kept after a snapshot for slow followers; default 5000

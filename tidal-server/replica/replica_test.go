@@ -227,6 +227,60 @@ func TestPackedProposalsApplyInOrderOnEveryNode(t *testing.T) {
 	nd.sm.mu.Unlock()
 }
 
+// What one pack holds, decided by the test (HoldPacks): proposals queued
+// while a flush is in progress go out as one entry when every member
+// reads entry format 2, and as one entry each when a member advertises
+// only format 1 (the minimum-entry-format rule, issue 12 item 2) — a node
+// of an older release must never be sent an entry it cannot read.
+func TestPacksOnlyWhenEveryMemberReadsPackedEntries(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		oldMember bool
+	}{{"every member reads format 2", false}, {"one member reads format 1 only", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 3, func(cfg *replica.Config) { cfg.PackProposals = true })
+			leader := c.waitLeader()
+			if tc.oldMember {
+				for id := uint64(1); id <= 3; id++ {
+					if id != leader {
+						c.net.setEntryFormat(id, 1)
+						break
+					}
+				}
+			}
+			r := c.node(leader).r
+			queued, release := replica.HoldPacks(r)
+			const n = 6
+			acks := make(chan replica.Applied, n)
+			for i := range n {
+				go func() {
+					a, err := c.propose(leader, fmt.Sprintf("p%d", i), 30*time.Second)
+					if err != nil {
+						t.Errorf("propose p%d: %v", i, err)
+					}
+					acks <- a
+				}()
+			}
+			waitFor(t, 30*time.Second, "the proposals to queue", func() (bool, string) {
+				return queued() == n, fmt.Sprintf("%d of %d queued", queued(), n)
+			})
+			release()
+			indexes := map[uint64]bool{}
+			for range n {
+				indexes[(<-acks).Index] = true
+			}
+			want := 1
+			if tc.oldMember {
+				want = n
+			}
+			if len(indexes) != want {
+				t.Fatalf("%d proposals landed at %d log indexes, expected %d", n, len(indexes), want)
+			}
+			c.waitConverged(1, 2, 3)
+		})
+	}
+}
+
 // The leader cut off from both followers: the majority elects a new leader
 // and keeps committing; the old leader's proposals never report success (the
 // ones raft took end as ErrUnknownOutcome), its commit index does not move,

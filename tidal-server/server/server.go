@@ -160,12 +160,13 @@ type Inbound interface {
 // DefaultConfig is a single node on 127.0.0.1:7070 with data in ./tidal-data.
 func DefaultConfig() Config {
 	return Config{
-		ID:          1,
-		ClientAddr:  "127.0.0.1:7070",
-		PeerAddr:    "127.0.0.1:7100",
-		DataDir:     "tidal-data",
-		ReadyWithin: 1000,
-		OpenProbes:  true,
+		ID:            1,
+		ClientAddr:    "127.0.0.1:7070",
+		PeerAddr:      "127.0.0.1:7100",
+		DataDir:       "tidal-data",
+		ReadyWithin:   1000,
+		OpenProbes:    true,
+		PackProposals: true,
 	}
 }
 
