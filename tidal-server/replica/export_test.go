@@ -47,5 +47,5 @@ func HoldPacks(r *Replica) (queued func() int, release func()) {
 		defer r.pack.mu.Unlock()
 		return len(r.pack.pending)
 	}
-	return queued, func() { r.flushPacks(r.haltCtx) }
+	return queued, func() { r.flushPacks() }
 }

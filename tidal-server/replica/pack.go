@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Packed proposals (issue 14, build item 2). With Config.PackProposals,
@@ -53,7 +54,7 @@ type packer struct {
 // proposePacked queues a proposal (its waiter already registered) and,
 // when no flusher is active, flushes. It returns the channel on which a
 // failure to hand the proposal to raft arrives.
-func (r *Replica) proposePacked(ctx context.Context, req uint64, data []byte) chan error {
+func (r *Replica) proposePacked(req uint64, data []byte) chan error {
 	errc := make(chan error, 1)
 	p := &r.pack
 	p.mu.Lock()
@@ -62,16 +63,23 @@ func (r *Replica) proposePacked(ctx context.Context, req uint64, data []byte) ch
 	p.busy = true
 	p.mu.Unlock()
 	if lead {
-		r.flushPacks(ctx)
+		r.flushPacks()
 	}
 	return errc
 }
 
+// packHandoffTimeout bounds how long the flusher waits for raft to take
+// one pack. raft takes a proposal at once while it knows a leader (and
+// Propose refuses at once while it knows none); the bound only matters
+// across a leader change, when the pack's writes end as unknown outcomes,
+// like a single proposal whose deadline passed inside node.Propose.
+const packHandoffTimeout = 10 * time.Second
+
 // flushPacks hands raft everything queued, one pack at a time, until the
-// queue is empty. ctx is the flusher's own proposal context: if it ends
-// while raft has not answered, every proposal of that pack has an unknown
-// outcome, as a single proposal's would.
-func (r *Replica) flushPacks(ctx context.Context) {
+// queue is empty. It does not use the flusher's own request context: a
+// client that gave up must not fail the other writes of its pack, nor the
+// packs after it.
+func (r *Replica) flushPacks() {
 	p := &r.pack
 	for {
 		p.mu.Lock()
@@ -94,7 +102,10 @@ func (r *Replica) flushPacks(ctx context.Context) {
 			// one not heard from yet): the format-1 equivalent, one entry
 			// per proposal.
 			for _, it := range items {
-				if err := r.node.Propose(ctx, r.envelope(it.req, it.data)); err != nil {
+				ctx, cancel := context.WithTimeout(r.haltCtx, packHandoffTimeout)
+				err := r.node.Propose(ctx, r.envelope(it.req, it.data))
+				cancel()
+				if err != nil {
 					it.errc <- r.proposeErr(err)
 				}
 			}
@@ -115,7 +126,10 @@ func (r *Replica) flushPacks(ctx context.Context) {
 			}
 		}
 		r.metrics.PackSize.Observe(float64(len(items)))
-		if err := r.node.Propose(ctx, buf); err != nil {
+		ctx, cancel := context.WithTimeout(r.haltCtx, packHandoffTimeout)
+		err := r.node.Propose(ctx, buf)
+		cancel()
+		if err != nil {
 			perr := r.proposeErr(err)
 			for _, it := range items {
 				it.errc <- perr

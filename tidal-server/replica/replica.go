@@ -1399,7 +1399,7 @@ func (r *Replica) Propose(ctx context.Context, data []byte) (Applied, error) {
 
 	var packErr chan error // nil unless packed: never ready
 	if r.cfg.PackProposals && !bugs.Active(bugs.AckBeforeCommit) {
-		packErr = r.proposePacked(ctx, req, data)
+		packErr = r.proposePacked(req, data)
 	} else if err := r.node.Propose(ctx, r.envelope(req, data)); err != nil {
 		forget()
 		return Applied{}, r.proposeErr(err)
