@@ -877,9 +877,9 @@ func (r *Replica) apply(ents []*raftpb.Entry) error {
 			if run, err = unpack(run, idx, e.GetTerm(), data); err == nil {
 				continue
 			}
-			// Cannot happen for entries a node packed; skipped on every
-			// node alike, like any entry of unknown framing.
-			r.log.Error("skipping malformed packed entry", "index", idx, "err", err)
+			// Malformed: cannot happen for entries a node packed; the
+			// switch below skips it on every node alike, like any entry
+			// of unknown framing.
 		}
 		if err := r.applyRun(run); err != nil {
 			return err
@@ -913,6 +913,21 @@ func (r *Replica) apply(ents []*raftpb.Entry) error {
 				// skipping it, as this did before issue 12 item 2, makes
 				// this replica diverge from the nodes that applied it.
 				return &EntryFormatError{Index: idx, Term: e.GetTerm(), Envelope: data[0]}
+			}
+			if data[0] == packedVersion {
+				// A packed entry right after a conf change marker (never,
+				// in practice: see droppedAt) is applied like any other;
+				// a malformed one is skipped here.
+				one, err := unpack(nil, idx, e.GetTerm(), data)
+				if err != nil {
+					r.log.Error("skipping malformed packed entry", "index", idx, "err", err)
+					r.sm.SetApplied(idx)
+					break
+				}
+				if err := r.applyRun(one); err != nil {
+					return err
+				}
+				break
 			}
 			if len(data) < envelopeHeader || data[0] != envelopeVersion {
 				// A known envelope cut short cannot happen for entries we
