@@ -3,10 +3,12 @@ package client
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -757,5 +759,48 @@ func TestKeepAliveReuse(t *testing.T) {
 			t.Fatalf("goroutines leaked: %d > %d\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// WithBinaryVectors (issue 14, build item 2) sends the vector as raw
+// little-endian float32s with the id (or k) in the query.
+func TestBinaryVectors(t *testing.T) {
+	vec := []float32{0.1, -2.5e-8, 3.4028235e38, 1.0000001}
+	decode := func(r *http.Request) []float32 {
+		b, _ := io.ReadAll(r.Body)
+		out := make([]float32, len(b)/4)
+		for i := range out {
+			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		}
+		return out
+	}
+	var put, query []float32
+	var id, k, putType, queryType string
+	mux := http.NewServeMux()
+	mux.HandleFunc("PUT /v1/entities/{entity}/embedding", func(w http.ResponseWriter, r *http.Request) {
+		put, id, putType = decode(r), r.URL.Query().Get("id"), r.Header.Get("Content-Type")
+		w.Header().Set("X-Tidal-Seq", "5")
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("POST /v1/query/nearest", func(w http.ResponseWriter, r *http.Request) {
+		query, k, queryType = decode(r), r.URL.Query().Get("k"), r.Header.Get("Content-Type")
+		fmt.Fprint(w, `{"results":[{"entity":42,"score":1}]}`)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	c := New(srv.Listener.Addr().String(), WithBinaryVectors())
+	t.Cleanup(c.CloseIdleConnections)
+	if _, err := c.PutEmbedding(context.Background(), 42, "w 1", vec); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := c.Nearest(context.Background(), vec, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(put, vec) || !slices.Equal(query, vec) || id != "w 1" || k != "3" || len(ms) != 1 {
+		t.Fatalf("put %v id %q, query %v k %q, matches %v; want %v, id \"w 1\", k 3", put, id, query, k, ms, vec)
+	}
+	if putType != "application/octet-stream" || queryType != "application/octet-stream" {
+		t.Fatalf("content types %q and %q, want application/octet-stream", putType, queryType)
 	}
 }

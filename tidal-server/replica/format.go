@@ -33,13 +33,20 @@ import (
 //     reaches apply anyway (a log written under a newer release, then
 //     downgraded) stops the node with an *EntryFormatError instead of
 //     skipping it — a skipped entry is a replica that diverged.
-const EntryFormat = 1
+//
+// Format 2 (issue 14, build item 2) adds packed proposals (pack.go,
+// envelope packedVersion).
+const EntryFormat = 2
+
+// PackedEntryFormat is the entry format of packed proposals.
+const PackedEntryFormat = 2
 
 // envelopeFormats maps each envelope byte to the entry format that
 // introduced it.
 var envelopeFormats = map[byte]uint32{
 	envelopeVersion:   1,
 	confMarkerVersion: 1,
+	packedVersion:     PackedEntryFormat,
 }
 
 // EntryFormatOf returns the entry format an entry needs to be read: 1 for
