@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/tidaldb/tidal/buildinfo"
 	"github.com/tidaldb/tidal/harness/checker"
+	"github.com/tidaldb/tidal/harness/db/etcd"
 	"github.com/tidaldb/tidal/harness/nemesis"
 	"github.com/tidaldb/tidal/harness/report"
 	"github.com/tidaldb/tidal/harness/runner"
@@ -89,7 +90,7 @@ func addKeepRunsFlag(cmd *cobra.Command, keep *int) {
 
 func newRunCommand() *cobra.Command {
 	var cfg runner.Config
-	var nemesisList, workloadKind, selection string
+	var nemesisList, workloadKind, selection, reads string
 	var duration, interval, faultDuration, lagP99, lagCatchUp, linTimeout time.Duration
 	var verbose bool
 	var keepRuns int
@@ -109,7 +110,13 @@ func newRunCommand() *cobra.Command {
   tidal-chaos run --nemesis none --duration 10s --keep-runs 0
 
   # the same in plaintext without authentication, to compare with the secured default
-  tidal-chaos run --nemesis none --duration 10s --insecure`,
+  tidal-chaos run --nemesis none --duration 10s --insecure
+
+  # etcd, not tidal-server: registers checked with porcupine under partitions, kills and pauses
+  tidal-chaos run --db etcd --nodes 3 --nemesis partition,kill,pause --duration 60s
+
+  # etcd, unique-key appends checked by the ledger checker, membership churn
+  tidal-chaos run --db etcd --workload append --nemesis membership,kill --duration 60s`,
 		Args: cobra.NoArgs,
 		// Flags are checked before anything starts, so a typo costs no
 		// cluster start-up (and --help's examples are checked by the same
@@ -118,15 +125,9 @@ func newRunCommand() *cobra.Command {
 			if cfg.Nodes < 3 || cfg.Nodes%2 == 0 {
 				return fmt.Errorf("--nodes: expected an odd number of at least 3 (3 or 5: an even cluster tolerates no more failures than the odd one below it), found %d", cfg.Nodes)
 			}
-			kind, err := workload.ParseKind(workloadKind)
-			if err != nil {
-				return fmt.Errorf("--workload: %w", err)
+			if err := parseWorkload(cmd, &cfg, workloadKind, selection, reads); err != nil {
+				return err
 			}
-			sel, err := workload.ParseSelection(selection)
-			if err != nil {
-				return fmt.Errorf("--select: %w", err)
-			}
-			cfg.Workload.Kind, cfg.Workload.Select = kind, sel
 			cfg.Nemesis = nil
 			if nemesisList != "" && nemesisList != "none" {
 				if _, err := nemesis.ParseMix(nemesisList, cfg.Nodes); err != nil {
@@ -142,6 +143,9 @@ func newRunCommand() *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.DB == runner.DBEtcd {
+				return execute(cmd, cfg, nil, verbose, keepRuns)
+			}
 			if err := checkBinary("--server-bin", cfg.ServerBin); err != nil {
 				return err
 			}
@@ -156,7 +160,10 @@ func newRunCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&cfg.Test, "test", "chaos", "test name: the run store is <store>/<test>/<timestamp>/")
 	f.IntVar(&cfg.Nodes, "nodes", 3, "cluster size: an odd number, at least 3 (3 or 5)")
-	f.StringVar(&workloadKind, "workload", "ledger", "ledger (unique-id writes), counter (adds + linearizable reads), embeddings, or mixed")
+	f.StringVar(&cfg.DB, "db", "tidal", "database under test: tidal (tidal-server) or etcd (Debian's etcd, installed with apt-get when absent and run as root)")
+	f.StringVar(&workloadKind, "workload", "ledger", "ledger (unique-id writes), counter (adds + linearizable reads), embeddings, or mixed; with --db etcd: register (put/get/cas, porcupine; the default) or append (unique keys, ledger checker)")
+	f.StringVar(&reads, "reads", "linearizable", "--db etcd, register workload: linearizable or serializable reads (serializable may be stale by etcd's contract: only writes are checked)")
+	f.StringVar(&cfg.Etcd.Binary, "etcd-bin", "", "--db etcd: the etcd binary (default: etcd on PATH)")
 	f.StringVar(&nemesisList, "nemesis", "partition,kill", "fault `kinds` or groups, comma-separated (tidal-chaos faults lists them); none = no faults")
 	f.DurationVar(&duration, "duration", 30*time.Second, "how long the workload and the fault schedule run")
 	f.DurationVar(&interval, "interval", 8*time.Second, "mean gap between fault starts")
@@ -401,4 +408,38 @@ func formatBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// parseWorkload reads --workload, --select and --reads for the run's
+// database: tidal-server's workloads, or etcd's (register, append).
+func parseWorkload(cmd *cobra.Command, cfg *runner.Config, kind, selection, reads string) error {
+	switch cfg.DB {
+	case runner.DBTidal, "":
+		k, err := workload.ParseKind(kind)
+		if err != nil {
+			return fmt.Errorf("--workload: %w", err)
+		}
+		sel, err := workload.ParseSelection(selection)
+		if err != nil {
+			return fmt.Errorf("--select: %w", err)
+		}
+		cfg.Workload.Kind, cfg.Workload.Select = k, sel
+		if cmd.Flags().Changed("reads") {
+			return fmt.Errorf("--reads: only for --db etcd (tidal-server's workloads read linearizably)")
+		}
+		return nil
+	case runner.DBEtcd:
+		cfg.Etcd.Workload, cfg.Etcd.Reads = etcd.Register, reads
+		if cmd.Flags().Changed("workload") {
+			cfg.Etcd.Workload = kind
+		}
+		if cmd.Flags().Changed("select") {
+			return fmt.Errorf("--select: not for --db etcd (its clients go round-robin over the members)")
+		}
+		if _, err := cfg.Etcd.WithDefaults(); err != nil {
+			return fmt.Errorf("--workload/--reads: %w", err)
+		}
+		return nil
+	}
+	return fmt.Errorf("--db: expected %s or %s, found %q", runner.DBTidal, runner.DBEtcd, cfg.DB)
 }

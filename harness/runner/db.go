@@ -1,0 +1,36 @@
+package runner
+
+import (
+	"fmt"
+
+	"github.com/tidaldb/tidal/harness/db"
+	"github.com/tidaldb/tidal/harness/db/etcd"
+)
+
+// Databases a run can test (Config.DB).
+const (
+	DBTidal = "tidal"
+	DBEtcd  = "etcd"
+)
+
+// openDB returns the adapter of the run's database (issue 15): tidal-server
+// (the default) or etcd.
+func openDB(cfg Config) (db.DB, error) {
+	switch cfg.DB {
+	case "", DBTidal:
+		return tidalDB{cfg: cfg}, nil
+	case DBEtcd:
+		e := cfg.Etcd
+		if e.Seed == 0 {
+			e.Seed = uint64(cfg.Seed)
+		}
+		if e.Concurrency == 0 {
+			e.Concurrency = cfg.Workload.Concurrency
+		}
+		if e.Rate == 0 {
+			e.Rate = cfg.Workload.Rate
+		}
+		return etcd.New(e)
+	}
+	return nil, fmt.Errorf("db: expected %s or %s, found %q", DBTidal, DBEtcd, cfg.DB)
+}
