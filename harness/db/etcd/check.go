@@ -57,7 +57,9 @@ type regInput struct {
 	f        string
 	value    int // put, cas: the value written
 	old      int // cas
-	readable bool
+	// unknown: a put or cas that ended info. A cas of unknown outcome may
+	// have compared unequal and done nothing, so it never fails to step.
+	unknown bool
 }
 
 // registerModel is one key: 0 until written. A cas that completed ok
@@ -72,7 +74,10 @@ var registerModel = porcupine.Model{
 		case FPut:
 			return true, in.value
 		case FCAS:
-			return s == in.old, in.value
+			if s != in.old {
+				return in.unknown, s
+			}
+			return true, in.value
 		}
 		return false, s
 	},
@@ -158,6 +163,7 @@ func CheckRegister(ops []history.Op, outDir, reads string, timeout time.Duration
 			out = got.Value
 		} else if p.Type() != history.OK {
 			ret = math.MaxInt64
+			in.unknown = true
 			pending[v.Key]++
 		}
 		ids := clients[v.Key]
@@ -223,9 +229,12 @@ func CheckRegister(ops []history.Op, outDir, reads string, timeout time.Duration
 	case d.Illegal > 0:
 		var bad []string
 		for _, kr := range d.Keys {
-			if kr.Result == "illegal" {
+			if kr.Result == "illegal" && len(bad) < 5 {
 				bad = append(bad, kr.Key+" ("+kr.Visualization+")")
 			}
+		}
+		if d.Illegal > len(bad) {
+			bad = append(bad, fmt.Sprintf("and %d more", d.Illegal-len(bad)))
 		}
 		return checker.Result{Name: name, Valid: checker.Invalid, Details: d, Summary: fmt.Sprintf("%d of %d register keys not linearizable (%s): %s", d.Illegal, len(keys), scope, strings.Join(bad, ", "))}
 	case len(keys) == 0:
