@@ -54,9 +54,9 @@ func (d *DB) Check(in db.CheckInput) []checker.Result {
 }
 
 type regInput struct {
-	f        string
-	value    int // put, cas: the value written
-	old      int // cas
+	f     string
+	value int // put, cas: the value written
+	old   int // cas
 	// unknown: a put or cas that ended info. A cas of unknown outcome may
 	// have compared unequal and done nothing, so it never fails to step.
 	unknown bool
