@@ -313,8 +313,10 @@ seed; a bug that needs a precise interleaving may need several tries.`,
 			if serverBin != "" {
 				cfg.ServerBin = serverBin
 			}
-			if err := checkBinary("--server-bin", cfg.ServerBin); err != nil {
-				return err
+			if cfg.DB == "" || cfg.DB == runner.DBTidal {
+				if err := checkBinary("--server-bin", cfg.ServerBin); err != nil {
+					return err
+				}
 			}
 			cfg.Test = strings.TrimSuffix(cfg.Test, "-repro") + "-repro"
 			fmt.Fprintf(cmd.OutOrStdout(), "repro of %s (seed %d, %d faults)\n", filepath.Clean(run.Dir()), cfg.Seed, len(schedule.Steps))

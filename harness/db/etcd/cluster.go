@@ -16,6 +16,7 @@ import (
 
 	"github.com/tidaldb/tidal/harness/cluster"
 	"github.com/tidaldb/tidal/harness/db/ingress"
+	"github.com/tidaldb/tidal/harness/nemesis"
 	"github.com/tidaldb/tidal/tcp-relay/mesh"
 )
 
@@ -335,7 +336,11 @@ func (c *Cluster) RemoveMember(ctx context.Context, name string) error {
 	var ee *Error
 	if err != nil && !(errors.As(err, &ee) && ee.Code == codeNotFound) {
 		// NotFound: an earlier attempt that timed out on our side committed.
-		return fmt.Errorf("etcd: remove member %x (%s) via %s: %w", id, name, via.name, err)
+		err = fmt.Errorf("etcd: remove member %x (%s) via %s: %w", id, name, via.name, err)
+		if refusedReconfig(err) {
+			return nemesis.NotApplied(err)
+		}
+		return err
 	}
 	if st := c.State(name); st == cluster.Running || st == cluster.Paused {
 		c.Kill(name)
@@ -367,7 +372,11 @@ func (c *Cluster) AddMember(ctx context.Context, name string) (uint64, error) {
 	defer cancel()
 	resp, err := via.control.addMember(actx, n.peerURL)
 	if err != nil {
-		return 0, fmt.Errorf("etcd: add member %s at %s via %s: %w", name, n.peerURL, via.name, err)
+		err = fmt.Errorf("etcd: add member %s at %s via %s: %w", name, n.peerURL, via.name, err)
+		if refusedReconfig(err) {
+			return 0, nemesis.NotApplied(err)
+		}
+		return 0, err
 	}
 	var parts []string
 	c.mu.Lock()
@@ -646,4 +655,12 @@ func (c *Cluster) teardown() error {
 		return c.mesh.Close()
 	}
 	return nil
+}
+
+// refusedReconfig says etcd refused a membership change before proposing
+// it: --strict-reconfig-check (on by default) answers "unhealthy cluster"
+// when the change would leave too few started members for a quorum.
+func refusedReconfig(err error) bool {
+	var ee *Error
+	return errors.As(err, &ee) && strings.Contains(ee.Message, "unhealthy cluster")
 }
