@@ -162,3 +162,16 @@ func TestKeySlotsRotate(t *testing.T) {
 		t.Fatalf("expected the slot to move on after %d info ops, found the same key", 60/30)
 	}
 }
+
+// A membership change etcd refused with "unhealthy cluster" (its strict
+// reconfiguration check, before proposing) did not happen; the nemesis
+// records fail, not info.
+func TestRefusedReconfig(t *testing.T) {
+	refused := fmt.Errorf("remove: %w", &Error{HTTPStatus: 503, Code: 14, Message: "etcdserver: unhealthy cluster"})
+	if !refusedReconfig(refused) {
+		t.Fatalf("expected %v to be a refused change", refused)
+	}
+	if refusedReconfig(&Error{HTTPStatus: 503, Code: 14, Message: "etcdserver: request timed out"}) {
+		t.Fatal("expected a timeout not to be a refused change")
+	}
+}
