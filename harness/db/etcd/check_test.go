@@ -104,6 +104,9 @@ func TestCheckRegister(t *testing.T) {
 	if r.Valid != checker.Valid || r.Details.(RegisterDetails).ReadsLeftOut != 1 {
 		t.Fatalf("expected serializable reads left out and the writes valid, found %s: %s", r.Valid, r.Summary)
 	}
+	if st := r.Details.(RegisterDetails).StaleKeys; st == nil || *st != 1 {
+		t.Fatalf("expected the stale read reported as 1 key not linearizable with reads, found %v: %s", st, r.Summary)
+	}
 
 	// A cas acknowledged although its compare could not hold.
 	badCAS := hist(t, []step{
