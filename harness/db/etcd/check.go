@@ -44,6 +44,7 @@ func (d *DB) Check(in db.CheckInput) []checker.Result {
 		// node had applied when read: keys above it on a node that lacks
 		// them read as unreplicated, not lost.
 		rs = append(rs, checker.LedgerCovering(in.Ops, audits, applied, in.Audit))
+		rs = append(rs, CheckWatch(in.Run, audits))
 	}
 	if digests, err := in.Run.ReadDigests(); err == nil {
 		rs = append(rs, checker.ConvergenceCovering(digests, in.Digest))

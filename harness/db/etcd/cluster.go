@@ -52,6 +52,7 @@ type Cluster struct {
 
 	mu    sync.Mutex
 	nodes []*node
+	stops []func() // background work to end at Close (watchers)
 }
 
 // startCluster allocates ports, builds the mesh and an ingress per node,
@@ -641,7 +642,11 @@ func (c *Cluster) Close() error {
 func (c *Cluster) teardown() error {
 	c.mu.Lock()
 	nodes := slices.Clone(c.nodes)
+	stops := c.stops
 	c.mu.Unlock()
+	for _, stop := range stops {
+		stop()
+	}
 	for _, n := range nodes {
 		if n.handle != nil {
 			n.handle.Kill()

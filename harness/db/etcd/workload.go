@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -58,6 +59,11 @@ type Workload struct {
 	mu       sync.Mutex
 	counts   map[string]*workload.Counts
 	shed     atomic.Int64
+
+	// watchers follow the append prefix on every node (append workload).
+	watchers    []*watcher
+	stopWatches context.CancelFunc
+	watchDone   sync.WaitGroup
 }
 
 var _ db.Workload = (*Workload)(nil)
@@ -67,10 +73,29 @@ func (c *Cluster) Workload(rec *history.Recorder, d time.Duration) (db.Workload,
 	w := &Workload{cfg: c.cfg, c: c, rec: rec, duration: d, clients: map[string]*api{},
 		keys: newKeySlots(c.cfg.Keys, c.cfg.OpsPerKey), counts: map[string]*workload.Counts{}}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, n := range c.nodes {
 		w.clients[n.name] = newAPI(n.clientRelay, time.Duration(c.cfg.OpTimeout))
+		if c.cfg.Workload == Append {
+			wt, err := newWatcher(n.name, n.clientRelay, n.dir)
+			if err != nil {
+				return nil, err
+			}
+			w.watchers = append(w.watchers, wt)
+		}
 	}
-	c.mu.Unlock()
+	if len(w.watchers) > 0 {
+		ctx, cancel := context.WithCancel(context.Background())
+		w.stopWatches = cancel
+		c.stops = append(c.stops, cancel)
+		for _, wt := range w.watchers {
+			w.watchDone.Add(1)
+			go func() {
+				defer w.watchDone.Done()
+				wt.run(ctx)
+			}()
+		}
+	}
 	return w, nil
 }
 
@@ -105,9 +130,45 @@ func (w *Workload) count(f string, t history.Type) {
 	}
 }
 
-// Final implements db.Workload: nothing; the append workload is judged
-// from every node's keys (Collect), the register workload from its reads.
-func (w *Workload) Final(context.Context) error { return nil }
+// Final implements db.Workload. The append workload's watchers are given
+// until ctx ends (at most 30s) to deliver the cluster's final revision,
+// then stopped; each records the revision it reached, or nothing if it
+// did not (the watch checker then says unknown for it). The keys
+// themselves are judged from every node's store (Collect).
+func (w *Workload) Final(ctx context.Context) error {
+	if len(w.watchers) == 0 {
+		return nil
+	}
+	var final uint64
+	for _, name := range w.c.RunningNames() {
+		if st, err := w.c.status(ctx, name); err == nil && uint64(st.Header.Revision) > final {
+			final = uint64(st.Header.Revision)
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	reached := make([]bool, len(w.watchers))
+	var wg sync.WaitGroup
+	for i, wt := range w.watchers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// An append run writes nothing but appends: the cluster's
+			// revision is its last append's.
+			reached[i] = final > 0 && wt.waitFor(wctx, final)
+		}()
+	}
+	wg.Wait()
+	w.stopWatches()
+	w.watchDone.Wait()
+	var errs []error
+	for i, wt := range w.watchers {
+		if err := wt.close(final, reached[i]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // Run implements db.Workload: workers issue ops, each to the next member
 // round-robin, until the duration has passed or ctx ends.
