@@ -57,7 +57,7 @@ func judged(o *runner.Outcome, workload string, faults bool, summary string) {
 	want := []string{"stats", "nodes", "convergence"}
 	switch workload {
 	case etcd.Append:
-		want = append(want, "ledger")
+		want = append(want, "ledger", "watch")
 	default:
 		want = append(want, "linearizable")
 	}
