@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -79,6 +81,12 @@ func (c *Cluster) Collect(ctx context.Context, run *report.Run, out io.Writer, a
 	}
 	if err := run.WriteDigests(digests); err != nil {
 		fmt.Fprintf(out, "  warning: digests: %v\n", err)
+	}
+	// What each ingress did with the peer connections it accepted: the
+	// evidence that peer traffic crossed the mesh, pair by pair.
+	for i, in := range c.ingress {
+		b, _ := json.MarshalIndent(in.Stats(), "", "  ")
+		os.WriteFile(filepath.Join(run.NodeDir(c.nodes[i].name), "ingress.json"), append(b, '\n'), 0o644)
 	}
 }
 
