@@ -341,7 +341,12 @@ func (c *Cluster) RemoveMember(ctx context.Context, name string) error {
 		if refusedReconfig(err) {
 			return nemesis.NotApplied(err)
 		}
-		return err
+		// Unknown outcome: if the membership no longer holds it, the
+		// removal committed, and the slot is treated as removed (its node
+		// stops itself once it learns; the harness kills it first).
+		if _, found, lerr := c.memberByURL(ctx, n.peerURL); lerr != nil || found {
+			return err
+		}
 	}
 	if st := c.State(name); st == cluster.Running || st == cluster.Paused {
 		c.Kill(name)
@@ -369,6 +374,14 @@ func (c *Cluster) AddMember(ctx context.Context, name string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	// An earlier add whose outcome we did not learn (a timeout) may have
+	// committed: a member at the slot's URL that never started. Adding
+	// again would be refused (the URL exists, or too few started members
+	// for the larger quorum) for as long as that member is not started:
+	// start it instead.
+	if m, found, err := c.memberByURL(ctx, n.peerURL); err == nil && found {
+		return c.adopt(name, n, m)
+	}
 	actx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	resp, err := via.control.addMember(actx, n.peerURL)
@@ -376,6 +389,9 @@ func (c *Cluster) AddMember(ctx context.Context, name string) (uint64, error) {
 		err = fmt.Errorf("etcd: add member %s at %s via %s: %w", name, n.peerURL, via.name, err)
 		if refusedReconfig(err) {
 			return 0, nemesis.NotApplied(err)
+		}
+		if m, found, lerr := c.memberByURL(ctx, n.peerURL); lerr == nil && found {
+			return c.adopt(name, n, m) // it committed after all
 		}
 		return 0, err
 	}
@@ -664,8 +680,74 @@ func (c *Cluster) teardown() error {
 
 // refusedReconfig says etcd refused a membership change before proposing
 // it: --strict-reconfig-check (on by default) answers "unhealthy cluster"
-// when the change would leave too few started members for a quorum.
+// (add) or "not enough started members" (remove) when the change would
+// leave too few started members for a quorum.
 func refusedReconfig(err error) bool {
 	var ee *Error
-	return errors.As(err, &ee) && strings.Contains(ee.Message, "unhealthy cluster")
+	return errors.As(err, &ee) && (strings.Contains(ee.Message, "unhealthy cluster") ||
+		strings.Contains(ee.Message, "not enough started members"))
+}
+
+// memberByURL finds the member advertising peerURL in the membership as
+// the leader (or, without one, any running node) knows it.
+func (c *Cluster) memberByURL(ctx context.Context, peerURL string) (member, bool, error) {
+	var last error = errors.New("no node is running")
+	for attempt := 0; attempt < 3; attempt++ {
+		via, err := c.via(ctx, "")
+		if err != nil {
+			return member{}, false, err
+		}
+		mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := via.control.members(mctx)
+		cancel()
+		if err == nil {
+			for _, m := range resp.Members {
+				if slices.Contains(m.PeerURLs, peerURL) {
+					return m, true, nil
+				}
+			}
+			return member{}, false, nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return member{}, false, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	return member{}, false, fmt.Errorf("member list: %w", last)
+}
+
+// adopt starts slot name as member m, which the membership already holds
+// (added by an attempt whose answer we lost), with the membership as the
+// leader knows it.
+func (c *Cluster) adopt(name string, n *node, m member) (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	via, err := c.via(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := via.control.members(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("etcd: adopt %s as member %x: member list: %w", name, uint64(m.ID), err)
+	}
+	var parts []string
+	c.mu.Lock()
+	for _, o := range resp.Members {
+		oname := o.Name
+		if oname == "" || o.ID == m.ID {
+			oname = name
+		}
+		for _, u := range o.PeerURLs {
+			parts = append(parts, oname+"="+u)
+		}
+	}
+	n.memberID = uint64(m.ID)
+	n.initialCluster, n.clusterState = strings.Join(parts, ","), "existing"
+	n.state = cluster.Stopped
+	c.mu.Unlock()
+	os.RemoveAll(filepath.Join(n.dir, "data"))
+	c.log.Info("etcd slot adopts a member added earlier", "node", name, "member", fmt.Sprintf("%x", uint64(m.ID)))
+	return uint64(m.ID), c.Start(name)
 }

@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -160,7 +161,11 @@ func (d *DB) Setup(ctx context.Context, env db.Env) (db.Cluster, error) {
 	if env.Wrap != nil {
 		backend = env.Wrap(backend)
 	}
-	c, err := startCluster(cfg, env.Nodes, env.NodesDir, backend, env.Logger)
+	log := env.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c, err := startCluster(cfg, env.Nodes, env.NodesDir, backend, log)
 	if err != nil {
 		backend.Close()
 		return nil, err
