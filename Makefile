@@ -53,6 +53,7 @@ chaos: build
 # run as root). JUnit report in store/junit/chaos-etcd.xml.
 .PHONY: chaos-etcd
 chaos-etcd:
+	@./ci/install-etcd
 	@mkdir -p store/junit
 	$(GINKGO) --keep-going --procs=1 --timeout=30m --label-filter='etcd' --output-dir=$(CURDIR)/store/junit --junit-report=chaos-etcd.xml ./suites/etcd
 
