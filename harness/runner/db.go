@@ -26,6 +26,14 @@ func openDB(cfg Config) (db.DB, error) {
 	case "", DBTidal:
 		return tidalDB{cfg: cfg}, nil
 	case DBEtcd:
+		// The etcd adapter runs local processes (its ingress reads their
+		// sockets in /proc) and the in-process mesh.
+		if cfg.Backend != "" && cfg.Backend != BackendProcess {
+			return nil, fmt.Errorf("db etcd: expected backend %s, found %q (etcd runs as local processes only)", BackendProcess, cfg.Backend)
+		}
+		if cfg.RelayBinary != "" {
+			return nil, fmt.Errorf("db etcd: the relay mesh runs in process; --relay-bin is for tidal-server runs")
+		}
 		e := cfg.Etcd
 		if e.Seed == 0 {
 			e.Seed = uint64(cfg.Seed)

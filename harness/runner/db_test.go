@@ -55,3 +55,14 @@ func TestTidalTakesEveryKind(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestEtcdRefusesWhatItCannotRun(t *testing.T) {
+	for _, cfg := range []Config{{DB: DBEtcd, Backend: BackendDocker}, {DB: DBEtcd, RelayBinary: "bin/tcp-relay"}, {DB: "mysql"}} {
+		if _, err := openDB(cfg); err == nil {
+			t.Errorf("%+v: expected an error, found none", cfg)
+		}
+	}
+	if d, err := openDB(Config{DB: DBEtcd, Backend: BackendProcess}); err != nil || d.Name() != "etcd" {
+		t.Fatalf("expected the etcd adapter, found %v, %v", d, err)
+	}
+}
