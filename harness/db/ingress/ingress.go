@@ -67,8 +67,11 @@ type Ingress struct {
 
 // Stats counts what an Ingress did with the connections it accepted.
 type Stats struct {
-	Routed   int64            `json:"routed"`
-	Unknown  int64            `json:"unknown_owner"`
+	Routed  int64 `json:"routed"`
+	Unknown int64 `json:"unknown_owner"`
+	// Gone counts connections whose dialer had closed its end before
+	// the ingress looked it up: nothing left to route.
+	Gone     int64            `json:"gone"`
 	Refused  int64            `json:"relay_refused"`
 	ByOrigin map[string]int64 `json:"by_origin"`
 }
@@ -166,10 +169,12 @@ func (in *Ingress) count(f func(*Stats)) {
 func (in *Ingress) forward(c net.Conn) {
 	from, err := in.origin(c)
 	if err != nil {
-		in.count(func(s *Stats) { s.Unknown++ })
 		level := slog.LevelWarn
 		if errors.Is(err, ErrNotFound) {
 			level = slog.LevelDebug // its dialer already closed it: nothing to route
+			in.count(func(s *Stats) { s.Gone++ })
+		} else {
+			in.count(func(s *Stats) { s.Unknown++ })
 		}
 		in.log.Log(context.Background(), level, "closing a peer connection of unknown origin", "remote", c.RemoteAddr(), "error", err)
 		return
