@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tidaldb/tidal/harness/cluster"
 	"github.com/tidaldb/tidal/harness/db"
 	"github.com/tidaldb/tidal/harness/history"
 	"github.com/tidaldb/tidal/harness/workload"
@@ -233,7 +234,7 @@ func (w *Workload) target() string {
 	names := w.c.Names()
 	var members []string
 	for _, n := range names {
-		if w.c.State(n) != "removed" {
+		if w.c.State(n) != cluster.Removed {
 			members = append(members, n)
 		}
 	}
