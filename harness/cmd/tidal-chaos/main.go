@@ -54,6 +54,8 @@ behind its own relay, runs a workload that records every operation in a
 history, injects faults from a seeded schedule, heals, and checks that no
 acknowledged write was lost or applied twice, that reads were consistent,
 that replicas converged, and that replication lag stayed inside its SLO.
+With --db etcd it does the same to real etcd processes (register and
+append workloads, porcupine, ledger and watch checkers).
 
 Every run leaves a store (store/<test>/<timestamp>/, store/latest points at
 the newest) with history.jsonl, results.json, report.html, the schedule and
