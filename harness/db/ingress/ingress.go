@@ -71,9 +71,11 @@ type Stats struct {
 	Unknown int64 `json:"unknown_owner"`
 	// Gone counts connections whose dialer had closed its end before
 	// the ingress looked it up: nothing left to route.
-	Gone     int64            `json:"gone"`
-	Refused  int64            `json:"relay_refused"`
-	ByOrigin map[string]int64 `json:"by_origin"`
+	Gone    int64 `json:"gone"`
+	Refused int64 `json:"relay_refused"`
+	// LastRefusal is the last error dialing a relay.
+	LastRefusal string           `json:"last_refusal,omitempty"`
+	ByOrigin    map[string]int64 `json:"by_origin"`
 }
 
 // Listen starts the ingress of node to on addr ("127.0.0.1:0" picks a port).
@@ -188,7 +190,7 @@ func (in *Ingress) forward(c net.Conn) {
 	up, err := net.DialTimeout("tcp", relayAddr, 5*time.Second)
 	if err != nil {
 		// The relay refuses (a reject fault) or is gone: so does the link.
-		in.count(func(s *Stats) { s.Refused++ })
+		in.count(func(s *Stats) { s.Refused++; s.LastRefusal = err.Error() })
 		return
 	}
 	if !in.track(up) {
