@@ -158,4 +158,30 @@ var _ = Describe("etcd under faults", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(res.Valid).To(Equal(checker.Invalid), "the planted read must make the run invalid")
 	}, SpecTimeout(3*time.Minute))
+	It("says false of a stored etcd append run once a watch event is dropped from it", func(ctx SpecContext) {
+		o := etcdRun(ctx, nil, appendSet)
+		path := filepath.Join(o.Run.NodeDir("n1"), etcd.WatchFile)
+		body, err := os.ReadFile(path)
+		Expect(err).NotTo(HaveOccurred())
+		lines := strings.SplitAfter(string(body), "\n")
+		dropped := false
+		for i := len(lines) / 2; i < len(lines) && !dropped; i++ {
+			if strings.Contains(lines[i], `"key"`) {
+				lines = append(lines[:i], lines[i+1:]...)
+				dropped = true
+			}
+		}
+		Expect(dropped).To(BeTrue())
+		Expect(os.WriteFile(path, []byte(strings.Join(lines, "")), 0o644)).To(Succeed())
+		var cfg runner.Config
+		Expect(o.Run.ReadConfig(&cfg)).To(Succeed())
+		res, err := runner.Analyze(o.Run, cfg)
+		Expect(err).NotTo(HaveOccurred())
+		for _, r := range res.Results {
+			if r.Name == "watch" {
+				Expect(r.Valid).To(Equal(checker.Invalid), "the dropped event must be a watch anomaly: %s", r.Summary)
+			}
+		}
+		Expect(res.Valid).To(Equal(checker.Invalid))
+	}, SpecTimeout(3*time.Minute))
 })
