@@ -68,16 +68,27 @@ func TestAddMemberAdoptsAnAddWhoseAnswerWasLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lost, err := via.control.addMember(ctx, n2.peerURL)
-	if err != nil {
-		t.Fatalf("add behind the harness's back: %v", err)
+	// Its answer may be lost here too (a timeout under load): what
+	// matters is that the membership holds it.
+	via.control.addMember(ctx, n2.peerURL)
+	var lost member
+	for {
+		m, found, err := c.memberByURL(ctx, n2.peerURL)
+		if err == nil && found {
+			lost = m
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the add behind the harness's back never showed in the membership: %v", err)
+		}
+		time.Sleep(time.Second)
 	}
 	id, err := c.AddMember(ctx, "n2")
 	if err != nil {
-		t.Fatalf("expected AddMember to adopt member %x, found %v", uint64(lost.Member.ID), err)
+		t.Fatalf("expected AddMember to adopt member %x, found %v", uint64(lost.ID), err)
 	}
-	if id != uint64(lost.Member.ID) {
-		t.Fatalf("expected the slot to take member %x, found %x", uint64(lost.Member.ID), id)
+	if id != uint64(lost.ID) {
+		t.Fatalf("expected the slot to take member %x, found %x", uint64(lost.ID), id)
 	}
 	if _, err := c.WaitLeader(ctx); err != nil {
 		t.Fatal(err)
