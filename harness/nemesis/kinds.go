@@ -47,6 +47,10 @@ type Kind struct {
 	// no targets (or, for transfer-leader, only an order of candidates).
 	Leader bool
 
+	// Needs, when set, is what the kind needs from the database under test
+	// (see Capability); empty derives it from F (Kind.Requires).
+	Needs []Capability
+
 	// pick chooses a step's targets at generation time from the sorted
 	// nodes; nil means none.
 	pick  func(r *rand.Rand, nodes []string) []string
