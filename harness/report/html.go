@@ -258,7 +258,8 @@ func buildPage(rep Report) page {
 		p.Charts = append(p.Charts, template.HTML(lagChart(rep.Lag, faults, tmax, float64(slo)/1e6, catchUps)))
 		nodes := laneNodes(rep.History, values, rep.Lag)
 		leaders, terms := leaderSpans(rep.Lag, tmax)
-		p.Charts = append(p.Charts, template.HTML(lanesChart(nodes, nodeSpans(faults, values, nodes), leaders, terms, tmax)))
+		spans := append(nodeSpans(faults, values, nodes), crashSpans(rr.Results)...)
+		p.Charts = append(p.Charts, template.HTML(lanesChart(nodes, spans, leaders, terms, tmax)))
 	}
 	var end int64
 	if n := len(rep.History); n > 0 {

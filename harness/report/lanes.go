@@ -53,10 +53,11 @@ var laneColors = map[string]string{
 	"slow":      "#0c8599",
 	"disk":      "#a0522d",
 	"clock":     "#f08c00",
+	"crashed":   "#212529",
 }
 
 // laneLegend is the legend's order.
-var laneLegend = []string{"up", "down", "paused", "power-cut", "removed", "restart", "isolated", "cut", "slow", "disk", "clock"}
+var laneLegend = []string{"up", "down", "paused", "power-cut", "removed", "restart", "crashed", "isolated", "cut", "slow", "disk", "clock"}
 
 // diskKinds are the disk fault kinds as recorded (history f "disk", kind
 // one of these); power cuts are f "power-cut".
@@ -140,6 +141,28 @@ func nodeSpans(windows []checker.FaultWindow, values []history.FaultValue, nodes
 				add(n, bandClock, "clock", label)
 			}
 		}
+	}
+	return out
+}
+
+// crashSpans marks, on the process band, every exit of a node the nodes
+// checker found unasked for (a crash), at the time it exited.
+func crashSpans(results []checker.Result) []laneSpan {
+	r, ok := resultNamed(results, "nodes")
+	if !ok {
+		return nil
+	}
+	d, ok := detailsAs[checker.NodesDetails](r)
+	if !ok {
+		return nil
+	}
+	var out []laneSpan
+	for _, c := range d.Crashes {
+		if c.Time < 0 {
+			continue // found down after the final heal: no time to mark
+		}
+		out = append(out, laneSpan{node: c.Node, band: bandProcess, from: sec(c.Time), to: sec(c.Time), state: "crashed", label: "crashed",
+			title: fmt.Sprintf("crashed at %s: %s", history.FormatTime(c.Time), c.Reason)})
 	}
 	return out
 }

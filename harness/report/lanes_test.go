@@ -299,3 +299,16 @@ func TestClockCheckerRendered(t *testing.T) {
 		}
 	}
 }
+
+// Issue 11 item 5: a crash the nodes checker found (an exit nobody asked
+// for) is marked on that node's row at the time it exited.
+func TestCrashMarkedInLanes(t *testing.T) {
+	spans := crashSpans(crashedRunResults().Results)
+	if len(spans) != 1 || spans[0].node != "n2" || spans[0].state != "crashed" || spans[0].from != 7 || !strings.Contains(spans[0].title, "panicked") {
+		t.Fatalf("crash spans %+v; expected n2 crashed at 7s, titled with why", spans)
+	}
+	svg := lanesChart([]string{"n1", "n2", "n3"}, spans, nil, nil, 10)
+	if !strings.Contains(svg, `data-state="crashed"`) {
+		t.Errorf("expected the crash drawn in the lanes")
+	}
+}
