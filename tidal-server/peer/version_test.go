@@ -186,8 +186,8 @@ func TestWithholdsEntriesAPeerCannotRead(t *testing.T) {
 	newer := append([]byte{0x7f}, known[1:]...)
 	mixed := marshal(t, appendWith(1, 2, known, newer))
 
-	n1.t.notePeerVersions(2, legacyVersions)                                        // a release before the handshake
-	n1.t.notePeerVersions(4, versions{protocol: 2, protocolMin: 1, entryFormat: 2}) // reads format 2
+	n1.t.notePeerVersions(2, legacyVersions)                                                                    // a release before the handshake
+	n1.t.notePeerVersions(4, versions{protocol: 2, protocolMin: 1, entryFormat: replica.ReadableEntryFormat()}) // reads all this node does
 	for _, c := range []struct {
 		peer     uint64
 		data     []byte

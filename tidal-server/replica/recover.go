@@ -72,10 +72,8 @@ func ReadSurvivor(dataDir string, sm StateMachine) (*Survivor, error) {
 			if _, known := EntryFormatOf(raftpb.EntryNormal, data); !known {
 				return nil, &EntryFormatError{Index: e.Index, Term: e.Term, Envelope: data[0]}
 			}
-			if len(data) >= envelopeHeader && data[0] == envelopeVersion {
-				sm.Apply(e.Index, e.Term, data[envelopeHeader:])
-			} else {
-				sm.SetApplied(e.Index)
+			if err := replayNormal(sm, e.Index, e.Term, data); err != nil {
+				return nil, err
 			}
 		case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
 			if err := mem.replay(re); err != nil {
@@ -94,6 +92,35 @@ func ReadSurvivor(dataDir string, sm StateMachine) (*Survivor, error) {
 	}
 	slices.Sort(s.Removed)
 	return s, nil
+}
+
+// replayNormal applies one normal entry as the apply loop does: a
+// proposal, the proposals a packed entry carries (in one ApplyBatch, as
+// the loop hands them over), or nothing (markers, raft's empty entries,
+// and what the loop would skip as malformed).
+func replayNormal(sm StateMachine, index, term uint64, data []byte) error {
+	switch {
+	case len(data) >= envelopeHeader && data[0] == envelopeVersion:
+		sm.Apply(index, term, data[envelopeHeader:])
+	case len(data) > 0 && data[0] == packedVersion:
+		run, err := unpack(nil, index, term, data)
+		if err != nil {
+			sm.SetApplied(index)
+			return nil
+		}
+		bsm, ok := sm.(BatchStateMachine)
+		if !ok {
+			return fmt.Errorf("entry %d packs %d proposals, and this state machine cannot apply packed entries (no ApplyBatch)", index, len(run))
+		}
+		ents := make([]AppEntry, len(run))
+		for i := range run {
+			ents[i] = run[i].AppEntry
+		}
+		bsm.ApplyBatch(ents)
+	default:
+		sm.SetApplied(index)
+	}
+	return nil
 }
 
 // ForceNewCluster rewrites a stopped survivor's data dir as the data dir
