@@ -2,6 +2,7 @@ package replica
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -83,20 +84,27 @@ type PeerFormats interface {
 	PeerEntryFormat(id uint64) (uint32, bool)
 }
 
-// testEntryFormat stands for EntryFormat under SetTestNewerEntryFormat.
-var testEntryFormat uint32 = EntryFormat
+// testEntryFormat stands for EntryFormat under SetTestNewerEntryFormat,
+// zero meaning "not set". Atomic: a test restores it while the goroutines
+// of the nodes it started (closed only by its cleanup) still read it.
+var testEntryFormat atomic.Uint32
 
 // SetTestNewerEntryFormat makes this process advertise, and accept, one
 // entry format above EntryFormat; restore undoes it. TEST ONLY
 // (--test-newer-format).
 func SetTestNewerEntryFormat() (restore func()) {
-	testEntryFormat = EntryFormat + 1
-	return func() { testEntryFormat = EntryFormat }
+	testEntryFormat.Store(EntryFormat + 1)
+	return func() { testEntryFormat.Store(0) }
 }
 
 // ReadableEntryFormat is the newest entry format this process reads (and
 // advertises): EntryFormat, except under SetTestNewerEntryFormat.
-func ReadableEntryFormat() uint32 { return testEntryFormat }
+func ReadableEntryFormat() uint32 {
+	if f := testEntryFormat.Load(); f != 0 {
+		return f
+	}
+	return EntryFormat
+}
 
 // ClusterEntryFormat is the newest entry format every current member
 // reads, as this node knows: the minimum of what each advertised (1 for a
