@@ -59,8 +59,8 @@ func (a advertised) PeerEntryFormat(id uint64) (uint32, bool) {
 // that advertised nothing (not heard from yet, or a release before the
 // handshake) counts as format 1; removed members do not count.
 func TestClusterEntryFormat(t *testing.T) {
-	defer func() { testEntryFormat = EntryFormat }()
-	testEntryFormat = 3 // this node reads up to 3
+	defer testEntryFormat.Store(0)
+	testEntryFormat.Store(3) // this node reads up to 3
 	for _, tc := range []struct {
 		name    string
 		members []uint64
