@@ -29,10 +29,12 @@ build:
 # shortest runbook page (so the runbook parser and runner never rot).
 test: lint unit fuzz suites
 
-# The tidalbugs build's own tests (tidal-server/bugs/on_test.go) need the tag.
+# The tidalbugs build's own tests (tidal-server/bugs/on_test.go, the WAL's
+# planted-defect hooks in tidal-server/wal/bugs_on_test.go) need the tag.
 unit:
 	$(GO) test -race -count=1 -timeout 15m $(UNIT_PKGS)
 	$(GO) test -race -count=1 -tags tidalbugs ./tidal-server/bugs/...
+	$(GO) test -race -count=1 -tags tidalbugs -run Planted ./tidal-server/wal/
 	cd bench/storeload && $(GO) vet ./... && $(GO) test -count=1 ./...   # its own module (etcd's client)
 
 fuzz:
@@ -46,6 +48,16 @@ suites: build
 chaos: build
 	@mkdir -p store/junit
 	$(GINKGO) -r --keep-going --procs=1 --timeout=40m --label-filter='chaos' --output-dir=$(CURDIR)/store/junit --junit-report=chaos.xml ./suites
+
+# make chaos-etcd: the harness against etcd (issue 15), one fault family
+# per spec; asserts the harness ran and judged, not that etcd is correct.
+# Needs etcd (Debian's etcd-server; installed with apt-get when absent and
+# run as root). JUnit report in store/junit/chaos-etcd.xml.
+.PHONY: chaos-etcd
+chaos-etcd:
+	@./ci/install-etcd
+	@mkdir -p store/junit
+	$(GINKGO) --keep-going --procs=1 --timeout=30m --label-filter='etcd' --output-dir=$(CURDIR)/store/junit --junit-report=chaos-etcd.xml ./suites/etcd
 
 # make images: tidal-server and tcp-relay images FROM scratch around the
 # static binaries, tagged :$(VERSION), :dev and by content (bin-<hash>).

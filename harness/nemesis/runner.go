@@ -419,6 +419,9 @@ func (r *Runner) HealAll(ctx context.Context) error {
 	r.log.Info("healing everything", "active", active)
 
 	var errs []error
+	if err := r.healClocks(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	if m := r.c.Mesh(); m != nil {
 		if _, err := m.Reset(); err != nil {
 			errs = append(errs, fmt.Errorf("relay mesh: %w", err))
