@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -120,5 +121,22 @@ func TestReapStaleUnmountsDeadMounts(t *testing.T) {
 	}
 	if err := os.RemoveAll(filepath.Join(root, "run1")); err != nil {
 		t.Fatalf("after reaping, the run directory should be removable: %v", err)
+	}
+}
+
+// Regression (issue 11 item 2): go-fuse left the /dev/fuse descriptor of
+// a direct mount without close-on-exec, so every node the harness started
+// inherited every mount's FUSE connection; after the harness was killed
+// the connections stayed open, the killed nodes could not exit, and
+// anything touching a mount hung. A process started after Mount must hold
+// no /dev/fuse.
+func TestChildrenDoNotInheritTheFUSEConnection(t *testing.T) {
+	mountForTest(t, Options{})
+	out, err := exec.Command("sh", "-c", "ls -l /proc/$$/fd").CombinedOutput()
+	if err != nil {
+		t.Fatalf("list the child's descriptors: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "/dev/fuse") {
+		t.Fatalf("a child started after Mount holds the FUSE connection:\n%s", out)
 	}
 }
