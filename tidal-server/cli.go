@@ -284,6 +284,7 @@ underscores (client_addr, data_dir, ...).
 	f.DurationVar(&cfg.MaxWriteWait, "max-write-wait", 0, "shed a write (503 + Retry-After) expected to wait longer for commit (0: half of --write-timeout)")
 	f.DurationVar(&cfg.MaxClockSkew, "max-clock-skew", time.Minute, "refuse (400, events[i].ts) an event whose ts is further ahead of this node's clock; a node this far off a majority of the voters' clocks refuses writes (503)")
 	f.DurationVar(&cfg.TestClockOffset, "test-clock-offset", 0, "TEST ONLY: shift this node's clock (stamping, skew check, clock probes) to simulate skew")
+	f.StringVar(&cfg.TestClockOffsetFile, "test-clock-offset-file", "", "TEST ONLY: file holding this node's clock offset (\"90s\", \"-5m\"), re-read every 100ms so a test can move the clock at run time; missing or empty: --test-clock-offset")
 	f.Int64Var(&cfg.MaxSnapshotBytes, "max-snapshot-bytes", 1<<30, "cap on one snapshot received from a peer, spooled to <data-dir>/snap-spool as it arrives; a longer stream is cut (must exceed the largest snapshot)")
 	f.BoolVar(&testNewerFormat, "test-newer-format", false, "TEST ONLY: act as a future release: write WAL segments and snapshots one format version up, speak a peer protocol that no longer talks to this release's, read one entry format more")
 	_ = f.MarkHidden("test-newer-format")
@@ -305,8 +306,9 @@ underscores (client_addr, data_dir, ...).
 //     refused for good.
 //   - Inbound snapshots are spooled under the data dir, and cut past
 //     --max-snapshot-bytes.
-//   - --test-clock-offset (tests only) shifts this node's clock in the
-//     clock probes.
+//   - --test-clock-offset and --test-clock-offset-file (tests only) shift
+//     this node's clock in the clock probes: the transport reads the
+//     server's test clock, built here so both share it.
 func peerOptions(cfg *server.Config) (peer.Options, error) {
 	if cfg.MaxSnapshotBytes < 0 {
 		// 0 (a --config file without the key) is the transport's default.
@@ -315,10 +317,16 @@ func peerOptions(cfg *server.Config) (peer.Options, error) {
 	o := peer.Options{
 		SpoolDir:         filepath.Join(cfg.DataDir, snapshotSpoolDir),
 		MaxSnapshotBytes: cfg.MaxSnapshotBytes,
-		// TEST ONLY: the one --test-clock-offset shifts the clock probes
-		// as it shifts the stamping clock (the server's), so the node
-		// looks as skewed to its peers as its writes would be.
-		ClockOffset: cfg.TestClockOffset,
+	}
+	if cfg.TestClockOffset != 0 || cfg.TestClockOffsetFile != "" {
+		// TEST ONLY: the one test clock shifts the clock probes as it
+		// shifts the stamping clock (the server's), so the node looks as
+		// skewed to its peers as its writes would be.
+		clock, err := server.NewTestClock(cfg.TestClockOffset, cfg.TestClockOffsetFile)
+		if err != nil {
+			return peer.Options{}, err
+		}
+		cfg.TestClock, o.Now = clock, clock.Now
 	}
 	if cfg.Certs != nil {
 		o.ServerTLS, o.ClientTLS = cfg.Certs.PeerServerTLS(), cfg.Certs.PeerClientTLS
@@ -484,6 +492,8 @@ func mergeConfig(file, flags server.Config, set *pflag.FlagSet) server.Config {
 			out.MaxClockSkew = flags.MaxClockSkew
 		case "test-clock-offset":
 			out.TestClockOffset = flags.TestClockOffset
+		case "test-clock-offset-file":
+			out.TestClockOffsetFile = flags.TestClockOffsetFile
 		case "max-snapshot-bytes":
 			out.MaxSnapshotBytes = flags.MaxSnapshotBytes
 		}

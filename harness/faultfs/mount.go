@@ -198,7 +198,10 @@ func (f *FS) mountGeneration() (*generation, error) {
 		logger = log.New(discard{}, "", 0)
 	}
 	mo := fuse.MountOptions{
-		FsName:        f.b.dir,
+		// The source names the serving process, so that a later run can
+		// tell a mount whose server died without touching it (see
+		// ReapStale: touching one can hang).
+		FsName:        ownerSource(f.b.dir),
 		Name:          "faultfs",
 		DirectMount:   true,
 		MaxWrite:      1 << 20,

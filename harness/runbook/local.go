@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	gproc "github.com/shirou/gopsutil/v4/process"
 	"github.com/tidaldb/tidal/harness/checker"
 	"github.com/tidaldb/tidal/harness/report"
 	"github.com/tidaldb/tidal/tidal-server/client"
@@ -563,10 +562,5 @@ func ownerRunning(dir string) bool {
 	if json.Unmarshal(b, &o) != nil || o.PID <= 0 {
 		return false
 	}
-	p, err := gproc.NewProcess(int32(o.PID))
-	if err != nil {
-		return false
-	}
-	started, err := p.CreateTime()
-	return err == nil && started == o.Started
+	return o.Running()
 }

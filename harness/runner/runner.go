@@ -22,6 +22,7 @@ import (
 
 	"github.com/tidaldb/tidal/harness/checker"
 	"github.com/tidaldb/tidal/harness/cluster"
+	"github.com/tidaldb/tidal/harness/faultfs"
 	"github.com/tidaldb/tidal/harness/history"
 	"github.com/tidaldb/tidal/harness/nemesis"
 	"github.com/tidaldb/tidal/harness/process"
@@ -69,6 +70,71 @@ type Config struct {
 	// on a network of the run's own, the relay mesh in a tcp-relay
 	// container built from RelayBinary, default the one beside ServerBin).
 	Backend string `json:"backend,omitempty"`
+	// FaultFS mounts faultfs over every node's data dir: "on", "off", or
+	// "auto" (the default: on when the nemesis has a disk kind). The disk
+	// kinds (power cuts, fsync errors, ...) need it; see faultfsMode.
+	FaultFS string `json:"faultfs,omitempty"`
+}
+
+// FaultFS modes (Config.FaultFS).
+const (
+	FaultFSAuto = "auto"
+	FaultFSOn   = "on"
+	FaultFSOff  = "off"
+)
+
+// ParseFaultFS checks a --faultfs value.
+func ParseFaultFS(s string) (string, error) {
+	switch s {
+	case "", FaultFSAuto:
+		return FaultFSAuto, nil
+	case FaultFSOn, FaultFSOff:
+		return s, nil
+	}
+	return "", fmt.Errorf("faultfs: expected auto, on or off, found %q", s)
+}
+
+// noDisks says why this run cannot have disk faults (nil: it can).
+func (c Config) noDisks() error {
+	if c.FaultFS == FaultFSOff {
+		return errors.New("the run has --faultfs off")
+	}
+	if c.Backend == BackendDocker {
+		return errors.New("faultfs mounts data dirs of the process backend only, and this run has --backend docker")
+	}
+	return nemesis.DiskSupport()
+}
+
+// ParseNemesis expands the run's --nemesis list into kinds, for its
+// cluster size and whether it can have disk faults.
+func (c Config) ParseNemesis() ([]string, error) {
+	return nemesis.ParseMixWith(strings.Join(c.Nemesis, ","), c.Nodes, c.noDisks())
+}
+
+// mountFaultFS decides whether the run mounts faultfs, given the kinds its
+// schedule uses: on when asked for (refused where it cannot mount), off
+// when asked not to (refused if a disk kind is scheduled), else on exactly
+// when a disk kind is scheduled.
+func (c Config) mountFaultFS(kinds []string) (bool, error) {
+	disk := nemesis.NeedsDisks(kinds)
+	switch c.FaultFS {
+	case FaultFSOn:
+		if err := c.noDisks(); err != nil {
+			return false, fmt.Errorf("--faultfs on: %w", err)
+		}
+		return true, nil
+	case FaultFSOff:
+		if disk {
+			return false, fmt.Errorf("--faultfs off, but the schedule has disk faults (%s), which need it", strings.Join(kinds, ","))
+		}
+		return false, nil
+	}
+	if disk {
+		if err := c.noDisks(); err != nil {
+			return false, fmt.Errorf("the schedule has disk faults, which need faultfs: %w", err)
+		}
+	}
+	return disk, nil
 }
 
 // Duration is a time.Duration that reads and writes as "1m30s" in JSON.
@@ -137,13 +203,16 @@ func (c *Config) setDefaults() error {
 	if c.WALSegmentSize == 0 {
 		c.WALSegmentSize = cluster.DefaultWALSegmentSize
 	}
+	var err error
+	if c.FaultFS, err = ParseFaultFS(c.FaultFS); err != nil {
+		return err
+	}
 	if c.Workload.Kind == "" {
 		c.Workload.Kind = workload.Ledger
 	}
 	if c.Workload.Seed == 0 {
 		c.Workload.Seed = uint64(c.Seed)
 	}
-	var err error
 	c.Workload, err = c.Workload.WithDefaults()
 	return err
 }
@@ -215,6 +284,34 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 	if killed, _ := reg.Reap(); len(killed) > 0 {
 		fmt.Fprintf(out, "  reaped leftovers of an earlier run: %s\n", strings.Join(killed, ", "))
 	}
+	// And its faultfs mounts, dead since its process died: they would
+	// fail the pruning of its run directory (this run holds the store, so
+	// no live run of it has any).
+	if mounts, err := faultfs.ReapStale(cfg.Store); len(mounts) > 0 || err != nil {
+		fmt.Fprintf(out, "  unmounted dead faultfs mounts of an earlier run: %s", strings.Join(mounts, ", "))
+		if err != nil {
+			fmt.Fprintf(out, " (%v)", err)
+		}
+		fmt.Fprintln(out)
+	}
+
+	// The schedule's kinds decide whether the data dirs go through
+	// faultfs, so they are known before the cluster starts.
+	var mix []string
+	if opts.Schedule != nil {
+		mix = opts.Schedule.Kinds()
+	} else if len(cfg.Nemesis) > 0 {
+		if mix, err = cfg.ParseNemesis(); err != nil {
+			return nil, err
+		}
+	}
+	disks, err := cfg.mountFaultFS(mix)
+	if err != nil {
+		return nil, err
+	}
+	if disks {
+		fmt.Fprintf(out, "  faultfs mounted over every node's data dir (--faultfs %s)\n", cfg.FaultFS)
+	}
 	relayBin := cfg.RelayBinary
 	if relayBin != "" {
 		if relayBin, err = filepath.Abs(relayBin); err != nil {
@@ -232,9 +329,16 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 	// harness asked for it: the nodes checker's evidence.
 	watch := newExitWatch(backend)
 	ccfg := cluster.Config{Nodes: cfg.Nodes, Backend: watch, Dir: run.NodesDir(), Flags: cfg.ServerFlags, Logger: log, RelayBinary: relayBin,
-		WALSegmentSize: cfg.WALSegmentSize, Insecure: cfg.Insecure, CertsDir: filepath.Join(run.Dir(), "certs")}
+		WALSegmentSize: cfg.WALSegmentSize, Insecure: cfg.Insecure, CertsDir: filepath.Join(run.Dir(), "certs"), DiskFaults: disks}
 	if newNetwork != nil {
 		ccfg.NewNetwork, ccfg.RelayBinary = newNetwork, ""
+	}
+	// Clock faults move node clocks through a test-only offset file the
+	// nodes must be started with (nemesis/clock.go).
+	if opts.Schedule != nil {
+		ccfg.ClockControl = nemesis.UsesClock(opts.Schedule.Kinds())
+	} else if mix, err := nemesis.ParseMix(strings.Join(cfg.Nemesis, ","), cfg.Nodes); err == nil {
+		ccfg.ClockControl = nemesis.UsesClock(mix)
 	}
 	c, err := cluster.New(ccfg)
 	if err != nil {
@@ -263,10 +367,6 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 	if opts.Schedule != nil {
 		schedule = *opts.Schedule
 	} else if len(cfg.Nemesis) > 0 {
-		mix, err := nemesis.ParseMix(strings.Join(cfg.Nemesis, ","), cfg.Nodes)
-		if err != nil {
-			return nil, err
-		}
 		schedule, err = nemesis.Generate(cfg.Seed, nemesis.ScheduleConfig{
 			Duration: cfg.Duration.D(), Interval: cfg.Interval.D(), FaultDuration: cfg.FaultDuration.D(),
 			Mix: mix, Nodes: c.Names(),
@@ -565,6 +665,19 @@ func Analyze(run *report.Run, cfg Config) (checker.Results, error) {
 
 	if faults, ok := faultsResult(run, cfg, ops); ok {
 		rs = append(rs, faults)
+	}
+	if clock, ok := checker.Clock(ops); ok {
+		rs = append(rs, clock)
+	}
+	// What nodes did under fsync errors, full and corrupt disks (issue 11
+	// item 3): only runs that had such faults.
+	if checker.DiskFaulted(ops) {
+		if evErr != nil {
+			rs = append(rs, checker.Result{Name: "fencing", Valid: checker.Unknown,
+				Summary: "no record of the node processes (nodes.json unreadable): " + evErr.Error()})
+		} else {
+			rs = append(rs, checker.Fencing(ops, ev))
+		}
 	}
 
 	digests, digestErr := run.ReadDigests()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -65,6 +66,12 @@ var _ = Describe("format versions", func() {
 		Expect(out).To(ContainSubstring(filepath.Join(data, "wal", "0000000000000000.wal")), "the refusal names the file")
 		Expect(out).To(ContainSubstring("WAL segment format version 2 is newer than this build reads (versions 1 to 1)"))
 		Expect(dirDigest(data)).To(Equal(before), "a refused start changed the data dir")
+		// Not damage: wal verify says what it is, with the refusal status,
+		// not the damage one (3).
+		verify := exec.Command(bins.TidalServer, "wal", "verify", "--data-dir", data)
+		vout, err := verify.CombinedOutput()
+		Expect(verify.ProcessState.ExitCode()).To(Equal(1), "wal verify on a newer log: %v\n%s", err, vout)
+		Expect(string(vout)).To(ContainSubstring("format version 2 is newer than this build reads"))
 
 		// The newer release still opens it, with the write there.
 		again := startNode(-1, runArgs(1, addrs[0], addrs[1], data, "--test-newer-format")...)
@@ -75,7 +82,7 @@ var _ = Describe("format versions", func() {
 		again.stop()
 	})
 
-	It("refuses to replicate with a peer across an incompatible peer protocol, on both sides, and the compatible majority serves", func() {
+	It("refuses to replicate across an incompatible peer protocol (an upgrade to a release that dropped this one), on both sides, and the compatible majority serves", func() {
 		dir := specDir("format-protocol")
 		addrs := freeAddrs(6)
 		peers := fmt.Sprintf("1=%s,2=%s,3=%s", addrs[3], addrs[4], addrs[5])
@@ -102,6 +109,9 @@ var _ = Describe("format versions", func() {
 		metrics, err := client.New(addrs[0]).Metrics(context.Background())
 		Expect(err).NotTo(HaveOccurred())
 		Expect(string(metrics)).To(MatchRegexp(`tidal_peer_messages_dropped_total\{reason="protocol_version"\} [1-9]`))
+		// The minimum-entry-format rule counts the member it cannot talk
+		// to as format 1.
+		Expect(string(metrics)).To(MatchRegexp(`(?m)^tidal_cluster_entry_format 1$`))
 		leaderSt, err := client.New(addrs[0]).Status(context.Background())
 		Expect(err).NotTo(HaveOccurred())
 		st, err := client.New(addrs[2]).Status(context.Background())

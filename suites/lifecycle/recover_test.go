@@ -44,6 +44,7 @@ var _ = Describe("recover --force-new-cluster", func() {
 			}).WithTimeout(60 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 			acked[id] = ack.Seq
 		}
+		By("writing with all three members")
 		for i := range 10 {
 			write(fmt.Sprintf("fnc-a%d", i))
 		}
@@ -53,6 +54,7 @@ var _ = Describe("recover --force-new-cluster", func() {
 		for i := range 10 {
 			write(fmt.Sprintf("fnc-b%d", i))
 		}
+		By("losing members 1 and 2")
 		for _, i := range []int{1, 2} {
 			Expect(nodes[i].cmd.Process.Signal(syscall.SIGKILL)).To(Succeed())
 			nodes[i].waitExit(30 * time.Second)
@@ -65,6 +67,7 @@ var _ = Describe("recover --force-new-cluster", func() {
 			Expect(err).NotTo(HaveOccurred(), "recover:\n%s", out)
 			return string(out)
 		}
+		By("recovering member 3")
 		dry := recoverCmd("--dry-run")
 		m := regexp.MustCompile(`member=3 last_index=(\d+) last_term=\d+ commit=\d+ snapshot=\d+ members=1,2,3`).FindStringSubmatch(dry)
 		Expect(m).NotTo(BeNil(), "dry run:\n%s", dry)
@@ -74,6 +77,7 @@ var _ = Describe("recover --force-new-cluster", func() {
 		out := recoverCmd()
 		Expect(out).To(ContainSubstring(fmt.Sprintf("at index %d", last)))
 
+		By("starting the new cluster")
 		survivor := startNode(-1, args(3, "--peers", "3="+addrs[5])...)
 		survivor.waitReady(addrs[2])
 		sc := client.New(addrs[2], client.WithTimeout(10*time.Second))
@@ -94,6 +98,7 @@ var _ = Describe("recover --force-new-cluster", func() {
 
 		// A lost member that was not lost after all comes back with its
 		// old data: the new cluster tells it it was removed.
+		By("bringing old member 1 back")
 		back := startNode(-1, args(1, "--peers", peers)...)
 		Expect(back.waitExit(90*time.Second)).To(Equal(5), "the old member 1 should be told it was removed; output:\n%s", back.out)
 		survivor.stop()

@@ -475,17 +475,18 @@ func TestContextDeadlineRespected(t *testing.T) {
 	t.Run("no sleep past the deadline", func(t *testing.T) {
 		rc := &recorder{script: []func(http.ResponseWriter){status(503, "Retry-After", "30")}}
 		_, c := serve(t, rc)
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		// The deadline is long enough that a client sleeping until it is
+		// told apart from one returning at once on any machine, however
+		// busy: waiting the 30s Retry-After would overrun it, so the client
+		// must give up at once, with the 503, not sleep until the deadline.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		start := time.Now()
 		_, err := c.WriteSignals(ctx, []Event{{ID: "e", Entity: 1, Signal: "view"}})
 		if !IsUnavailable(err) {
 			t.Fatalf("expected the 503 back, found %v", err)
 		}
-		// Waiting 30s would overrun the deadline, so the client must give up
-		// at once instead of sleeping until the deadline.
-		if took := time.Since(start); took > 400*time.Millisecond || rc.count() != 1 {
-			t.Fatalf("took %v and %d requests; expected one request and an immediate return", took, rc.count())
+		if ctx.Err() != nil || rc.count() != 1 {
+			t.Fatalf("expected one request and a return before the deadline, found %d requests, context %v", rc.count(), ctx.Err())
 		}
 	})
 	t.Run("deadline cuts a hanging attempt", func(t *testing.T) {
@@ -693,13 +694,14 @@ func TestProbes(t *testing.T) {
 	if err := c.Healthy(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
 	err := c.Ready(context.Background())
 	if !IsUnavailable(err) || !strings.Contains(err.Error(), "no leader") {
 		t.Fatalf("expected unavailable with the reason, found %v", err)
 	}
-	if ready.Load() != 1 || time.Since(start) > 900*time.Millisecond {
-		t.Fatalf("a probe must answer at once: %d requests in %v", ready.Load(), time.Since(start))
+	// A probe answers at once: one request, no retry after Retry-After
+	// (a count, not a time: the machine may be slow).
+	if ready.Load() != 1 {
+		t.Fatalf("a probe must answer at once: expected 1 request, found %d", ready.Load())
 	}
 }
 

@@ -125,18 +125,9 @@ func (t *Transport) serveMessages(_ any, stream grpc.ServerStream) error {
 		return status.Error(codes.Unauthenticated, err.Error())
 	}
 	own := ownVersions()
-	theirs, err := incomingVersions(ctx)
+	theirs, err := t.checkVersions(ctx, authID, remote)
 	if err != nil {
-		t.metrics.messagesDropped.WithLabelValues(reasonProtocolVersion).Inc()
-		t.drops.note("refusing peer stream", reasonProtocolVersion, "remote", remote, "authenticated_member", authID, "err", err)
-		return status.Error(codes.InvalidArgument, err.Error())
-	}
-	if why := compatible(own, theirs); why != "" {
-		t.metrics.messagesDropped.WithLabelValues(reasonProtocolVersion).Inc()
-		t.drops.note("refusing peer stream: incompatible peer protocol", reasonProtocolVersion, "remote", remote,
-			"authenticated_member", authID, "peer_protocol", theirs.protocol, "peer_protocol_min", theirs.protocolMin,
-			"protocol", own.protocol, "protocol_min", own.protocolMin, "why", why)
-		return status.Error(codes.FailedPrecondition, "peer protocol: "+why)
+		return err
 	}
 	if err := stream.SendHeader(own.metadata()); err != nil {
 		return err

@@ -127,6 +127,9 @@ func (s *sender) stream(conn *grpc.ClientConn) error {
 	ctx, cancel := context.WithCancelCause(s.ctx)
 	defer cancel(nil)
 	ctx = metadata.NewOutgoingContext(ctx, ownVersions().metadata())
+	// A new stream may reach another process (a node restarted on
+	// another release): what the last one advertised no longer holds.
+	s.t.forgetPeerVersions(s.id)
 	st, err := conn.NewStream(ctx, messagesDesc, "/"+serviceName+"/"+methodMessages)
 	if err != nil {
 		return err
@@ -234,6 +237,7 @@ func (s *sender) sendSnapshot(data []byte) {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Minute)
 	defer cancel()
+	ctx = metadata.NewOutgoingContext(ctx, ownVersions().metadata())
 	start := time.Now()
 	st, err := conn.NewStream(ctx, snapshotDesc, "/"+serviceName+"/"+methodSnapshots)
 	if err != nil {

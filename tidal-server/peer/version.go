@@ -7,7 +7,9 @@ import (
 
 	"github.com/tidaldb/tidal/tidal-server/replica"
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -118,7 +120,8 @@ func compatible(own, theirs versions) string {
 	return ""
 }
 
-// peerFormats remembers the entry format each peer advertised.
+// notePeerVersions remembers the entry format peer id advertised, logging
+// it when it is new or changed.
 func (t *Transport) notePeerVersions(id uint64, v versions) {
 	t.formatsMu.Lock()
 	prev, had := t.formats[id]
@@ -129,6 +132,13 @@ func (t *Transport) notePeerVersions(id uint64, v versions) {
 	}
 }
 
+// forgetPeerVersions drops what peer id advertised, until it says again.
+func (t *Transport) forgetPeerVersions(id uint64) {
+	t.formatsMu.Lock()
+	delete(t.formats, id)
+	t.formatsMu.Unlock()
+}
+
 // PeerEntryFormat implements replica.PeerFormats.
 func (t *Transport) PeerEntryFormat(id uint64) (uint32, bool) {
 	t.formatsMu.Lock()
@@ -137,17 +147,61 @@ func (t *Transport) PeerEntryFormat(id uint64) (uint32, bool) {
 	return f, ok
 }
 
-// incomingVersions reads and checks the versions on an inbound stream.
-func incomingVersions(ctx context.Context) (versions, error) {
+// checkVersions reads the versions on an inbound stream (Messages or
+// Snapshot) and refuses, counted and logged, a peer this node cannot talk
+// to; the error is the stream's status.
+func (t *Transport) checkVersions(ctx context.Context, authID uint64, remote string) (versions, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	return parseVersions(md)
+	theirs, err := parseVersions(md)
+	if err != nil {
+		t.metrics.messagesDropped.WithLabelValues(reasonProtocolVersion).Inc()
+		t.drops.note("refusing peer stream", reasonProtocolVersion, "remote", remote, "authenticated_member", authID, "err", err)
+		return versions{}, status.Error(codes.InvalidArgument, err.Error())
+	}
+	own := ownVersions()
+	if why := compatible(own, theirs); why != "" {
+		t.metrics.messagesDropped.WithLabelValues(reasonProtocolVersion).Inc()
+		t.drops.note("refusing peer stream: incompatible peer protocol", reasonProtocolVersion, "remote", remote,
+			"authenticated_member", authID, "peer_protocol", theirs.protocol, "peer_protocol_min", theirs.protocolMin,
+			"protocol", own.protocol, "protocol_min", own.protocolMin, "why", why)
+		return versions{}, status.Error(codes.FailedPrecondition, "peer protocol: "+why)
+	}
+	return theirs, nil
 }
 
 // unreadableEntry returns the first entry of a marshalled MsgApp whose
 // format this node cannot read (index, envelope byte), or ok=false. A
 // message it cannot parse is left to raft, which refuses it.
 func unreadableEntry(msg []byte) (index uint64, envelope byte, found bool) {
-	readable := replica.ReadableEntryFormat()
+	return entryAbove(msg, replica.ReadableEntryFormat())
+}
+
+// withholds is the sending half of the entry-format gate: whether a
+// message for peer id is a MsgApp carrying an entry of a format id has not
+// advertised it reads (a peer that advertised nothing reads format 1). The
+// minimum-entry-format rule keeps such entries out of the log while such a
+// peer is a member; this catches one added later, or one that lags behind
+// entries written before it joined, which a release without the receiving
+// half would otherwise skip at apply and diverge. Free while every peer
+// reads all this node does.
+func (t *Transport) withholds(id uint64, data []byte) (index uint64, format uint32, withheld bool) {
+	format, ok := t.PeerEntryFormat(id)
+	if !ok {
+		format = 1
+	}
+	if format >= replica.ReadableEntryFormat() {
+		return 0, format, false
+	}
+	if h, err := parseHeader(data); err != nil || h.Type != raftpb.MsgApp {
+		return 0, format, false
+	}
+	index, _, withheld = entryAbove(data, format)
+	return index, format, withheld
+}
+
+// entryAbove returns the first entry of a marshalled MsgApp whose format
+// is above max or unknown to this build.
+func entryAbove(msg []byte, max uint32) (index uint64, envelope byte, found bool) {
 	for len(msg) > 0 {
 		num, typ, n := protowire.ConsumeTag(msg)
 		if n < 0 {
@@ -172,7 +226,7 @@ func unreadableEntry(msg []byte) (index uint64, envelope byte, found bool) {
 			return 0, 0, false
 		}
 		f, known := replica.EntryFormatOf(etype, data)
-		if !known || f > readable {
+		if !known || f > max {
 			return idx, data[0], true
 		}
 	}

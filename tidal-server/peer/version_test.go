@@ -150,3 +150,71 @@ func TestRemovedSenderIsTold(t *testing.T) {
 		t.Fatalf("member 2 was told it was removed by %v", got)
 	}
 }
+
+// Snapshot streams are versioned like Messages streams: one from a peer
+// this node cannot talk to is refused before anything is spooled.
+func TestSnapshotStreamRefusesIncompatibleProtocol(t *testing.T) {
+	n1 := startNode(t, 1, Options{Membership: members([]uint64{1, 2})})
+	conn := rawClient(t, n1.addr, nil)
+	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(context.Background(),
+		metadata.Pairs(mdProtocol, "4", mdProtocolMin, "3")), waitFor)
+	defer cancel()
+	st, err := conn.NewStream(ctx, snapshotDesc, "/"+serviceName+"/"+methodSnapshots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := snapshotMessage(t, 2, 1, 1024)
+	_ = st.SendMsg(&chunk)
+	if err := finish(st); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "peer protocol 4") {
+		t.Fatalf("expected FailedPrecondition naming protocol 4, found %v", err)
+	}
+	if got := dropped(n1.t, reasonProtocolVersion); got != 1 {
+		t.Errorf("protocol_version drops = %d; expected 1", got)
+	}
+}
+
+// The sending half of the entry-format gate: a node that reads (and so
+// may write) a newer entry format than a peer advertised does not send
+// that peer appends carrying such entries — a release without the
+// receiving half would skip them at apply and diverge. Appends of formats
+// the peer reads still go, and so does everything to a peer that
+// advertised the newer format.
+func TestWithholdsEntriesAPeerCannotRead(t *testing.T) {
+	defer replica.SetTestNewerEntryFormat()() // this node reads format 2
+	n1 := startNode(t, 1, Options{})
+	known := []byte{1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 9, 'x'}
+	newer := append([]byte{0x7f}, known[1:]...)
+	mixed := marshal(t, appendWith(1, 2, known, newer))
+
+	n1.t.notePeerVersions(2, legacyVersions)                                        // a release before the handshake
+	n1.t.notePeerVersions(4, versions{protocol: 2, protocolMin: 1, entryFormat: 2}) // reads format 2
+	for _, c := range []struct {
+		peer     uint64
+		data     []byte
+		withheld bool
+	}{
+		{2, mixed, true},
+		{3, mixed, true}, // advertised nothing: format 1
+		{4, mixed, false},
+		{2, marshal(t, appendWith(1, 2, known)), false},
+		{2, marshal(t, heartbeat(1, 2, 3)), false},
+	} {
+		idx, _, withheld := n1.t.withholds(c.peer, c.data)
+		if withheld != c.withheld || (withheld && idx != 2) {
+			t.Errorf("withholds(peer %d) = index %d, %v; expected %v", c.peer, idx, withheld, c.withheld)
+		}
+	}
+
+	// Through Send: withheld, counted, and raft told the peer is
+	// unreachable (so it probes instead of streaming on).
+	n1.t.SetPeer(3, "127.0.0.1:1")
+	n1.t.Send(outbound(t, appendWith(1, 3, known, newer)))
+	if got := value(n1.t.metrics.dropped.WithLabelValues("3")); got != 1 {
+		t.Errorf("messages withheld from peer 3 = %v; expected 1", got)
+	}
+	eventually(t, "raft told peer 3 is unreachable", func() bool {
+		n1.in.mu.Lock()
+		defer n1.in.mu.Unlock()
+		return len(n1.in.unreachable) > 0 && n1.in.unreachable[0] == 3
+	})
+}

@@ -25,9 +25,11 @@ import (
 //     time by the proposing node, so a node of an older release added
 //     later stops new format-N proposals from then on; entries already
 //     in the log stay.
-//  3. Nothing else: the peer plane drops a MsgApp carrying an entry whose
-//     format the receiver cannot read (tidal_peer_messages_dropped_total
-//     {reason="entry_format"}), and an entry of an unknown format that
+//  3. Nothing else: the peer plane withholds an append carrying an entry
+//     of a format its peer has not advertised, drops on receipt a MsgApp
+//     carrying an entry whose format the receiver cannot read
+//     (tidal_peer_messages_dropped_total{reason="entry_format"}), and an
+//     entry of an unknown format that
 //     reaches apply anyway (a log written under a newer release, then
 //     downgraded) stops the node with an *EntryFormatError instead of
 //     skipping it — a skipped entry is a replica that diverged.
@@ -85,8 +87,12 @@ type PeerFormats interface {
 var testEntryFormat uint32 = EntryFormat
 
 // SetTestNewerEntryFormat makes this process advertise, and accept, one
-// entry format above EntryFormat. TEST ONLY (--test-newer-format).
-func SetTestNewerEntryFormat() { testEntryFormat = EntryFormat + 1 }
+// entry format above EntryFormat; restore undoes it. TEST ONLY
+// (--test-newer-format).
+func SetTestNewerEntryFormat() (restore func()) {
+	testEntryFormat = EntryFormat + 1
+	return func() { testEntryFormat = EntryFormat }
+}
 
 // ReadableEntryFormat is the newest entry format this process reads (and
 // advertises): EntryFormat, except under SetTestNewerEntryFormat.

@@ -91,3 +91,18 @@ func TestClusterEntryFormat(t *testing.T) {
 		t.Errorf("a transport without PeerFormats: ClusterEntryFormat() = %d, expected 1", got)
 	}
 }
+
+// Issue 12 item 4: only a current member's word that this node was removed
+// counts, and never this node's own; a node that already knows is not
+// stopped twice. (That the word stops a running node is pinned with real
+// processes: suites/lifecycle "a removed member".)
+func TestReportRemovedIgnoresNonMembers(t *testing.T) {
+	r := &Replica{cfg: Config{ID: 1}, members: newMembership()}
+	r.members.Members[1] = Member{ID: 1}
+	r.members.Members[2] = Member{ID: 2}
+	r.ReportRemoved(9) // not a member
+	r.ReportRemoved(1) // itself
+	if r.isRemoved() {
+		t.Fatal("a non-member's (or this node's own) word stopped the node")
+	}
+}

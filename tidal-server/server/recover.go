@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -77,6 +78,9 @@ func RecoverForceNewCluster(o RecoverOptions) (*RecoverReport, error) {
 			return nil, err
 		}
 		schema = s
+	}
+	if _, err := os.Stat(filepath.Join(o.DataDir, "wal")); err != nil {
+		return nil, fmt.Errorf("recover: %s holds no wal/ (%v): give the stopped survivor's --data-dir", o.DataDir, err)
 	}
 	lock, err := wal.LockDir(filepath.Join(o.DataDir, "wal"))
 	if err != nil {

@@ -87,6 +87,15 @@ type Config struct {
 	// check (and, wired by the caller, for the peer plane's clock
 	// probes). TEST ONLY: it simulates a skewed node.
 	TestClockOffset time.Duration `yaml:"test_clock_offset"`
+	// TestClockOffsetFile, when set, names a file holding this node's
+	// clock offset ("90s", "-5m"), re-read every 100ms; while it is
+	// missing or empty TestClockOffset applies. TEST ONLY: the harness's
+	// clock nemesis writes it (testclock.go says why a file, not an API).
+	TestClockOffsetFile string `yaml:"test_clock_offset_file"`
+	// TestClock is the shifted clock built from the two above; the caller
+	// builds it when it must share it with the transport (the CLI does),
+	// else Start does.
+	TestClock *TestClock `yaml:"-"`
 	// ClockHealthy gates writes and /readyz on this node's clock being
 	// within bounds of its peers (api.Options.ClockHealthy). Nil: Start
 	// builds the check (clockguard.go) from a transport that measures its
@@ -242,6 +251,8 @@ type Server struct {
 	publishDone chan struct{}      // closed when publishClientAddr returns
 	clock       *clockGuard        // nil without a transport that measures clocks
 	stopClock   context.CancelFunc // ends clock.run; nil when it does not run
+	// stopTestClock ends the test clock's file watch; nil without one.
+	stopTestClock context.CancelFunc
 }
 
 // Start opens the data dir, recovers, starts raft and begins serving.
@@ -388,10 +399,30 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		return nil, err
 	}
 	s.inbound.set(s.replica)
+	if reg != nil {
+		// The minimum-entry-format rule as this node applies it (ARCHITECTURE,
+		// "Format versions"): a rolling upgrade shows here when the last
+		// member runs a release that reads a new entry format.
+		r := s.replica
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tidal_cluster_entry_format",
+			Help: "Newest raft entry format every current member advertised it reads (this node proposes no newer)."},
+			func() float64 { return float64(r.ClusterEntryFormat()) }))
+	}
 	s.node = &node{id: cfg.ID, schema: schema, sm: s.sm, r: s.replica, readyWithin: cfg.ReadyWithin}
 
-	if cfg.TestClockOffset != 0 {
-		log.Warn("TEST ONLY: this node's clock is shifted (--test-clock-offset); never run a real node like this", "offset", cfg.TestClockOffset)
+	now := time.Now
+	if cfg.TestClock == nil && (cfg.TestClockOffset != 0 || cfg.TestClockOffsetFile != "") {
+		if cfg.TestClock, err = NewTestClock(cfg.TestClockOffset, cfg.TestClockOffsetFile); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.TestClock != nil {
+		log.Warn("TEST ONLY: this node's clock is shifted (--test-clock-offset, --test-clock-offset-file); never run a real node like this",
+			"offset", cfg.TestClock.Offset(), "file", cfg.TestClockOffsetFile)
+		now = cfg.TestClock.Now
+		var clockCtx context.Context
+		clockCtx, s.stopTestClock = context.WithCancel(context.Background())
+		go cfg.TestClock.watch(clockCtx, log.With("component", "clock"), newTestClockGauge(reg))
 	}
 	// Clock admission (clockguard.go): a transport that measures its
 	// peers' clocks gates writes and /readyz, unless the caller brought a
@@ -401,7 +432,7 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		if bound == 0 {
 			bound = time.Minute // api.Options' default, for the same flag
 		}
-		s.clock = newClockGuard(cfg.ID, bound, meter.ClockReadings, s.replica.Voters, reg, log.With("component", "clock"))
+		s.clock = newClockGuardOn(now, cfg.ID, bound, meter.ClockReadings, s.replica.Voters, reg, log.With("component", "clock"))
 		s.clock.check(time.Now()) // a restarted one-voter node decides at once
 		cfg.ClockHealthy = s.clock.healthy
 	}
@@ -409,7 +440,7 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxBatch: cfg.MaxBatch, MaxInflightWrites: cfg.MaxInflightWrites,
 		WriteTimeout: cfg.WriteTimeout, Logger: log.With("component", "api"), Registry: reg,
 		MaxInflightBytes: cfg.MaxInflightBytes, BodyReadTimeout: cfg.HTTPReadTimeout, MinBodyRate: cfg.MinBodyRate,
-		MaxWriteWait: cfg.MaxWriteWait, MaxClockSkew: cfg.MaxClockSkew, ClockOffset: cfg.TestClockOffset,
+		MaxWriteWait: cfg.MaxWriteWait, MaxClockSkew: cfg.MaxClockSkew, Now: now,
 		ClockHealthy: cfg.ClockHealthy,
 	})
 	if cfg.EnablePprof {
@@ -486,6 +517,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		<-s.publishDone
 		if s.stopClock != nil {
 			s.stopClock()
+		}
+		if s.stopTestClock != nil {
+			s.stopTestClock()
 		}
 		s.handOffLeadership(ctx)
 		s.log.Info("draining: no new requests; waiting for in-flight ones")

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tidaldb/tidal/tidal-server/bugs"
 	"golang.org/x/sys/unix"
 )
 
@@ -200,6 +201,9 @@ func open(dir string, opts Options, fs fileSystem) (_ *WAL, _ *Recovered, err er
 		return nil, nil, fmt.Errorf("wal: %w", err)
 	}
 
+	if err := plantedDropLastEntry(fs, dir, opts.Logger); err != nil {
+		return nil, nil, err
+	}
 	in, err := inspect(dir)
 	if err != nil {
 		return nil, nil, err
@@ -332,6 +336,11 @@ func (w *WAL) createSegment(seq uint64) (segmentFile, error) {
 	}
 	if err := w.fs.Rename(tmp, final); err != nil {
 		return fail("rename", err)
+	}
+	if bugs.Active(bugs.SkipDirFsync) {
+		// Planted defect: the new name is not durable, so a power cut
+		// takes the segment and every record synced into it.
+		return f, nil
 	}
 	if err := w.fs.SyncDir(w.dir); err != nil {
 		return fail("sync directory", err)
@@ -569,11 +578,28 @@ func (w *WAL) commit(group []*Pending) {
 		w.off += int64(len(w.wbuf))
 		w.dirty = true
 	}
+	released := false
 	if needSync && w.dirty {
+		if bugs.Active(bugs.AckBeforeFsync) {
+			// Planted defect: the waiters hear "durable" before the
+			// fdatasync has even started.
+			for _, p := range group {
+				p.done <- nil
+			}
+			released = true
+		}
 		start := time.Now()
 		err := w.file.Datasync()
 		w.opts.Metrics.observeSync(time.Since(start))
+		if err != nil && bugs.Active(bugs.IgnoreFsyncError) {
+			// Planted defect: the lesson in DESIGN.md, unlearned.
+			w.log.Error("wal: fdatasync failed; carrying on", "file", w.activePath(), "err", err)
+			err = nil
+		}
 		if err != nil {
+			if released {
+				group = nil // already answered; done holds one value only
+			}
 			w.fence(fmt.Errorf("fdatasync %s: %w", w.activePath(), err), group)
 			return
 		}
@@ -604,6 +630,9 @@ func (w *WAL) commit(group []*Pending) {
 	w.stats.records.Add(uint64(records))
 	w.stats.bytes.Add(uint64(len(w.wbuf)))
 	w.opts.Metrics.observeGroup(len(group), len(w.wbuf))
+	if released {
+		return
+	}
 	for _, p := range group {
 		p.done <- nil
 	}
