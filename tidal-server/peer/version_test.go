@@ -180,14 +180,14 @@ func TestSnapshotStreamRefusesIncompatibleProtocol(t *testing.T) {
 // the peer reads still go, and so does everything to a peer that
 // advertised the newer format.
 func TestWithholdsEntriesAPeerCannotRead(t *testing.T) {
-	defer replica.SetTestNewerEntryFormat()() // this node reads format 2
+	defer replica.SetTestNewerEntryFormat()() // this node reads one format above EntryFormat
 	n1 := startNode(t, 1, Options{})
 	known := []byte{1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 9, 'x'}
 	newer := append([]byte{0x7f}, known[1:]...)
 	mixed := marshal(t, appendWith(1, 2, known, newer))
 
-	n1.t.notePeerVersions(2, legacyVersions)                                        // a release before the handshake
-	n1.t.notePeerVersions(4, versions{protocol: 2, protocolMin: 1, entryFormat: 2}) // reads format 2
+	n1.t.notePeerVersions(2, legacyVersions)                                                              // a release before the handshake
+	n1.t.notePeerVersions(4, versions{protocol: 2, protocolMin: 1, entryFormat: replica.EntryFormat + 1}) // reads that format too
 	for _, c := range []struct {
 		peer     uint64
 		data     []byte
