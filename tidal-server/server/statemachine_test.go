@@ -137,3 +137,33 @@ func TestPackedEntryCommands(t *testing.T) {
 		t.Fatalf("entry 2: %+v", r)
 	}
 }
+
+// BenchmarkApplyEntries applies single-event signal entries one by one
+// (Apply) and in runs of 64 (ApplyBatch, what the replica hands over per
+// Ready under load; issue 14, build item 2).
+func BenchmarkApplyEntries(b *testing.B) {
+	cmds := make([][]byte, 1<<16)
+	for i := range cmds {
+		cmds[i] = signalsCmd(ledger.Event{ID: fmt.Sprintf("b%d", i), Entity: uint64(i % 100000), Signal: "view", Weight: 1, TS: testTS + int64(i)})
+	}
+	for _, run := range []int{1, 64} {
+		b.Run(fmt.Sprintf("run=%d", run), func(b *testing.B) {
+			sm := NewStateMachine(testSchema(), ledger.Options{})
+			ents := make([]replica.AppEntry, 0, run)
+			index := uint64(0)
+			b.ReportAllocs()
+			for i := 0; i < b.N; i += run {
+				ents = ents[:0]
+				for j := 0; j < run; j++ {
+					index++
+					ents = append(ents, replica.AppEntry{Index: index, Term: 1, Data: cmds[(i+j)%len(cmds)], Subs: 1})
+				}
+				if run == 1 {
+					sm.Apply(ents[0].Index, 1, ents[0].Data)
+				} else {
+					sm.ApplyBatch(ents)
+				}
+			}
+		})
+	}
+}
