@@ -138,6 +138,12 @@ var diskDefects = []diskDefect{
 			c := powerCutAll("bug-ack-before-fsync", 9505, workload.Config{Kind: workload.Ledger, Concurrency: 16})
 			c.Nodes = 1
 			c.Duration, c.FaultDuration = runner.Duration(20*time.Second), runner.Duration(time.Second)
+			// One node has no follower to lag; what the lag checker
+			// sees is its own apply catching up after each restart,
+			// which with 50 ms fsyncs and a cut every ~4 s left too few
+			// samples outside faults for a 2 s p99 (seed 9506, normal
+			// build: 2.15 s over 8 samples).
+			c.LagP99 = runner.Duration(5 * time.Second)
 			return c
 		}(),
 	},
