@@ -121,8 +121,9 @@ var diskDefects = []diskDefect{
 	{
 		// Under load the writer is nearly always inside an fdatasync
 		// whose group was already acknowledged: a cut then loses acked
-		// writes on every node at once, if the cut comes while the fsync
-		// runs (the cut is made instantaneous, see powercut_test.go) and
+		// writes, if the cut comes while the fsync runs (the cut is
+		// made instantaneous, see powercut_test.go; one node, as on
+		// three a durable copy on any node hides the loss) and
 		// the fsync outlasts the ack's way to the client (commit, apply,
 		// HTTP). faultfs on the local disk syncs in under a millisecond,
 		// so the run is on disks whose fsync takes 50 ms more, as a busy
