@@ -270,13 +270,17 @@ func fencingSummary(d FencingDetails) string {
 			named = append(named, e.Node+" at "+history.FormatTime(e.Time))
 		}
 	}
-	s := fmt.Sprintf("no node acknowledged a write while its fsyncs failed (%d writes sent to %d faulted nodes, %d refused or unanswered)", writes, nodes, refused)
+	var parts []string
+	if nodes > 0 {
+		parts = append(parts, fmt.Sprintf("no node acknowledged a write while its fsyncs failed (%d writes sent to %d faulted nodes, %d refused or unanswered)", writes, nodes, refused))
+	}
 	if len(fenced) > 0 {
-		s += "; fenced (exit 4): " + strings.Join(fenced, ", ")
+		parts = append(parts, "fenced (exit 4): "+strings.Join(fenced, ", "))
 	}
 	if len(named) > 0 {
-		s += "; refused a corrupt log, naming file and offset: " + strings.Join(named, ", ")
+		parts = append(parts, "refused a corrupt log, naming file and offset: "+strings.Join(named, ", "))
 	}
+	s := strings.Join(parts, "; ")
 	var served []string
 	for _, w := range d.Windows {
 		if w.Kind == diskCorruptRead && w.Judged && !slices.ContainsFunc(d.Exits, func(e DiskExit) bool { return e.Node == w.Node && e.Fault == w.Fault }) {
@@ -284,7 +288,10 @@ func fencingSummary(d FencingDetails) string {
 		}
 	}
 	if len(served) > 0 {
-		s += "; kept running under corrupt-read (what it served is for ledger, convergence, aggregates): " + strings.Join(served, ", ")
+		if s != "" {
+			s += "; "
+		}
+		s += "kept running under corrupt-read (what it served is for ledger, convergence, aggregates): " + strings.Join(served, ", ")
 	}
 	return s
 }
