@@ -122,6 +122,10 @@ type Config struct {
 	// so that the nemesis can cut power and fail the disk. Process
 	// backend only; needs /dev/fuse and root or fusermount3.
 	DiskFaults bool
+	// ClockControl runs every node with the test-only
+	// --test-clock-offset-file (clock.go), so that SetClockOffset can
+	// move its clock: the clock nemesis needs it.
+	ClockControl bool
 }
 
 // DefaultWALSegmentSize is the harness's WAL segment size: small, because
@@ -542,6 +546,9 @@ func (c *Cluster) args(n *Node) []string {
 	if c.cfg.WALSegmentSize > 0 {
 		// Before Flags, so a flag given there wins.
 		args = append(args, "--wal-segment-size", strconv.FormatInt(c.cfg.WALSegmentSize, 10))
+	}
+	if c.cfg.ClockControl {
+		args = append(args, "--test-clock-offset-file", ClockOffsetFile(n.Dir))
 	}
 	return append(args, c.cfg.Flags...)
 }

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -86,6 +87,25 @@ func TestReapStaleUnmountsDeadMounts(t *testing.T) {
 	if !slices.Contains(mounts, dead) || !slices.Contains(mounts, liveUnder) || slices.Contains(mounts, liveMnt) {
 		t.Fatalf("Mounts(%s): expected %s and %s (and not %s, outside root), found %v", root, dead, liveUnder, liveMnt, mounts)
 	}
+	// The mounts name their servers, so the dead one is known dead
+	// without touching it (touching one can hang; see ReapStale).
+	infos, err := mountInfos(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range infos {
+		alive, known := m.ServerAlive()
+		switch m.Mountpoint {
+		case dead:
+			if m.PID != cmd.Process.Pid || !known || alive {
+				t.Errorf("dead mount: expected server pid %d known and dead, found %+v (alive %t, known %t)", cmd.Process.Pid, m, alive, known)
+			}
+		case liveUnder:
+			if m.PID != os.Getpid() || !alive {
+				t.Errorf("live mount: expected this process serving it, alive, found %+v (alive %t)", m, alive)
+			}
+		}
+	}
 	reaped, err := ReapStale(root)
 	if err != nil {
 		t.Fatal(err)
@@ -101,5 +121,22 @@ func TestReapStaleUnmountsDeadMounts(t *testing.T) {
 	}
 	if err := os.RemoveAll(filepath.Join(root, "run1")); err != nil {
 		t.Fatalf("after reaping, the run directory should be removable: %v", err)
+	}
+}
+
+// Regression (issue 11 item 2): go-fuse left the /dev/fuse descriptor of
+// a direct mount without close-on-exec, so every node the harness started
+// inherited every mount's FUSE connection; after the harness was killed
+// the connections stayed open, the killed nodes could not exit, and
+// anything touching a mount hung. A process started after Mount must hold
+// no /dev/fuse.
+func TestChildrenDoNotInheritTheFUSEConnection(t *testing.T) {
+	mountForTest(t, Options{})
+	out, err := exec.Command("sh", "-c", "ls -l /proc/$$/fd").CombinedOutput()
+	if err != nil {
+		t.Fatalf("list the child's descriptors: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "/dev/fuse") {
+		t.Fatalf("a child started after Mount holds the FUSE connection:\n%s", out)
 	}
 }

@@ -232,6 +232,18 @@ type diskFault struct {
 	kind faultfs.Kind
 }
 
+// diskParams is what the history records of a disk fault: the faults
+// armed, and each target's fault counters when they were armed (in the
+// ok) and when they were cleared (in the heal's ok). The difference is
+// what the fault did to the node — fsyncs failed with EIO, writes refused
+// with ENOSPC, reads corrupted — which a checker needs to tell a node that
+// carried on after a failed fsync from one the fault never reached.
+type diskParams struct {
+	faultfs.Faults
+	Before map[string]faultfs.FaultStats `json:"before,omitempty"`
+	After  map[string]faultfs.FaultStats `json:"after,omitempty"`
+}
+
 func (d diskFault) Resolve(_ context.Context, c Cluster, s Step) (history.FaultValue, error) {
 	v := history.FaultValue{Kind: string(d.kind), Targets: slices.Clone(s.Targets)}
 	if _, err := needsDisks(c, s.Kind); err != nil {
@@ -250,12 +262,12 @@ func (d diskFault) Resolve(_ context.Context, c Cluster, s Step) (history.FaultV
 	return v, checkTargets(c, s, -1)
 }
 
-func (d diskFault) faults(v *history.FaultValue) (faultfs.Faults, error) {
-	var f faultfs.Faults
-	if err := json.Unmarshal(v.Params, &f); err != nil {
-		return f, fmt.Errorf("%s params %s: %w", d.kind, v.Params, err)
+func (d diskFault) params(v *history.FaultValue) (diskParams, error) {
+	var p diskParams
+	if err := json.Unmarshal(v.Params, &p); err != nil {
+		return p, fmt.Errorf("%s params %s: %w", d.kind, v.Params, err)
 	}
-	return f, nil
+	return p, nil
 }
 
 func (d diskFault) Inject(_ context.Context, c Cluster, v *history.FaultValue) (time.Time, error) {
@@ -263,14 +275,17 @@ func (d diskFault) Inject(_ context.Context, c Cluster, v *history.FaultValue) (
 	if err != nil {
 		return time.Time{}, NotApplied(err)
 	}
-	f, err := d.faults(v)
+	p, err := d.params(v)
 	if err != nil {
 		return time.Time{}, NotApplied(err)
 	}
+	p.Before = map[string]faultfs.FaultStats{}
+	defer func() { v.Params, _ = json.Marshal(p) }()
 	for i, t := range v.Targets {
 		disk, err := dc.Disk(t)
 		if err == nil {
-			err = disk.Set(f)
+			p.Before[t] = disk.Stats().Faults
+			err = disk.Set(p.Faults)
 		}
 		if err != nil {
 			if i == 0 {
@@ -301,6 +316,11 @@ func (d diskFault) Heal(_ context.Context, c Cluster, v *history.FaultValue) (ti
 	if err != nil {
 		return time.Time{}, err
 	}
+	p, err := d.params(v)
+	if err != nil {
+		return time.Time{}, err
+	}
+	p.After = map[string]faultfs.FaultStats{}
 	var errs []error
 	for _, t := range v.Targets {
 		disk, err := dc.Disk(t)
@@ -309,7 +329,9 @@ func (d diskFault) Heal(_ context.Context, c Cluster, v *history.FaultValue) (ti
 			continue
 		}
 		disk.Clear(d.kind)
+		p.After[t] = disk.Stats().Faults
 	}
+	v.Params, _ = json.Marshal(p)
 	at := time.Now()
 	for _, t := range v.Targets {
 		if _, err := dc.Revive(t); err != nil {

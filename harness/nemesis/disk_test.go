@@ -22,6 +22,7 @@ import (
 type fakeDisk struct {
 	mu    sync.Mutex
 	armed faultfs.Faults
+	eio   uint64
 }
 
 func (d *fakeDisk) Set(f faultfs.Faults) error {
@@ -32,6 +33,7 @@ func (d *fakeDisk) Set(f faultfs.Faults) error {
 	defer d.mu.Unlock()
 	if f.FsyncError != nil {
 		d.armed.FsyncError = f.FsyncError
+		d.eio++ // the node's next fsync fails at once
 	}
 	if f.DiskFull != nil {
 		d.armed.DiskFull = f.DiskFull
@@ -65,7 +67,11 @@ func (d *fakeDisk) Clear(kinds ...faultfs.Kind) {
 	}
 }
 
-func (d *fakeDisk) Stats() faultfs.Stats { return faultfs.Stats{} }
+func (d *fakeDisk) Stats() faultfs.Stats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return faultfs.Stats{Faults: faultfs.FaultStats{FsyncEIO: d.eio}}
+}
 
 func (d *fakeDisk) faults() faultfs.Faults {
 	d.mu.Lock()
@@ -209,7 +215,7 @@ func TestPowerCutAllKillsEveryNodeFirstAndHealStartsThem(t *testing.T) {
 func TestFsyncErrorArmsAndHealRevivesAFencedNode(t *testing.T) {
 	ctx := context.Background()
 	f := newFake(t, 3)
-	rec, _ := newRecorder(t)
+	rec, path := newRecorder(t)
 	r := NewRunner(f, rec, nil)
 	st := stepFor(t, "fsync-error", "n2")
 	must(t, r.Inject(ctx, st))
@@ -227,6 +233,21 @@ func TestFsyncErrorArmsAndHealRevivesAFencedNode(t *testing.T) {
 	}
 	if !slices.Contains(f.callLog(), "start n2") || f.State("n2") != cluster.Running {
 		t.Fatalf("after the heal: expected n2 started again, calls %v", f.callLog())
+	}
+	// The heal records what the fault did to each target: the fencing
+	// checker tells a node whose fsync failed from one never reached.
+	rec.Close()
+	var healed diskParams
+	for _, op := range readHistory(t, rec, path) {
+		if op.F == history.HealOf(FDisk) && op.Type == history.OK {
+			v, _ := history.Decode[history.FaultValue](op)
+			if err := json.Unmarshal(v.Params, &healed); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if healed.FsyncError == nil || healed.After["n2"].FsyncEIO <= healed.Before["n2"].FsyncEIO {
+		t.Fatalf("heal-disk params: expected the armed fault and n2's fsync EIOs counted between arm and heal, found %+v", healed)
 	}
 	if slices.Contains(f.callLog(), "start n1") {
 		t.Fatalf("a node that did not exit must not be started: %v", f.callLog())

@@ -47,6 +47,10 @@ type Kind struct {
 	// no targets (or, for transfer-leader, only an order of candidates).
 	Leader bool
 
+	// Needs, when set, is what the kind needs from the database under test
+	// (see Capability); empty derives it from F (Kind.Requires).
+	Needs []Capability
+
 	// pick chooses a step's targets at generation time from the sorted
 	// nodes; nil means none.
 	pick  func(r *rand.Rand, nodes []string) []string
@@ -122,6 +126,11 @@ var kinds = []Kind{
 	{Name: "bandwidth", F: history.FSlow, Class: Links, MinNodes: 2, pick: someLinks, fault: links{name: "nemesis-bandwidth"},
 		Doc: "cap the bandwidth of every peer link, or of one random node's links"},
 
+	{Name: "clock-skew", F: history.FClock, Sub: "skew", Class: Clock, MinNodes: 3, pick: minority, fault: clockShift{sub: "skew"},
+		Doc: "give a random minority a steady clock offset, within (±20s) or beyond (±3m) --max-clock-skew; heal sets it back"},
+	{Name: "clock-jump", F: history.FClock, Sub: "jump", Class: Clock, MinNodes: 3, pick: one, fault: clockShift{sub: "jump"},
+		Doc: "step one random node's clock by ±2h; heal steps it back"},
+
 	{Name: "transfer-leader", F: history.FTransferLeader, Sub: "leader", Class: Leadership, MinNodes: 2, Instant: true, Leader: true, pick: shuffled, fault: transfer{},
 		Doc: "hand leadership to another running node via the admin API (instant)"},
 }
@@ -171,7 +180,19 @@ var groups = []group{
 	{"membership", "member-churn", []string{"member-churn"}},
 	{"disk", "power-cut-one, power-cut-minority, power-cut-all, fsync-error, disk-full, slow-disk, corrupt-read (need faultfs)",
 		[]string{"power-cut-one", "power-cut-minority", "power-cut-all", "fsync-error", "disk-full", "slow-disk", "corrupt-read"}},
+	{"clock", "clock-skew, clock-jump", []string{"clock-skew", "clock-jump"}},
 	{"all", "every kind (the disk kinds only where faultfs can mount)", nil},
+}
+
+// groupOf names the group kind belongs to (the first group listing it,
+// "all" aside), or the kind itself when no group lists it.
+func groupOf(kind string) string {
+	for _, g := range groups {
+		if g.Kinds != nil && slices.Contains(g.Kinds, kind) {
+			return g.Name
+		}
+	}
+	return kind
 }
 
 // Kinds returns every fault kind, in help order.

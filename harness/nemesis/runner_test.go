@@ -581,6 +581,7 @@ func TestRecordedMatchesWhatTheRunnerRecords(t *testing.T) {
 			if k.pick != nil {
 				st.Targets = k.pick(rand.New(rand.NewPCG(1, 2)), f.Names())
 			}
+			st.Offsets = clockOffsets(rand.New(rand.NewPCG(1, 2)), k.Name, st.Targets)
 			must(t, r.Inject(ctx, st))
 			must(t, r.HealAll(ctx))
 			res := checker.Faults(readHistory(t, rec, path), []checker.FaultKind{k.Recorded()})

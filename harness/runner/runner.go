@@ -22,6 +22,8 @@ import (
 
 	"github.com/tidaldb/tidal/harness/checker"
 	"github.com/tidaldb/tidal/harness/cluster"
+	"github.com/tidaldb/tidal/harness/db"
+	"github.com/tidaldb/tidal/harness/db/etcd"
 	"github.com/tidaldb/tidal/harness/faultfs"
 	"github.com/tidaldb/tidal/harness/history"
 	"github.com/tidaldb/tidal/harness/nemesis"
@@ -74,6 +76,13 @@ type Config struct {
 	// "auto" (the default: on when the nemesis has a disk kind). The disk
 	// kinds (power cuts, fsync errors, ...) need it; see faultfsMode.
 	FaultFS string `json:"faultfs,omitempty"`
+	// DB is the database under test (issue 15): "tidal" (default; empty
+	// in stores written before the field) or "etcd". The fields above
+	// that name tidal-server apply to tidal only.
+	DB string `json:"db,omitempty"`
+	// Etcd configures the etcd adapter (DB "etcd"); its concurrency, rate
+	// and seed default to Workload's and Seed.
+	Etcd etcd.Config `json:"etcd,omitzero"`
 }
 
 // FaultFS modes (Config.FaultFS).
@@ -182,7 +191,7 @@ func (c *Config) setDefaults() error {
 	if c.Seed == 0 {
 		c.Seed = time.Now().UnixNano()
 	}
-	if c.ServerBin == "" {
+	if c.ServerBin == "" && (c.DB == "" || c.DB == DBTidal) {
 		return errors.New("server-bin: required (build it with `make build`)")
 	}
 	if c.Interval == 0 {
@@ -255,8 +264,20 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	bin, err := filepath.Abs(cfg.ServerBin)
+	d, err := openDB(cfg)
 	if err != nil {
+		return nil, err
+	}
+	// A fault the database cannot take is refused before anything starts.
+	var mix []string
+	if opts.Schedule != nil {
+		mix = opts.Schedule.Kinds()
+	} else if len(cfg.Nemesis) > 0 {
+		if mix, err = cfg.ParseNemesis(); err != nil {
+			return nil, err
+		}
+	}
+	if err := nemesis.CheckMix(mix, d.Capabilities()); err != nil {
 		return nil, err
 	}
 	// Hold the store's process registry for the run's life before making
@@ -277,8 +298,8 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 	if err := run.WriteSeed(cfg.Seed); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(out, "tidal-chaos: %s: %d nodes, workload %s, nemesis %v, %s, seed %d\n  store %s\n",
-		cfg.Test, cfg.Nodes, cfg.Workload.Kind, cfg.Nemesis, cfg.Duration.D(), cfg.Seed, run.Dir())
+	fmt.Fprintf(out, "tidal-chaos: %s: %s, %d nodes, workload %s, nemesis %v, %s, seed %d\n  store %s\n",
+		cfg.Test, d.Name(), cfg.Nodes, workloadName(cfg), cfg.Nemesis, cfg.Duration.D(), cfg.Seed, run.Dir())
 
 	// Reap what an earlier run that died left behind.
 	if killed, _ := reg.Reap(); len(killed) > 0 {
@@ -294,17 +315,9 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 		}
 		fmt.Fprintln(out)
 	}
-
 	// The schedule's kinds decide whether the data dirs go through
-	// faultfs, so they are known before the cluster starts.
-	var mix []string
-	if opts.Schedule != nil {
-		mix = opts.Schedule.Kinds()
-	} else if len(cfg.Nemesis) > 0 {
-		if mix, err = cfg.ParseNemesis(); err != nil {
-			return nil, err
-		}
-	}
+	// faultfs and whether nodes start with a movable clock, so they are
+	// known before the cluster starts.
 	disks, err := cfg.mountFaultFS(mix)
 	if err != nil {
 		return nil, err
@@ -312,43 +325,25 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 	if disks {
 		fmt.Fprintf(out, "  faultfs mounted over every node's data dir (--faultfs %s)\n", cfg.FaultFS)
 	}
-	relayBin := cfg.RelayBinary
-	if relayBin != "" {
-		if relayBin, err = filepath.Abs(relayBin); err != nil {
-			return nil, err
-		}
-	}
-	backend, newNetwork, err := startBackend(ctx, cfg, bin, relayBin, reg, run.NodesDir(), log)
+	// Every process exit is recorded from the moment the nodes are all
+	// started, with whether the harness asked for it: the nodes
+	// checker's evidence.
+	var watch *exitWatch
+	c, err := d.Setup(ctx, db.Env{Nodes: cfg.Nodes, RunDir: run.Dir(), NodesDir: run.NodesDir(), Registry: reg, Logger: log,
+		DiskFaults: disks, ClockControl: nemesis.UsesClock(mix),
+		Wrap: func(b cluster.Backend) cluster.Backend {
+			if opts.Backend != nil {
+				b = opts.Backend(b)
+			}
+			watch = newExitWatch(b)
+			return watch
+		},
+		Up: func() { watch.arm() },
+	})
 	if err != nil {
 		return nil, err
 	}
-	if opts.Backend != nil {
-		backend = opts.Backend(backend)
-	}
-	// Every process exit is recorded from here on, with whether the
-	// harness asked for it: the nodes checker's evidence.
-	watch := newExitWatch(backend)
-	ccfg := cluster.Config{Nodes: cfg.Nodes, Backend: watch, Dir: run.NodesDir(), Flags: cfg.ServerFlags, Logger: log, RelayBinary: relayBin,
-		WALSegmentSize: cfg.WALSegmentSize, Insecure: cfg.Insecure, CertsDir: filepath.Join(run.Dir(), "certs"), DiskFaults: disks}
-	if newNetwork != nil {
-		ccfg.NewNetwork, ccfg.RelayBinary = newNetwork, ""
-	}
-	c, err := cluster.New(ccfg)
-	if err != nil {
-		backend.Close()
-		return nil, err
-	}
-	watch.arm()
 	defer c.Close()
-	upCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	_, err = c.WaitLeader(upCtx)
-	if err == nil {
-		err = c.WaitReady(upCtx)
-	}
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("cluster did not come up (logs in %s): %w", run.NodesDir(), err)
-	}
 
 	rec, err := history.Create(run.HistoryPath())
 	if err != nil {
@@ -359,7 +354,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 	var schedule nemesis.Schedule
 	if opts.Schedule != nil {
 		schedule = *opts.Schedule
-	} else if len(cfg.Nemesis) > 0 {
+	} else if len(mix) > 0 {
 		schedule, err = nemesis.Generate(cfg.Seed, nemesis.ScheduleConfig{
 			Duration: cfg.Duration.D(), Interval: cfg.Interval.D(), FaultDuration: cfg.FaultDuration.D(),
 			Mix: mix, Nodes: c.Names(),
@@ -372,31 +367,16 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 		return nil, err
 	}
 
-	lagw, err := run.LagWriter()
+	stopSampler, err := c.Observe(run, rec.Now)
 	if err != nil {
 		return nil, err
 	}
-	sampleCtx, stopSampling := context.WithCancel(context.Background())
-	sampler := &lagSampler{c: c, now: rec.Now, interval: cfg.SampleInterval.D(), w: lagw}
-	samplerDone := make(chan struct{})
-	go func() {
-		defer close(samplerDone)
-		sampler.run(sampleCtx)
-	}()
-	stopSampler := func() {
-		stopSampling()
-		<-samplerDone
-		lagw.Close()
-	}
-
-	wcfg := cfg.Workload
-	wcfg.Duration = cfg.Duration.D()
-	w, err := workload.New(wcfg, workload.FromCluster(c), rec)
+	w, err := c.Workload(rec, cfg.Duration.D())
 	if err != nil {
 		stopSampler()
 		return nil, err
 	}
-	var target nemesis.Cluster = nemesis.Live(c)
+	var target nemesis.Cluster = c
 	if opts.Nemesis != nil {
 		target = opts.Nemesis(target)
 	}
@@ -435,10 +415,8 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 	if err := c.WaitConverged(qctx); err != nil {
 		fmt.Fprintf(out, "  warning: cluster did not converge after heal: %v\n", err)
 	}
-	if wcfg.Kind == workload.Counter || wcfg.Kind == workload.Mixed || wcfg.Kind == workload.Embeddings {
-		if err := w.FinalReads(qctx); err != nil {
-			fmt.Fprintf(out, "  warning: final reads: %v\n", err)
-		}
+	if err := w.Final(qctx); err != nil {
+		fmt.Fprintf(out, "  warning: final reads: %v\n", err)
 	}
 	cancel()
 	time.Sleep(2 * cfg.SampleInterval.D())
@@ -448,7 +426,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 	// serving now; then read what each holds. Both go to nodes.json.
 	ev := checker.NodeEvidence{Nodes: c.Names()}
 	ev.Final = probeNodes(context.WithoutCancel(ctx), c, watch, run.Dir())
-	collect(context.WithoutCancel(ctx), c, watch.alive, run, out, &ev)
+	c.Collect(context.WithoutCancel(ctx), run, out, watch.alive, &ev)
 	ev.Exits = watch.recorded(rec.Start(), run.Dir())
 	if err := run.WriteNodeEvidence(ev); err != nil {
 		fmt.Fprintf(out, "  warning: nodes.json: %v\n", err)
@@ -485,7 +463,7 @@ const serveWait = 30 * time.Second
 // harness last did to it, whether its process is alive, and whether it
 // answers /cluster/status (retried for up to serveWait: a node restarted
 // by the heal may still be replaying its log).
-func probeNodes(ctx context.Context, c *cluster.Cluster, watch *exitWatch, dir string) []checker.NodeFinal {
+func probeNodes(ctx context.Context, c db.Cluster, watch *exitWatch, dir string) []checker.NodeFinal {
 	var out []checker.NodeFinal
 	for _, n := range c.Names() {
 		st := c.State(n)
@@ -498,12 +476,12 @@ func probeNodes(ctx context.Context, c *cluster.Cluster, watch *exitWatch, dir s
 		if st == cluster.Running && f.Alive {
 			deadline := time.Now().Add(serveWait)
 			for {
-				_, err := c.Status(ctx, n)
+				err := c.Serving(ctx, n)
 				if err == nil {
 					f.Serving, f.Error = true, ""
 					break
 				}
-				f.Error = fmt.Sprintf("GET /cluster/status: %v", err)
+				f.Error = err.Error()
 				if time.Now().After(deadline) || !watch.alive(n) {
 					break
 				}
@@ -659,6 +637,9 @@ func Analyze(run *report.Run, cfg Config) (checker.Results, error) {
 	if faults, ok := faultsResult(run, cfg, ops); ok {
 		rs = append(rs, faults)
 	}
+	if clock, ok := checker.Clock(ops); ok {
+		rs = append(rs, clock)
+	}
 	// What nodes did under fsync errors, full and corrupt disks (issue 11
 	// item 3): only runs that had such faults.
 	if checker.DiskFaulted(ops) {
@@ -670,45 +651,11 @@ func Analyze(run *report.Run, cfg Config) (checker.Results, error) {
 		}
 	}
 
-	digests, digestErr := run.ReadDigests()
-	audits, err := run.ReadAudits()
+	d, err := openDB(cfg)
 	if err != nil {
-		rs = append(rs, checker.Result{Name: "ledger", Valid: checker.Unknown, Summary: "audits unreadable: " + err.Error()})
-	} else {
-		var applied map[string]uint64
-		if digestErr == nil {
-			applied = map[string]uint64{}
-			for n, d := range digests {
-				applied[n] = d.AppliedIndex
-			}
-		}
-		rs = append(rs, checker.LedgerCovering(ops, audits, applied, auditCov))
+		return checker.Results{}, err
 	}
-	kind := cfg.Workload.Kind
-	if kind == workload.Counter || kind == workload.Mixed {
-		rs = append(rs, checker.Counter(ops))
-		rs = append(rs, checker.Linearizable(ops, run.LinearizableDir(), cfg.LinearizableTimeout.D()))
-		rs = append(rs, checker.Aggregates(ops, checker.SignalModel{Signal: workload.CounterSignal, HalfLife: cfg.Workload.CounterHalfLife, Windows: cfg.Workload.CounterWindows}))
-	}
-	if kind == workload.Embeddings || kind == workload.Mixed {
-		rs = append(rs, checker.Embeddings(ops, nodeNames(cfg.Nodes)))
-	}
-	if digestErr == nil {
-		rs = append(rs, checker.ConvergenceCovering(digests, digestCov))
-	} else {
-		rs = append(rs, checker.Result{Name: "convergence", Valid: checker.Unknown, Summary: "digests unreadable: " + digestErr.Error()})
-	}
-	samples, err := run.ReadLag()
-	if err != nil {
-		rs = append(rs, checker.Result{Name: "lag", Valid: checker.Unknown, Summary: "lag samples unreadable: " + err.Error()})
-	} else {
-		windows, err := checker.FaultWindows(ops)
-		if err != nil {
-			rs = append(rs, checker.Result{Name: "lag", Valid: checker.Unknown, Summary: "fault windows: " + err.Error()})
-		} else {
-			rs = append(rs, checker.Lag(samples, windows, checker.SLO{P99: cfg.LagP99.D(), CatchUp: cfg.LagCatchUp.D()}))
-		}
-	}
+	rs = append(rs, d.Check(db.CheckInput{Run: run, Ops: ops, Evidence: ev, Audit: auditCov, Digest: digestCov})...)
 	res := checker.NewResults(rs...)
 	rr := run.NewResults(res, time.Now())
 	if err := run.WriteResults(rr); err != nil {
@@ -751,7 +698,7 @@ func nodeNames(n int) []string {
 
 // progress prints a line every `every` until done: elapsed, ops and their
 // outcomes, and the faults in effect.
-func progress(out io.Writer, every time.Duration, start time.Time, w *workload.Workload, nem *nemesis.Runner, done <-chan struct{}) {
+func progress(out io.Writer, every time.Duration, start time.Time, w db.Workload, nem *nemesis.Runner, done <-chan struct{}) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -770,4 +717,19 @@ func progress(out io.Writer, every time.Duration, start time.Time, w *workload.W
 		fmt.Fprintf(out, "  [%5.1fs] ops %d  ok %d  fail %d  info %d  shed %d  faults: %s\n",
 			time.Since(start).Seconds(), tot.Invoked, tot.OK, tot.Fail, tot.Info, p.Shed, f)
 	}
+}
+
+// workloadName is the run's workload as the first progress line names it.
+func workloadName(cfg Config) string {
+	if cfg.DB == DBEtcd {
+		e, err := cfg.Etcd.WithDefaults()
+		if err != nil {
+			return cfg.Etcd.Workload
+		}
+		if e.Workload == etcd.Register {
+			return e.Workload + " (" + e.Reads + " reads)"
+		}
+		return e.Workload
+	}
+	return string(cfg.Workload.Kind)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -285,6 +286,16 @@ func (w *WAL) reopenNewest(path string, end int64, torn *TornTail) error {
 	}
 	w.file = f
 	return nil
+}
+
+// LockDir takes the lock a running node holds on the log in dir (the
+// LOCK file's flock), for a command that must not run beside a node:
+// it fails, saying so, while one has the log open. Close releases it.
+func LockDir(dir string) (io.Closer, error) {
+	if _, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("wal: %w", err)
+	}
+	return lockDir(dir)
 }
 
 func lockDir(dir string) (*os.File, error) {

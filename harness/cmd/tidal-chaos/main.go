@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/tidaldb/tidal/buildinfo"
 	"github.com/tidaldb/tidal/harness/checker"
+	"github.com/tidaldb/tidal/harness/db/etcd"
 	"github.com/tidaldb/tidal/harness/nemesis"
 	"github.com/tidaldb/tidal/harness/report"
 	"github.com/tidaldb/tidal/harness/runner"
@@ -53,6 +54,8 @@ behind its own relay, runs a workload that records every operation in a
 history, injects faults from a seeded schedule, heals, and checks that no
 acknowledged write was lost or applied twice, that reads were consistent,
 that replicas converged, and that replication lag stayed inside its SLO.
+With --db etcd it does the same to real etcd processes (register and
+append workloads, porcupine, ledger and watch checkers).
 
 Every run leaves a store (store/<test>/<timestamp>/, store/latest points at
 the newest) with history.jsonl, results.json, report.html, the schedule and
@@ -89,7 +92,7 @@ func addKeepRunsFlag(cmd *cobra.Command, keep *int) {
 
 func newRunCommand() *cobra.Command {
 	var cfg runner.Config
-	var nemesisList, workloadKind, selection string
+	var nemesisList, workloadKind, selection, reads string
 	var duration, interval, faultDuration, lagP99, lagCatchUp, linTimeout time.Duration
 	var verbose bool
 	var keepRuns int
@@ -115,7 +118,13 @@ func newRunCommand() *cobra.Command {
   tidal-chaos run --server-bin bin/tidal-server --nemesis disk
 
   # the same in plaintext without authentication, to compare with the secured default
-  tidal-chaos run --nemesis none --duration 10s --insecure`,
+  tidal-chaos run --nemesis none --duration 10s --insecure
+
+  # etcd, not tidal-server: registers checked with porcupine under partitions, kills and pauses
+  tidal-chaos run --db etcd --nodes 3 --nemesis partition,kill,pause --duration 60s
+
+  # etcd, unique-key appends checked by the ledger checker, membership churn
+  tidal-chaos run --db etcd --workload append --nemesis membership,kill --duration 60s`,
 		Args: cobra.NoArgs,
 		// Flags are checked before anything starts, so a typo costs no
 		// cluster start-up (and --help's examples are checked by the same
@@ -124,15 +133,10 @@ func newRunCommand() *cobra.Command {
 			if cfg.Nodes < 3 || cfg.Nodes%2 == 0 {
 				return fmt.Errorf("--nodes: expected an odd number of at least 3 (3 or 5: an even cluster tolerates no more failures than the odd one below it), found %d", cfg.Nodes)
 			}
-			kind, err := workload.ParseKind(workloadKind)
-			if err != nil {
-				return fmt.Errorf("--workload: %w", err)
+			if err := parseWorkload(cmd, &cfg, workloadKind, selection, reads); err != nil {
+				return err
 			}
-			sel, err := workload.ParseSelection(selection)
-			if err != nil {
-				return fmt.Errorf("--select: %w", err)
-			}
-			cfg.Workload.Kind, cfg.Workload.Select = kind, sel
+			var err error
 			if cfg.FaultFS, err = runner.ParseFaultFS(cfg.FaultFS); err != nil {
 				return fmt.Errorf("--faultfs: %w", err)
 			}
@@ -151,6 +155,9 @@ func newRunCommand() *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.DB == runner.DBEtcd {
+				return execute(cmd, cfg, nil, verbose, keepRuns)
+			}
 			if err := checkBinary("--server-bin", cfg.ServerBin); err != nil {
 				return err
 			}
@@ -165,7 +172,10 @@ func newRunCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&cfg.Test, "test", "chaos", "test name: the run store is <store>/<test>/<timestamp>/")
 	f.IntVar(&cfg.Nodes, "nodes", 3, "cluster size: an odd number, at least 3 (3 or 5)")
-	f.StringVar(&workloadKind, "workload", "ledger", "ledger (unique-id writes), counter (adds + linearizable reads), embeddings, or mixed")
+	f.StringVar(&cfg.DB, "db", "tidal", "database under test: tidal (tidal-server) or etcd (Debian's etcd, installed with apt-get when absent and run as root)")
+	f.StringVar(&workloadKind, "workload", "ledger", "ledger (unique-id writes), counter (adds + linearizable reads), embeddings, or mixed; with --db etcd: register (put/get/cas, porcupine; the default) or append (unique keys, ledger checker)")
+	f.StringVar(&reads, "reads", "linearizable", "--db etcd, register workload: linearizable or serializable reads (serializable may be stale by etcd's contract: only writes are checked)")
+	f.StringVar(&cfg.Etcd.Binary, "etcd-bin", "", "--db etcd: the etcd binary (default: etcd on PATH)")
 	f.StringVar(&nemesisList, "nemesis", "partition,kill", "fault `kinds` or groups, comma-separated (tidal-chaos faults lists them); none = no faults")
 	f.DurationVar(&duration, "duration", 30*time.Second, "how long the workload and the fault schedule run")
 	f.DurationVar(&interval, "interval", 8*time.Second, "mean gap between fault starts")
@@ -316,8 +326,10 @@ seed; a bug that needs a precise interleaving may need several tries.`,
 			if serverBin != "" {
 				cfg.ServerBin = serverBin
 			}
-			if err := checkBinary("--server-bin", cfg.ServerBin); err != nil {
-				return err
+			if cfg.DB == "" || cfg.DB == runner.DBTidal {
+				if err := checkBinary("--server-bin", cfg.ServerBin); err != nil {
+					return err
+				}
 			}
 			cfg.Test = strings.TrimSuffix(cfg.Test, "-repro") + "-repro"
 			fmt.Fprintf(cmd.OutOrStdout(), "repro of %s (seed %d, %d faults)\n", filepath.Clean(run.Dir()), cfg.Seed, len(schedule.Steps))
@@ -411,4 +423,38 @@ func formatBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// parseWorkload reads --workload, --select and --reads for the run's
+// database: tidal-server's workloads, or etcd's (register, append).
+func parseWorkload(cmd *cobra.Command, cfg *runner.Config, kind, selection, reads string) error {
+	switch cfg.DB {
+	case runner.DBTidal, "":
+		k, err := workload.ParseKind(kind)
+		if err != nil {
+			return fmt.Errorf("--workload: %w", err)
+		}
+		sel, err := workload.ParseSelection(selection)
+		if err != nil {
+			return fmt.Errorf("--select: %w", err)
+		}
+		cfg.Workload.Kind, cfg.Workload.Select = k, sel
+		if cmd.Flags().Changed("reads") {
+			return fmt.Errorf("--reads: only for --db etcd (tidal-server's workloads read linearizably)")
+		}
+		return nil
+	case runner.DBEtcd:
+		cfg.Etcd.Workload, cfg.Etcd.Reads = etcd.Register, reads
+		if cmd.Flags().Changed("workload") {
+			cfg.Etcd.Workload = kind
+		}
+		if cmd.Flags().Changed("select") {
+			return fmt.Errorf("--select: not for --db etcd (its clients go round-robin over the members)")
+		}
+		if _, err := cfg.Etcd.WithDefaults(); err != nil {
+			return fmt.Errorf("--workload/--reads: %w", err)
+		}
+		return nil
+	}
+	return fmt.Errorf("--db: expected %s or %s, found %q", runner.DBTidal, runner.DBEtcd, cfg.DB)
 }

@@ -1,0 +1,267 @@
+package etcd
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/tidaldb/tidal/harness/checker"
+	"github.com/tidaldb/tidal/harness/db"
+	"github.com/tidaldb/tidal/harness/history"
+)
+
+// LinearizableTimeout bounds the register search of one run.
+const LinearizableTimeout = 60 * time.Second
+
+// Check implements db.DB: the register workload's linearizability, or
+// the append workload's ledger; convergence of every node's keyspace.
+func (d *DB) Check(in db.CheckInput) []checker.Result {
+	var rs []checker.Result
+	switch d.cfg.Workload {
+	case Register:
+		rs = append(rs, CheckRegister(in.Ops, in.Run.LinearizableDir(), d.cfg.Reads, LinearizableTimeout))
+	case Append:
+		audits, err := in.Run.ReadAudits()
+		if err != nil {
+			rs = append(rs, checker.Result{Name: "ledger", Valid: checker.Unknown, Summary: "keys of the nodes unreadable: " + err.Error()})
+			break
+		}
+		var applied map[string]uint64
+		if digests, err := in.Run.ReadDigests(); err == nil {
+			applied = map[string]uint64{}
+			for n, dg := range digests {
+				applied[n] = dg.AppliedIndex
+			}
+		}
+		// applied (the digest revision) is a lower bound of what each
+		// node had applied when read: keys above it on a node that lacks
+		// them read as unreplicated, not lost.
+		rs = append(rs, checker.LedgerCovering(in.Ops, audits, applied, in.Audit))
+		rs = append(rs, CheckWatch(in.Run, audits))
+	}
+	if digests, err := in.Run.ReadDigests(); err == nil {
+		rs = append(rs, checker.ConvergenceCovering(digests, in.Digest))
+	} else {
+		rs = append(rs, checker.Result{Name: "convergence", Valid: checker.Unknown, Summary: "digests unreadable: " + err.Error()})
+	}
+	return rs
+}
+
+type regInput struct {
+	f     string
+	value int // put, cas: the value written
+	old   int // cas
+	// unknown: a put or cas that ended info. A cas of unknown outcome may
+	// have compared unequal and done nothing, so it never fails to step.
+	unknown bool
+}
+
+// registerModel is one key: 0 until written. A cas that completed ok
+// compared equal, so it steps only from old.
+var registerModel = porcupine.Model{
+	Init: func() interface{} { return 0 },
+	Step: func(state, input, output interface{}) (bool, interface{}) {
+		s, in := state.(int), input.(regInput)
+		switch in.f {
+		case FGet:
+			return output.(int) == s, s
+		case FPut:
+			return true, in.value
+		case FCAS:
+			if s != in.old {
+				return in.unknown, s
+			}
+			return true, in.value
+		}
+		return false, s
+	},
+	DescribeOperation: func(input, output interface{}) string {
+		in := input.(regInput)
+		switch in.f {
+		case FGet:
+			return fmt.Sprintf("get() → %d", output.(int))
+		case FPut:
+			return fmt.Sprintf("put(%d)", in.value)
+		}
+		return fmt.Sprintf("cas(%d→%d)", in.old, in.value)
+	},
+	DescribeState: func(state interface{}) string { return strconv.Itoa(state.(int)) },
+}
+
+// KeyResult is the outcome for one register key.
+type KeyResult struct {
+	Key           string `json:"key"`
+	Ops           int    `json:"ops"`
+	Pending       int    `json:"pending"`
+	Result        string `json:"result"` // ok, illegal, unknown
+	Visualization string `json:"visualization,omitempty"`
+	Error         string `json:"error,omitempty"`
+}
+
+// RegisterDetails is the Details of a CheckRegister result.
+type RegisterDetails struct {
+	Reads   string      `json:"reads"`
+	Keys    []KeyResult `json:"keys"`
+	Illegal int         `json:"illegal"`
+	Unknown int         `json:"unknown"`
+	// ReadsLeftOut counts ok reads not checked: serializable reads may be
+	// stale by etcd's documented contract, so they constrain nothing.
+	ReadsLeftOut int `json:"reads_left_out,omitempty"`
+	// StaleKeys, with serializable reads, is how many keys would not be
+	// linearizable with those reads included: what the weaker contract was
+	// used for, reported, not judged.
+	StaleKeys *int `json:"stale_keys,omitempty"`
+}
+
+// CheckRegister checks the register workload for linearizability with
+// porcupine, one key at a time. A put or cas that failed did not happen
+// and is left out; one that ended info may take effect at any point after
+// its invoke (unbounded return). Reads that did not complete ok are left
+// out. With serializable reads (etcd documents that they may be stale)
+// the reads are left out too and only the writes are checked, and the
+// summary says so. An illegal key's porcupine visualization is written to
+// outDir/register-<key>.html.
+func CheckRegister(ops []history.Op, outDir, reads string, timeout time.Duration) checker.Result {
+	const name = "linearizable"
+	pairs, err := history.Pairs(ops)
+	if err != nil {
+		return checker.Result{Name: name, Valid: checker.Unknown, Summary: fmt.Sprintf("cannot pair the history: %v", err)}
+	}
+	windows, _ := checker.FaultWindows(ops)
+	d := RegisterDetails{Reads: reads}
+	perKey := map[string][]porcupine.Operation{}
+	pending := map[string]int{}
+	clients := map[string]map[history.Process]int{}
+	for _, p := range pairs {
+		if !p.Invoke.Process.IsClient() || p.Type() == history.Fail {
+			continue
+		}
+		if p.Invoke.F != FGet && p.Invoke.F != FPut && p.Invoke.F != FCAS {
+			continue
+		}
+		v, err := history.Decode[RegisterValue](p.Invoke)
+		if err != nil {
+			return checker.Result{Name: name, Valid: checker.Unknown, Summary: err.Error()}
+		}
+		in := regInput{f: p.Invoke.F, value: v.Value, old: v.Old}
+		var out int
+		ret := p.Completion.Time
+		if p.Invoke.F == FGet {
+			if p.Type() != history.OK {
+				continue
+			}
+			if reads == Serializable {
+				d.ReadsLeftOut++
+				continue
+			}
+			got, err := history.Decode[RegisterValue](p.Completion)
+			if err != nil {
+				return checker.Result{Name: name, Valid: checker.Unknown, Summary: err.Error()}
+			}
+			out = got.Value
+		} else if p.Type() != history.OK {
+			ret = math.MaxInt64
+			in.unknown = true
+			pending[v.Key]++
+		}
+		ids := clients[v.Key]
+		if ids == nil {
+			ids = map[history.Process]int{}
+			clients[v.Key] = ids
+		}
+		cid, ok := ids[p.Invoke.Process]
+		if !ok {
+			cid = len(ids)
+			ids[p.Invoke.Process] = cid
+		}
+		perKey[v.Key] = append(perKey[v.Key], porcupine.Operation{ClientId: cid, Input: in, Output: out, Call: p.Invoke.Time, Return: ret,
+			Metadata: fmt.Sprintf("op %d, process %s via %s: %s", p.Invoke.Index, p.Invoke.Process, p.Invoke.Node, p.Type())})
+	}
+	keys := make([]string, 0, len(perKey))
+	for k := range perKey {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if pending[keys[i]] != pending[keys[j]] {
+			return pending[keys[i]] < pending[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	deadline := time.Now().Add(timeout)
+	for i, k := range keys {
+		kr := KeyResult{Key: k, Ops: len(perKey[k]), Pending: pending[k], Result: "unknown"}
+		budget := time.Until(deadline) / time.Duration(len(keys)-i)
+		if budget <= 0 {
+			kr.Error = "not checked: the time budget ran out on earlier keys"
+			d.Unknown++
+			d.Keys = append(d.Keys, kr)
+			continue
+		}
+		res, info := porcupine.CheckOperationsVerbose(registerModel, perKey[k], budget)
+		switch res {
+		case porcupine.Ok:
+			kr.Result = "ok"
+		case porcupine.Illegal:
+			kr.Result = "illegal"
+			d.Illegal++
+			if outDir != "" {
+				path := filepath.Join(outDir, "register-"+strings.ReplaceAll(strings.TrimPrefix(k, registerPrefix), "/", "_")+".html")
+				if err := visualize(info, windows, path); err != nil {
+					kr.Error = err.Error()
+				} else {
+					kr.Visualization = path
+				}
+			}
+		default:
+			kr.Error = fmt.Sprintf("search did not finish within its share %v (%d ops, %d pending)", budget.Round(time.Millisecond), kr.Ops, kr.Pending)
+			d.Unknown++
+		}
+		d.Keys = append(d.Keys, kr)
+	}
+	sort.Slice(d.Keys, func(i, j int) bool { return d.Keys[i].Key < d.Keys[j].Key })
+	scope := "linearizable reads and writes"
+	if reads == Serializable {
+		scope = fmt.Sprintf("writes only: %d serializable reads left out (etcd documents them as possibly stale)", d.ReadsLeftOut)
+		if with, ok := CheckRegister(ops, "", Linearizable, timeout).Details.(RegisterDetails); ok && with.Unknown == 0 {
+			d.StaleKeys = &with.Illegal
+			scope += fmt.Sprintf("; with them included %d of %d keys would not be linearizable", with.Illegal, len(with.Keys))
+		}
+	}
+	switch {
+	case d.Illegal > 0:
+		var bad []string
+		for _, kr := range d.Keys {
+			if kr.Result == "illegal" && len(bad) < 5 {
+				bad = append(bad, kr.Key+" ("+kr.Visualization+")")
+			}
+		}
+		if d.Illegal > len(bad) {
+			bad = append(bad, fmt.Sprintf("and %d more", d.Illegal-len(bad)))
+		}
+		return checker.Result{Name: name, Valid: checker.Invalid, Details: d, Summary: fmt.Sprintf("%d of %d register keys not linearizable (%s): %s", d.Illegal, len(keys), scope, strings.Join(bad, ", "))}
+	case len(keys) == 0:
+		return checker.Result{Name: name, Valid: checker.Unknown, Details: d, Summary: "no register operations to check"}
+	case d.Unknown > 0:
+		return checker.Result{Name: name, Valid: checker.Unknown, Details: d, Summary: fmt.Sprintf("%d of %d register keys undecided within %v", d.Unknown, len(keys), timeout)}
+	}
+	return checker.Result{Name: name, Valid: checker.Valid, Details: d, Summary: fmt.Sprintf("all %d register keys linearizable (%s)", len(keys), scope)}
+}
+
+func visualize(info porcupine.LinearizationInfo, windows []checker.FaultWindow, path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	anns := make([]porcupine.Annotation, 0, len(windows))
+	for _, w := range windows {
+		anns = append(anns, porcupine.Annotation{Tag: "nemesis", Start: w.Start, End: w.End, Description: w.Label(), Details: w.String(), BackgroundColor: "#f4c7c3"})
+	}
+	info.AddAnnotations(anns)
+	return porcupine.VisualizePath(registerModel, info, path)
+}

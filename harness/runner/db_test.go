@@ -1,0 +1,68 @@
+package runner
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/tidaldb/tidal/harness/checker"
+	"github.com/tidaldb/tidal/harness/db"
+	"github.com/tidaldb/tidal/harness/nemesis"
+)
+
+// pauselessDB is a database that cannot be paused; Setup must never be
+// reached when a run asks for a pause.
+type pauselessDB struct{ t *testing.T }
+
+func (pauselessDB) Name() string { return "pauseless" }
+func (pauselessDB) Capabilities() nemesis.Capabilities {
+	return nemesis.Capabilities{DB: "pauseless", Has: []nemesis.Capability{nemesis.CapNetwork, nemesis.CapKill, nemesis.CapLeader},
+		Lacks: map[nemesis.Capability]string{nemesis.CapPause: "its nodes run where SIGSTOP does not reach"}}
+}
+func (d pauselessDB) Setup(context.Context, db.Env) (db.Cluster, error) {
+	d.t.Fatal("Setup reached: the run should have been refused first")
+	return nil, nil
+}
+func (pauselessDB) Check(db.CheckInput) []checker.Result { return nil }
+
+// Issue 15 item 1: a run refuses a fault its database cannot take, saying
+// which and why, before it starts anything or makes a run directory.
+func TestRunRefusesFaultTheDBCannotTake(t *testing.T) {
+	extraDBs["pauseless"] = func(Config) (db.DB, error) { return pauselessDB{t}, nil }
+	defer delete(extraDBs, "pauseless")
+	store := t.TempDir()
+	_, err := Run(context.Background(), Config{DB: "pauseless", Nodes: 3, Store: store, Nemesis: []string{"kill", "pause-leader"}}, Options{})
+	if err == nil {
+		t.Fatal("expected the run refused, found no error")
+	}
+	for _, want := range []string{"pauseless", "pause-leader needs pause (its nodes run where SIGSTOP does not reach)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("expected the error to say %q, found %v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "kill-one") {
+		t.Errorf("expected kill kinds not named, found %v", err)
+	}
+	if ents, _ := os.ReadDir(store); len(ents) > 0 {
+		t.Errorf("expected nothing made in the store, found %v", ents)
+	}
+}
+
+// The tidal adapter takes every fault kind there is.
+func TestTidalTakesEveryKind(t *testing.T) {
+	if err := nemesis.CheckMix(nemesis.KindNames(), tidalDB{}.Capabilities()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEtcdRefusesWhatItCannotRun(t *testing.T) {
+	for _, cfg := range []Config{{DB: DBEtcd, Backend: BackendDocker}, {DB: DBEtcd, RelayBinary: "bin/tcp-relay"}, {DB: "mysql"}} {
+		if _, err := openDB(cfg); err == nil {
+			t.Errorf("%+v: expected an error, found none", cfg)
+		}
+	}
+	if d, err := openDB(Config{DB: DBEtcd, Backend: BackendProcess}); err != nil || d.Name() != "etcd" {
+		t.Fatalf("expected the etcd adapter, found %v, %v", d, err)
+	}
+}

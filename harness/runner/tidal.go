@@ -1,0 +1,210 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"github.com/tidaldb/tidal/harness/faultfs"
+	"io"
+	"path/filepath"
+	"time"
+
+	"github.com/tidaldb/tidal/harness/checker"
+	"github.com/tidaldb/tidal/harness/cluster"
+	"github.com/tidaldb/tidal/harness/db"
+	"github.com/tidaldb/tidal/harness/history"
+	"github.com/tidaldb/tidal/harness/nemesis"
+	"github.com/tidaldb/tidal/harness/report"
+	"github.com/tidaldb/tidal/harness/workload"
+)
+
+// tidalDB is tidal-server as a db.DB: the cluster of package cluster on
+// the process or docker backend, the workloads of package workload, the
+// lag sampler, and the ledger, counter, linearizable, aggregates,
+// embeddings, convergence and lag checkers. Everything the runner did for
+// tidal-server before the adapter interface (issue 15) it still does,
+// here.
+type tidalDB struct{ cfg Config }
+
+// Name implements db.DB.
+func (tidalDB) Name() string { return DBTidal }
+
+// Capabilities implements db.DB: every fault kind.
+func (tidalDB) Capabilities() nemesis.Capabilities {
+	return nemesis.Capabilities{DB: DBTidal, Has: []nemesis.Capability{nemesis.CapNetwork, nemesis.CapKill, nemesis.CapPause,
+		nemesis.CapLeader, nemesis.CapTransferLeader, nemesis.CapMembership, nemesis.CapDisk, nemesis.CapClock}}
+}
+
+// Setup implements db.DB.
+func (t tidalDB) Setup(ctx context.Context, env db.Env) (db.Cluster, error) {
+	cfg := t.cfg
+	bin, err := filepath.Abs(cfg.ServerBin)
+	if err != nil {
+		return nil, err
+	}
+	relayBin := cfg.RelayBinary
+	if relayBin != "" {
+		if relayBin, err = filepath.Abs(relayBin); err != nil {
+			return nil, err
+		}
+	}
+	backend, newNetwork, err := startBackend(ctx, cfg, bin, relayBin, env.Registry, env.NodesDir, env.Logger)
+	if err != nil {
+		return nil, err
+	}
+	wrapped := env.Wrap(backend)
+	ccfg := cluster.Config{Nodes: cfg.Nodes, Backend: wrapped, Dir: env.NodesDir, Flags: cfg.ServerFlags, Logger: env.Logger, RelayBinary: relayBin,
+		WALSegmentSize: cfg.WALSegmentSize, Insecure: cfg.Insecure, CertsDir: filepath.Join(env.RunDir, "certs"),
+		DiskFaults: env.DiskFaults, ClockControl: env.ClockControl}
+	if newNetwork != nil {
+		ccfg.NewNetwork, ccfg.RelayBinary = newNetwork, ""
+	}
+	c, err := cluster.New(ccfg)
+	if err != nil {
+		backend.Close()
+		return nil, err
+	}
+	if env.Up != nil {
+		env.Up()
+	}
+	upCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	_, err = c.WaitLeader(upCtx)
+	if err == nil {
+		err = c.WaitReady(upCtx)
+	}
+	cancel()
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("cluster did not come up (logs in %s): %w", env.NodesDir, err)
+	}
+	return &tidalCluster{Cluster: nemesis.Live(c), c: c, cfg: cfg}, nil
+}
+
+// Check implements db.DB: the checkers of tidal-server's workloads.
+func (t tidalDB) Check(in db.CheckInput) []checker.Result {
+	cfg, run, ops := t.cfg, in.Run, in.Ops
+	var rs []checker.Result
+	digests, digestErr := run.ReadDigests()
+	audits, err := run.ReadAudits()
+	if err != nil {
+		rs = append(rs, checker.Result{Name: "ledger", Valid: checker.Unknown, Summary: "audits unreadable: " + err.Error()})
+	} else {
+		var applied map[string]uint64
+		if digestErr == nil {
+			applied = map[string]uint64{}
+			for n, d := range digests {
+				applied[n] = d.AppliedIndex
+			}
+		}
+		rs = append(rs, checker.LedgerCovering(ops, audits, applied, in.Audit))
+	}
+	kind := cfg.Workload.Kind
+	if kind == workload.Counter || kind == workload.Mixed {
+		rs = append(rs, checker.Counter(ops))
+		rs = append(rs, checker.Linearizable(ops, run.LinearizableDir(), cfg.LinearizableTimeout.D()))
+		rs = append(rs, checker.Aggregates(ops, checker.SignalModel{Signal: workload.CounterSignal, HalfLife: cfg.Workload.CounterHalfLife, Windows: cfg.Workload.CounterWindows}))
+	}
+	if kind == workload.Embeddings || kind == workload.Mixed {
+		rs = append(rs, checker.Embeddings(ops, nodeNames(cfg.Nodes)))
+	}
+	if digestErr == nil {
+		rs = append(rs, checker.ConvergenceCovering(digests, in.Digest))
+	} else {
+		rs = append(rs, checker.Result{Name: "convergence", Valid: checker.Unknown, Summary: "digests unreadable: " + digestErr.Error()})
+	}
+	samples, err := run.ReadLag()
+	if err != nil {
+		rs = append(rs, checker.Result{Name: "lag", Valid: checker.Unknown, Summary: "lag samples unreadable: " + err.Error()})
+	} else {
+		windows, err := checker.FaultWindows(ops)
+		if err != nil {
+			rs = append(rs, checker.Result{Name: "lag", Valid: checker.Unknown, Summary: "fault windows: " + err.Error()})
+		} else {
+			rs = append(rs, checker.Lag(samples, windows, checker.SLO{P99: cfg.LagP99.D(), CatchUp: cfg.LagCatchUp.D()}))
+		}
+	}
+	return rs
+}
+
+// tidalCluster is a running tidal cluster as a db.Cluster.
+type tidalCluster struct {
+	nemesis.Cluster
+	c   *cluster.Cluster
+	cfg Config
+}
+
+// The disk and clock faults reach the cluster through these (the nemesis'
+// DiskCluster and ClockSetter): the embedded interface would hide them.
+
+func (t *tidalCluster) HasDisks() bool { return t.c.HasDisks() }
+
+func (t *tidalCluster) Disk(name string) (nemesis.NodeDisk, error) {
+	return t.Cluster.(nemesis.DiskCluster).Disk(name)
+}
+
+func (t *tidalCluster) PowerCut(names []string, o faultfs.PowerCutOptions) (map[string]faultfs.PowerCutReport, error) {
+	return t.c.PowerCut(names, o)
+}
+
+func (t *tidalCluster) Revive(name string) (bool, error) { return t.c.Revive(name) }
+
+func (t *tidalCluster) SetClockOffset(ctx context.Context, node string, offset time.Duration) (time.Time, error) {
+	return t.c.SetClockOffset(ctx, node, offset)
+}
+
+var (
+	_ nemesis.DiskCluster = (*tidalCluster)(nil)
+	_ nemesis.ClockSetter = (*tidalCluster)(nil)
+)
+
+func (t *tidalCluster) Workload(rec *history.Recorder, d time.Duration) (db.Workload, error) {
+	wcfg := t.cfg.Workload
+	wcfg.Duration = d
+	w, err := workload.New(wcfg, workload.FromCluster(t.c), rec)
+	if err != nil {
+		return nil, err
+	}
+	return tidalWorkload{w}, nil
+}
+
+func (t *tidalCluster) Observe(run *report.Run, now func() int64) (func(), error) {
+	lagw, err := run.LagWriter()
+	if err != nil {
+		return nil, err
+	}
+	sampleCtx, stopSampling := context.WithCancel(context.Background())
+	sampler := &lagSampler{c: t.c, now: now, interval: t.cfg.SampleInterval.D(), w: lagw}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sampler.run(sampleCtx)
+	}()
+	return func() {
+		stopSampling()
+		<-done
+		lagw.Close()
+	}, nil
+}
+
+func (t *tidalCluster) Serving(ctx context.Context, name string) error {
+	if _, err := t.c.Status(ctx, name); err != nil {
+		return fmt.Errorf("GET /cluster/status: %v", err)
+	}
+	return nil
+}
+
+func (t *tidalCluster) Collect(ctx context.Context, run *report.Run, out io.Writer, alive func(string) bool, ev *checker.NodeEvidence) {
+	collect(ctx, t.c, alive, run, out, ev)
+}
+
+func (t *tidalCluster) Close() error { return t.c.Close() }
+
+// tidalWorkload runs the final reads of the workloads that have them.
+type tidalWorkload struct{ *workload.Workload }
+
+func (w tidalWorkload) Final(ctx context.Context) error {
+	switch w.Config().Kind {
+	case workload.Counter, workload.Mixed, workload.Embeddings:
+		return w.FinalReads(ctx)
+	}
+	return nil
+}
