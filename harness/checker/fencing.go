@@ -125,8 +125,9 @@ type FencingDetails struct {
 // segment, and fence (exit 4) once it needs new space; exits are listed.
 //
 // The verdict is Unknown when no judged fsync-error window saw a write
-// sent to its node and no corrupt-read window saw its node exit: the
-// rule was never exercised.
+// sent to its node and no corrupt-read took effect: no rule was
+// exercised. Runs with disk-full alone do not run this checker
+// (DiskFaulted).
 func Fencing(ops []history.Op, ev NodeEvidence) Result {
 	const name = "fencing"
 	windows, faults, heals, err := faultWindows(ops)
@@ -165,15 +166,19 @@ func Fencing(ops []history.Op, ev NodeEvidence) Result {
 				de := DiskExit{Node: node, Fault: w.String(), Time: e.Time, Status: e.Status.Text,
 					Fenced: e.Status.Signal == "" && e.Status.Code == ExitFenced, NamesDamage: namedDamage(e.Logs)}
 				d.Exits = append(d.Exits, de)
-				if w.Kind == diskCorruptRead {
-					exercised++
-					if de.NamesDamage == "" {
-						d.Silent = append(d.Silent, de)
-					}
+				if w.Kind == diskCorruptRead && de.NamesDamage == "" {
+					d.Silent = append(d.Silent, de)
 				}
 			}
 			if w.Kind != diskFsyncError {
-				fw.Judged = w.Kind == diskCorruptRead
+				// A corrupt-read that took effect restarted its node
+				// on a corrupt view: it either refused (its exit is
+				// judged above) or kept serving (ledger, convergence
+				// and aggregates judge what it served).
+				fw.Judged = w.Kind == diskCorruptRead && w.Effective >= 0
+				if fw.Judged {
+					exercised++
+				}
 				d.Windows = append(d.Windows, fw)
 				continue
 			}
@@ -237,7 +242,7 @@ func Fencing(ops []history.Op, ev NodeEvidence) Result {
 				why = append(why, w.Node+": "+w.Why)
 			}
 		}
-		s := "no write reached a node under a judged fsync-error and no node exited under corrupt-read: the rule was never exercised"
+		s := "no write reached a node under a judged fsync-error and no corrupt-read took effect: no rule was exercised"
 		if len(why) > 0 {
 			s += " (" + strings.Join(why, "; ") + ")"
 		}
@@ -265,12 +270,28 @@ func fencingSummary(d FencingDetails) string {
 			named = append(named, e.Node+" at "+history.FormatTime(e.Time))
 		}
 	}
-	s := fmt.Sprintf("no node acknowledged a write while its fsyncs failed (%d writes sent to %d faulted nodes, %d refused or unanswered)", writes, nodes, refused)
+	var parts []string
+	if nodes > 0 {
+		parts = append(parts, fmt.Sprintf("no node acknowledged a write while its fsyncs failed (%d writes sent to %d faulted nodes, %d refused or unanswered)", writes, nodes, refused))
+	}
 	if len(fenced) > 0 {
-		s += "; fenced (exit 4): " + strings.Join(fenced, ", ")
+		parts = append(parts, "fenced (exit 4): "+strings.Join(fenced, ", "))
 	}
 	if len(named) > 0 {
-		s += "; refused a corrupt log, naming file and offset: " + strings.Join(named, ", ")
+		parts = append(parts, "refused a corrupt log, naming file and offset: "+strings.Join(named, ", "))
+	}
+	s := strings.Join(parts, "; ")
+	var served []string
+	for _, w := range d.Windows {
+		if w.Kind == diskCorruptRead && w.Judged && !slices.ContainsFunc(d.Exits, func(e DiskExit) bool { return e.Node == w.Node && e.Fault == w.Fault }) {
+			served = append(served, w.Node)
+		}
+	}
+	if len(served) > 0 {
+		if s != "" {
+			s += "; "
+		}
+		s += "kept running under corrupt-read (what it served is for ledger, convergence, aggregates): " + strings.Join(served, ", ")
 	}
 	return s
 }
@@ -362,15 +383,17 @@ func namedDamage(logs []LogTail) string {
 }
 
 // DiskFaulted reports whether the history holds a disk fault the fencing
-// checker judges (fsync-error, disk-full or corrupt-read): the runner
-// runs Fencing only then, as it runs Counter only on counter workloads.
+// checker has a rule for (fsync-error or corrupt-read): the runner runs
+// Fencing only then, as it runs Counter only on counter workloads. A
+// disk-full alone asks nothing of the history (a node may go on writing
+// into its preallocated segment); its exits are the nodes checker's.
 func DiskFaulted(ops []history.Op) bool {
 	for _, op := range ops {
 		if op.Process != history.Nemesis || op.Type != history.Invoke || op.F != fDisk {
 			continue
 		}
 		if fv, err := history.Decode[history.FaultValue](op); err == nil &&
-			(fv.Kind == diskFsyncError || fv.Kind == diskFull || fv.Kind == diskCorruptRead) {
+			(fv.Kind == diskFsyncError || fv.Kind == diskCorruptRead) {
 			return true
 		}
 	}

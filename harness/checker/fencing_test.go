@@ -171,7 +171,22 @@ func TestDiskFaultedSeesOnlyJudgedDiskKinds(t *testing.T) {
 		t.Fatal("slow-disk: expected not judged by fencing")
 	}
 	h.fault(fDisk, diskFault(t, diskFull, map[string]any{}, "n1"))
+	if DiskFaulted(h.ops) {
+		t.Fatal("disk-full: expected no rule of the fencing checker to apply")
+	}
+	h.fault(fDisk, diskFault(t, diskCorruptRead, map[string]any{}, "n1"))
 	if !DiskFaulted(h.ops) {
-		t.Fatal("disk-full: expected a disk fault")
+		t.Fatal("corrupt-read: expected a disk fault")
+	}
+}
+
+// A node that came back under corrupt-read and kept running is not the
+// fencing checker's to fault: the data checkers judge what it served.
+func TestFencingCorruptReadNodeThatKeptRunningIsValid(t *testing.T) {
+	h, _ := corruptReadOnN3(t)
+	r := Fencing(h.ops, NodeEvidence{Nodes: []string{"n1", "n2", "n3"}, Final: serving("n1", "n2", "n3")})
+	mustValid(t, r, Valid)
+	if !strings.Contains(r.Summary, "kept running under corrupt-read") || !strings.Contains(r.Summary, "n3") {
+		t.Fatalf("summary %q: expected n3 named as kept running", r.Summary)
 	}
 }

@@ -121,8 +121,9 @@ var diskDefects = []diskDefect{
 	{
 		// Under load the writer is nearly always inside an fdatasync
 		// whose group was already acknowledged: a cut then loses acked
-		// writes on every node at once, if the cut comes while the fsync
-		// runs (the cut is made instantaneous, see powercut_test.go) and
+		// writes, if the cut comes while the fsync runs (the cut is
+		// made instantaneous, see powercut_test.go; one node, as on
+		// three a durable copy on any node hides the loss) and
 		// the fsync outlasts the ack's way to the client (commit, apply,
 		// HTTP). faultfs on the local disk syncs in under a millisecond,
 		// so the run is on disks whose fsync takes 50 ms more, as a busy
@@ -138,6 +139,12 @@ var diskDefects = []diskDefect{
 			c := powerCutAll("bug-ack-before-fsync", 9505, workload.Config{Kind: workload.Ledger, Concurrency: 16})
 			c.Nodes = 1
 			c.Duration, c.FaultDuration = runner.Duration(20*time.Second), runner.Duration(time.Second)
+			// One node has no follower to lag; what the lag checker
+			// sees is its own apply catching up after each restart,
+			// which with 50 ms fsyncs and a cut every ~4 s left too few
+			// samples outside faults for a 2 s p99 (seed 9506, normal
+			// build: 2.15 s over 8 samples).
+			c.LagP99 = runner.Duration(5 * time.Second)
 			return c
 		}(),
 	},
