@@ -24,6 +24,7 @@ var names = map[string]Defect{
 	"skip-dir-fsync":               SkipDirFsync,
 	"drop-last-record-on-recovery": DropLastRecordOnRecovery,
 	"ignore-fsync-error":           IgnoreFsyncError,
+	"never-fsync":                  NeverFsync,
 }
 
 // active is set once, before main runs, from TIDAL_BUGS; only Enable (unit

@@ -164,3 +164,44 @@ func TestPlantedAckBeforeFsyncStillFencesOnEIO(t *testing.T) {
 		t.Fatalf("expected ErrFenced naming the fdatasync, found %v", err)
 	}
 }
+
+// never-fsync: the group commit answers Save without one fdatasync of the
+// segment (the WAL of issue 11's "Done when"); switched off, every Save
+// that asks for durability is followed by one.
+func TestPlantedNeverFsyncNeverSyncsTheSegment(t *testing.T) {
+	datasyncs := func() int {
+		root := t.TempDir()
+		rfs := &recordingFS{root: root}
+		w, _, err := open(filepath.Join(root, "wal"), testOptions(), rfs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := uint64(1); i <= 3; i++ {
+			if err := w.Save(context.Background(), Batch{Entries: entries(i, i, 1)}, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mustClose(t, w)
+		// Count after the first segment is in place: its creation syncs
+		// the new file (that is not the group commit's).
+		ops := rfs.log()
+		i := indexOf(ops, "rename wal/"+segmentName(0)+tmpSuffix)
+		if i < 0 {
+			t.Fatalf("expected the first segment renamed into place, found %q", ops)
+		}
+		n := 0
+		for _, op := range ops[i+1:] {
+			if strings.HasPrefix(op, "datasync wal/") {
+				n++
+			}
+		}
+		return n
+	}
+	if n := datasyncs(); n == 0 {
+		t.Fatal("defect off: expected the segment fdatasynced for the durable Saves, found none")
+	}
+	withDefect(t, bugs.NeverFsync)
+	if n := datasyncs(); n != 0 {
+		t.Fatalf("never-fsync on: expected no fdatasync of the segment, found %d", n)
+	}
+}
