@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/tidaldb/tidal/harness/faultfs"
 )
@@ -92,10 +93,11 @@ func (c *Cluster) Disk(name string) (*faultfs.FS, error) {
 }
 
 // PowerCut cuts the power of the named nodes at once: every one that runs
-// (or is paused) is killed -9 first, all before any disk is touched, as
-// one power loss would; then each disk loses what was never made durable
-// (faultfs.FS.PowerCut) and is mounted afresh, as found at boot. The
-// nodes are left Killed: Start brings each back on its surviving data.
+// is frozen (SIGSTOP) first, all before any disk is touched; then every
+// disk at once loses what was never made durable (faultfs.FS.PowerCut)
+// and is mounted afresh, as found at boot; then the frozen processes are
+// killed -9. The nodes are left Killed: Start brings each back on its
+// surviving data.
 // TornWrites tears each disk with its own seed (o.Seed plus the node's
 // position in names). The reports are by node; on error some disks may
 // not have been cut.
@@ -108,7 +110,39 @@ func (c *Cluster) PowerCut(names []string, o faultfs.PowerCutOptions) (map[strin
 		}
 		disks[i] = d
 	}
+	// A power cut stops the CPUs and the disks at the same instant. So
+	// every target is frozen first, then every disk is cut at once, and
+	// only then are the processes killed. Killing first would not do: a
+	// process killed while its fsync is inside the FUSE server dies only
+	// once that fsync is answered, so every fsync issued before the "cut"
+	// would complete and be durable — and a WAL that acknowledges before
+	// its fsync returns (planted ack-before-fsync) would never lose a
+	// write. A frozen process's fsync may still be answered, but the
+	// process never runs again to act on it.
 	var errs []error
+	for _, name := range names {
+		if c.State(name) == Running {
+			if err := c.Pause(name); err != nil {
+				errs = append(errs, fmt.Errorf("freeze %s: %w", name, err))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("cluster: power cut: %w", err)
+	}
+	reps := make([]faultfs.PowerCutReport, len(names))
+	cutErrs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i := range names {
+		wg.Go(func() {
+			oi := o
+			if oi.TornWrites && oi.Seed != 0 {
+				oi.Seed += int64(i)
+			}
+			reps[i], cutErrs[i] = disks[i].PowerCut(oi)
+		})
+	}
+	wg.Wait()
 	for _, name := range names {
 		if st := c.State(name); st == Running || st == Paused {
 			if err := c.Kill(name); err != nil {
@@ -116,20 +150,13 @@ func (c *Cluster) PowerCut(names []string, o faultfs.PowerCutOptions) (map[strin
 			}
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("cluster: power cut: %w", err)
-	}
 	reports := map[string]faultfs.PowerCutReport{}
 	for i, name := range names {
-		oi := o
-		if oi.TornWrites && oi.Seed != 0 {
-			oi.Seed += int64(i)
-		}
-		rep, err := disks[i].PowerCut(oi)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		if cutErrs[i] != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, cutErrs[i]))
 			continue
 		}
+		rep := reps[i]
 		reports[name] = rep
 		c.log.Info("power cut", "node", name, "files", rep.Files, "bytes_discarded", rep.BytesDiscarded,
 			"entries_rolled_back", rep.EntriesRolledBack, "torn", rep.Torn)
