@@ -41,6 +41,10 @@
 # Other settings read from the environment when the file is written:
 #   TIDAL_BIN    directory holding tidal-server (default: the repository's bin/)
 #   TIDAL_FLAGS  extra `tidal-server run` flags for every node
+#   TIDAL_RELEASE_OLD  directory of the tidal-server release nodes run
+#                unless tidal_install gave a slot another (default: TIDAL_BIN);
+#                for runbooks/rolling-upgrade.md, the release to upgrade from
+#   TIDAL_RELEASE_NEW  directory of the release to upgrade to (default: TIDAL_BIN)
 set -euo pipefail
 
 usage() {
@@ -67,6 +71,13 @@ if [ ! -x "$bin/tidal-server" ]; then
 	echo "$0: $bin/tidal-server not found or not executable (run \`make build\`, or set TIDAL_BIN)" >&2
 	exit 2
 fi
+release_old=${TIDAL_RELEASE_OLD:-$bin} release_new=${TIDAL_RELEASE_NEW:-$bin}
+for r in "$release_old" "$release_new"; do
+	if [ ! -x "$r/tidal-server" ]; then
+		echo "$0: $r/tidal-server (TIDAL_RELEASE_OLD or TIDAL_RELEASE_NEW) not found or not executable" >&2
+		exit 2
+	fi
+done
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 base=${TIDAL_BASE_PORT:-27000}
@@ -106,6 +117,8 @@ fi
 	echo "# Security: empty for a plaintext (--insecure) cluster."
 	printf 'export TIDAL_CERTS=%q TIDAL_CA_KEY=%q TIDAL_TOKENS=%q\n' "$certs" "$cakey" "$tokens"
 	printf 'export TIDAL_FLAGS=%q\n' "${TIDAL_FLAGS:-}"
+	echo "# Releases: what nodes run unless tidal_install says otherwise, and what an upgrade installs."
+	printf 'export TIDAL_RELEASE_OLD=%q TIDAL_RELEASE_NEW=%q\n' "$(cd "$release_old" && pwd)" "$(cd "$release_new" && pwd)"
 	printf 'export PATH=%q:"$PATH"\n' "$bin"
 	echo "export TIDAL_NODES=$nodes TIDAL_SLOTS=$slots"
 	for i in $(seq 1 "$slots"); do
@@ -334,7 +347,7 @@ tidal_start() {
 		set -- --certs-dir "$(tidal_node_certs "$i")" --tokens "$(tidal_node_certs "$i")/tokens" "$@"
 	fi
 	# shellcheck disable=SC2086 # TIDAL_FLAGS is a list of flags
-	set -- "$TIDAL_BIN/tidal-server" run --id "$id" --peers "$peers" --client-addr "$client" \
+	set -- "$(tidal_release "$i")/tidal-server" run --id "$id" --peers "$peers" --client-addr "$client" \
 		--peer-addr "$peer" --data-dir "$data" --log-file "$dir/node.log" $join $TIDAL_FLAGS "$@"
 	echo "$*" >"$dir/cmdline"
 	echo "node $i: $*"
@@ -362,6 +375,24 @@ tidal_start() {
 		fi
 	done
 	echo "node $i: started as member $id, pid $pid"
+}
+
+# tidal_install I DIR: install DIR/tidal-server as slot I's binary, run
+# from its next start (in production: your package manager, or the image
+# tag of its container). tidal_release I prints the directory slot I's
+# next start runs: the one installed, else $TIDAL_RELEASE_OLD.
+tidal_install() {
+	local i=$1 release
+	if ! release=$(cd "$2" 2>/dev/null && pwd) || [ ! -x "$release/tidal-server" ]; then
+		echo "tidal_install: $2/tidal-server not found or not executable" >&2
+		return 1
+	fi
+	mkdir -p "$TIDAL_WORK/n$i"
+	echo "$release" >"$TIDAL_WORK/n$i/release"
+	echo "node $i: installed $("$release/tidal-server" --version)"
+}
+tidal_release() {
+	cat "$TIDAL_WORK/n$1/release" 2>/dev/null || echo "$TIDAL_RELEASE_OLD"
 }
 
 # tidal_stop I: SIGTERM slot I's process and wait for it to exit (it drains

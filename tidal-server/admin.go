@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"github.com/tidaldb/tidal/tidal-server/client/creds"
 	"github.com/tidaldb/tidal/tidal-server/replica"
 	"github.com/tidaldb/tidal/tidal-server/server"
+	"github.com/tidaldb/tidal/tidal-server/wal"
 )
 
 // adminFlags are shared by the commands that talk to a running node.
@@ -334,5 +336,62 @@ Start it with "tidal-server run" using the same --id, --peer-addr and
 	f.Uint64Var(&id, "id", 1, "node id of the restored node")
 	f.StringVar(&peerAddr, "peer-addr", "127.0.0.1:7100", "peer address of the restored node")
 	f.StringVar(&clientAddr, "client-addr", "127.0.0.1:7070", "client address of the restored node")
+	return cmd
+}
+
+func newRecoverCommand() *cobra.Command {
+	var o server.RecoverOptions
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "recover",
+		Short: "Make a stopped survivor of a lost quorum the only member of a new cluster (--force-new-cluster)",
+		Long: `After a majority of the members is lost for good, make the most advanced
+survivor (the highest last log index; --dry-run prints it) the only member of
+a new cluster, keeping its whole log: its snapshot and every entry after it,
+committed or not, applied in order — etcd's --force-new-cluster. Its member
+id stays; every other old member is recorded as removed (if one comes back
+it is told so and stops, exit status 5). The old wal/ and snap/ are moved
+into <data-dir>/pre-recover-<time>/, not deleted.
+
+What is lost: every write acknowledged at a log index above the survivor's
+last log index (the first line prints it: last_index=...). Run it on a
+stopped node only (it takes the WAL's lock); then start the node with
+--peers <id>=<its peer address> and add members under new ids.
+runbooks/force-new-cluster.md is the whole procedure.
+
+Exit status: 0 done (or reported, with --dry-run); 1 refused or failed;
+3 the WAL is damaged (wal verify; choose another survivor or repair).`,
+		Example: `  tidal-server recover --force-new-cluster --dry-run --data-dir n3 --id 3
+  tidal-server recover --force-new-cluster --data-dir n3 --id 3
+  tidal-server run --id 3 --peers 3=127.0.0.1:7103 --data-dir n3 --peer-addr 127.0.0.1:7103 --client-addr 127.0.0.1:7073`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !force {
+				return errors.New("recover: give --force-new-cluster (the only kind of recovery there is): it makes this data dir a new one-member cluster")
+			}
+			rep, err := server.RecoverForceNewCluster(o)
+			var ce *wal.CorruptionError
+			if errors.As(err, &ce) {
+				return &exitError{code: exitDamage, err: err}
+			}
+			if err != nil {
+				return err
+			}
+			rep.Write(cmd.OutOrStdout(), o.DataDir)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&force, "force-new-cluster", false, "make this data dir the only member of a new cluster, keeping its whole log (required)")
+	f.BoolVar(&o.DryRun, "dry-run", false, "read the data dir and print what would be kept and lost; change nothing")
+	f.StringVar(&o.DataDir, "data-dir", "tidal-data", "the stopped survivor's data dir")
+	f.Uint64Var(&o.ID, "id", 0, "the survivor's member id (required)")
+	f.StringVar(&o.PeerAddr, "peer-addr", "", "its peer address in the new cluster (default: the one the old membership has)")
+	f.StringVar(&o.ClientAddr, "client-addr", "", "its client address (default: the one the old membership has)")
+	f.StringVar(&o.SchemaPath, "schema", "", "the schema the cluster ran (--schema of run; default: the default schema)")
+	f.IntVar(&o.IDsPerGeneration, "ids-per-generation", 500000, "the cluster's --ids-per-generation")
+	if err := cmd.MarkFlagRequired("id"); err != nil {
+		panic(err)
+	}
 	return cmd
 }

@@ -38,7 +38,9 @@ const runExitStatuses = `Exit status:
   0  stopped cleanly by SIGTERM or SIGINT (leadership handed off, in-flight
      requests drained)
   1  could not start (flags, a port in use, a data dir that belongs to
-     another schema or cluster) or failed while serving
+     another schema or cluster, or was written in a newer format than this
+     build reads: the error names the file and both versions) or failed
+     while serving (a log entry in a format this build cannot read)
   4  fenced: a WAL or snapshot write or fsync failed, so the node stopped
      writing, refused requests and exited; fix the disk and start it again
      (recovery keeps every acknowledged write)
@@ -93,27 +95,44 @@ in ./tidal-data (the same as "tidal-server run").`,
 	root.SetVersionTemplate(buildinfo.Line("tidal-server") + "\n")
 	root.Flags().AddFlagSet(run.Flags())
 	root.AddCommand(run, newStatusCommand(), newMembersCommand(), newTransferLeaderCommand(),
-		newBackupCommand(), newRestoreCommand(), newWALCommand(), newVersionCommand())
+		newBackupCommand(), newRestoreCommand(), newRecoverCommand(), newWALCommand(), newVersionCommand())
 	root.AddCommand(newCertsCommand(), newTokensCommand())
 	return root
 }
 
 func newVersionCommand() *cobra.Command {
-	return &cobra.Command{
+	var formats bool
+	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the version, commit and Go toolchain this binary was built from",
-		Args:  cobra.NoArgs,
+		Long: `Print the version, commit and Go toolchain this binary was built from.
+
+With --formats, also the on-disk and wire formats this build writes and
+reads, one "name written readable" line each (docs/ARCHITECTURE.md,
+"Format versions"): before an upgrade or a rollback, compare them between
+the two builds.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprintln(cmd.OutOrStdout(), buildinfo.Line("tidal-server"))
+			out := cmd.OutOrStdout()
+			fmt.Fprintln(out, buildinfo.Line("tidal-server"))
+			if formats {
+				fmt.Fprintf(out, "wal-segment %d %d-%d\n", wal.FormatVersion, wal.MinFormatVersion, wal.FormatVersion)
+				fmt.Fprintf(out, "snapshot %d %d-%d\n", replica.SnapshotFormatVersion, replica.MinSnapshotFormatVersion, replica.SnapshotFormatVersion)
+				fmt.Fprintf(out, "entry %d 1-%d\n", replica.EntryFormat, replica.EntryFormat)
+				fmt.Fprintf(out, "peer-protocol %d %d-%d\n", peer.ProtocolVersion, peer.MinProtocolVersion, peer.ProtocolVersion)
+			}
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&formats, "formats", false, "also print the format versions written and readable")
+	return cmd
 }
 
 func newRunCommand() *cobra.Command {
 	cfg := server.DefaultConfig()
 	var configFile, logLevel, logFormat, logFile string
 	var drainTimeout time.Duration
+	var testNewerFormat bool
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run a node (the default command)",
@@ -179,6 +198,9 @@ underscores (client_addr, data_dir, ...).
 					return err
 				}
 			}
+			if testNewerFormat {
+				setTestNewerFormat(log)
+			}
 			popts, err := peerOptions(&cfg)
 			if err != nil {
 				return err
@@ -232,6 +254,7 @@ underscores (client_addr, data_dir, ...).
 	f.Uint64Var(&cfg.MaxSizePerMsg, "max-size-per-msg", 1<<20, "max bytes of entries per append message")
 	f.IntVar(&cfg.MaxInflightMsgs, "max-inflight-msgs", 256, "replication window: append messages in flight per follower")
 	f.Uint64Var(&cfg.MaxUncommittedBytes, "max-uncommitted-bytes", 64<<20, "uncommitted log bytes before writes get 503")
+	f.BoolVar(&cfg.PackProposals, "pack-proposals", true, "pack writes proposed concurrently on this node into one raft entry (fewer log entries, WAL records and replication messages per write); done only while every member advertises that it reads packed entries (entry format 2), so a mix with an older release stays safe")
 	f.Uint64Var(&cfg.SnapshotEvery, "snapshot-every", 10000, "applied entries between snapshots")
 	f.Uint64Var(&cfg.SnapshotCatchUp, "snapshot-catch-up", 5000, "entries kept after a snapshot for slow followers")
 	f.Uint64Var(&cfg.ReadyWithin, "ready-within", cfg.ReadyWithin, "/readyz fails while applied is more than this behind commit")
@@ -261,7 +284,10 @@ underscores (client_addr, data_dir, ...).
 	f.DurationVar(&cfg.MaxWriteWait, "max-write-wait", 0, "shed a write (503 + Retry-After) expected to wait longer for commit (0: half of --write-timeout)")
 	f.DurationVar(&cfg.MaxClockSkew, "max-clock-skew", time.Minute, "refuse (400, events[i].ts) an event whose ts is further ahead of this node's clock; a node this far off a majority of the voters' clocks refuses writes (503)")
 	f.DurationVar(&cfg.TestClockOffset, "test-clock-offset", 0, "TEST ONLY: shift this node's clock (stamping, skew check, clock probes) to simulate skew")
+	f.StringVar(&cfg.TestClockOffsetFile, "test-clock-offset-file", "", "TEST ONLY: file holding this node's clock offset (\"90s\", \"-5m\"), re-read every 100ms so a test can move the clock at run time; missing or empty: --test-clock-offset")
 	f.Int64Var(&cfg.MaxSnapshotBytes, "max-snapshot-bytes", 1<<30, "cap on one snapshot received from a peer, spooled to <data-dir>/snap-spool as it arrives; a longer stream is cut (must exceed the largest snapshot)")
+	f.BoolVar(&testNewerFormat, "test-newer-format", false, "TEST ONLY: act as a future release: write WAL segments and snapshots one format version up, speak a peer protocol that no longer talks to this release's, read one entry format more")
+	_ = f.MarkHidden("test-newer-format")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	f.StringVar(&logFile, "log-file", "", "write logs to this file instead of stderr")
@@ -280,8 +306,9 @@ underscores (client_addr, data_dir, ...).
 //     refused for good.
 //   - Inbound snapshots are spooled under the data dir, and cut past
 //     --max-snapshot-bytes.
-//   - --test-clock-offset (tests only) shifts this node's clock in the
-//     clock probes.
+//   - --test-clock-offset and --test-clock-offset-file (tests only) shift
+//     this node's clock in the clock probes: the transport reads the
+//     server's test clock, built here so both share it.
 func peerOptions(cfg *server.Config) (peer.Options, error) {
 	if cfg.MaxSnapshotBytes < 0 {
 		// 0 (a --config file without the key) is the transport's default.
@@ -290,16 +317,38 @@ func peerOptions(cfg *server.Config) (peer.Options, error) {
 	o := peer.Options{
 		SpoolDir:         filepath.Join(cfg.DataDir, snapshotSpoolDir),
 		MaxSnapshotBytes: cfg.MaxSnapshotBytes,
-		// TEST ONLY: the one --test-clock-offset shifts the clock probes
-		// as it shifts the stamping clock (the server's), so the node
-		// looks as skewed to its peers as its writes would be.
-		ClockOffset: cfg.TestClockOffset,
+	}
+	if cfg.TestClockOffset != 0 || cfg.TestClockOffsetFile != "" {
+		// TEST ONLY: the one test clock shifts the clock probes as it
+		// shifts the stamping clock (the server's), so the node looks as
+		// skewed to its peers as its writes would be.
+		clock, err := server.NewTestClock(cfg.TestClockOffset, cfg.TestClockOffsetFile)
+		if err != nil {
+			return peer.Options{}, err
+		}
+		cfg.TestClock, o.Now = clock, clock.Now
 	}
 	if cfg.Certs != nil {
 		o.ServerTLS, o.ClientTLS = cfg.Certs.PeerServerTLS(), cfg.Certs.PeerClientTLS
 		cfg.PeerTLS = true
 	}
 	return o, nil
+}
+
+// setTestNewerFormat makes this process stand for a future release whose
+// formats this one cannot read (issue 12 item 2): WAL segments and
+// snapshot files one version up, an entry format more, and a peer
+// protocol that refuses this release's. The lifecycle suite shows with
+// it that a downgrade, and a mix across an incompatible protocol, refuse
+// clearly. TEST ONLY.
+func setTestNewerFormat(log *slog.Logger) {
+	wal.SetTestNewerFormat()
+	replica.SetTestNewerFormat()
+	replica.SetTestNewerEntryFormat()
+	peer.SetTestNewerProtocol()
+	log.Warn("TEST ONLY: acting as a newer release (--test-newer-format); never run a real node like this",
+		"wal_format", wal.FormatVersion+1, "snapshot_format", replica.SnapshotFormatVersion+1,
+		"entry_format", replica.ReadableEntryFormat(), "peer_protocol", peer.ProtocolVersion+1)
 }
 
 // snapshotSpoolDir is where, under the data dir, inbound snapshots are
@@ -313,7 +362,12 @@ func stopAfterReplica(srv *server.Server, log *slog.Logger, drainTimeout time.Du
 	cause := srv.ReplicaErr()
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
+	var efe *replica.EntryFormatError
 	switch {
+	case errors.As(cause, &efe):
+		log.Error("stopping: the log holds an entry this build cannot read", "err", efe, "exit_status", exitFailed)
+		srv.Shutdown(ctx)
+		return efe
 	case errors.Is(cause, replica.ErrRemoved):
 		log.Warn("this node was removed from the cluster; stopping", "exit_status", exitRemoved)
 		if err := srv.Shutdown(ctx); err != nil {
@@ -380,6 +434,8 @@ func mergeConfig(file, flags server.Config, set *pflag.FlagSet) server.Config {
 			out.MaxInflightMsgs = flags.MaxInflightMsgs
 		case "max-uncommitted-bytes":
 			out.MaxUncommittedBytes = flags.MaxUncommittedBytes
+		case "pack-proposals":
+			out.PackProposals = flags.PackProposals
 		case "snapshot-every":
 			out.SnapshotEvery = flags.SnapshotEvery
 		case "snapshot-catch-up":
@@ -436,6 +492,8 @@ func mergeConfig(file, flags server.Config, set *pflag.FlagSet) server.Config {
 			out.MaxClockSkew = flags.MaxClockSkew
 		case "test-clock-offset":
 			out.TestClockOffset = flags.TestClockOffset
+		case "test-clock-offset-file":
+			out.TestClockOffsetFile = flags.TestClockOffsetFile
 		case "max-snapshot-bytes":
 			out.MaxSnapshotBytes = flags.MaxSnapshotBytes
 		}

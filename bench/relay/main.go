@@ -14,6 +14,11 @@
 //
 //	relay-bench -serve -echo 127.0.0.1:9001 -sink 127.0.0.1:9002
 //	relay-bench -measure -target tcp-relay -echo <relay of 9001> -sink <relay of 9002> -duration 2s
+//
+// -ab compares tcp-relay builds (and Toxiproxy) phase by phase with the
+// relay's CPU time per unit of work (ab.go):
+//
+//	relay-bench -ab old=/tmp/tcp-relay-old,new=bin/tcp-relay -toxiproxy bin/toxiproxy/server -rounds 5
 package main
 
 import (
@@ -29,6 +34,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -45,14 +51,21 @@ func main() {
 	echoAddr := flag.String("echo", "127.0.0.1:0", "echo server address (to serve, or to measure through)")
 	sinkAddr := flag.String("sink", "127.0.0.1:0", "sink server address (to serve, or to measure through)")
 	target := flag.String("target", "direct", "-measure: the name the JSON gives what was measured")
+	phases := flag.String("phases", strings.Join(probe.Phases, ","), "-measure, -ab: the measurements to run")
+	ab := flag.String("ab", "", "compare relay builds: name=tcp-relay-binary[,name=binary...] (see ab.go)")
+	toxiproxy := flag.String("toxiproxy", "", "-ab: also compare Toxiproxy's server binary")
+	rounds := flag.Int("rounds", 5, "-ab: rounds, the order of the targets rotating")
+	abOut := flag.String("ab-out", "", "-ab: write every run as JSON to this file")
 	flag.Parse()
 	var err error
 	switch {
 	case *serveMode:
 		err = serveUntilSignal(*echoAddr, *sinkAddr)
+	case *ab != "":
+		err = runAB(*ab, *toxiproxy, *rounds, *dur, strings.Split(*phases, ","), *abOut)
 	case *measureMode:
 		var m probe.Measurement
-		if m, err = probe.Measure(*target, *echoAddr, *sinkAddr, *dur); err == nil {
+		if m, err = probe.MeasurePhases(*target, *echoAddr, *sinkAddr, *dur, strings.Split(*phases, ",")); err == nil {
 			err = json.NewEncoder(os.Stdout).Encode(m)
 		}
 	default:

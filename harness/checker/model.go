@@ -77,6 +77,10 @@ type modelAdd struct {
 	tsLo, tsHi int64
 	exact      bool
 	timed      bool
+	// offLo..offHi bounds the clock offset (ms) of the node that stamped
+	// it, when a clock fault may have moved that node's clock meanwhile
+	// (issue 11 item 2); 0..0 otherwise.
+	offLo, offHi int64
 }
 
 // Aggregates checks every ok counter read's aggregates of m.Signal — count,
@@ -103,7 +107,9 @@ type modelAdd struct {
 // An event's timestamp is the client's ts when it sent one; otherwise the
 // node stamped it no earlier than the client's clock before sending and no
 // later than the ack (an ok add) or the read's answer (anything the read
-// folded was stamped before it), widened by StampSkew.
+// folded was stamped before it), widened by StampSkew, and by the offset
+// of the stamping node's clock when a clock fault may have moved it
+// while the add was in flight (ClockShifts).
 //
 // Unknown when the history lacks what a read needs (reads without stats,
 // adds without timestamps, windows the node did not report) or m does
@@ -120,6 +126,10 @@ func Aggregates(ops []history.Op, m SignalModel) Result {
 	windows, err := FaultWindows(ops)
 	if err != nil {
 		return unknown(name, "cannot derive fault windows: %v", err)
+	}
+	shifts, err := ClockShifts(ops)
+	if err != nil {
+		return unknown(name, "cannot derive clock shifts: %v", err)
 	}
 	d := AggregatesDetails{
 		Signal: m.Signal, HalfLife: m.HalfLife.String(), Windows: map[string]string{},
@@ -149,6 +159,7 @@ func Aggregates(ops []history.Op, m SignalModel) Result {
 				return unknown(name, "%v", err)
 			}
 			a := modelAdd{start: p.Invoke.Time, end: p.Completion.Time, ok: p.Type() == history.OK, weight: float64(v.Delta), tsHi: math.MaxInt64}
+			a.offLo, a.offHi = offsetsDuring(shifts, p.Invoke.Node, a.start, a.end)
 			switch {
 			case v.TS != 0:
 				a.tsLo, a.tsHi, a.exact, a.timed = v.TS, v.TS, true, true
@@ -225,8 +236,11 @@ func Aggregates(ops []history.Op, m SignalModel) Result {
 				}
 				f := folded{certain: a.ok && a.end < start, weight: a.weight, lo: a.tsLo, hi: a.tsHi}
 				if !a.exact {
-					f.hi = min(f.hi, s.ReturnedMS)
-					f.lo, f.hi = f.lo-skew, max(f.hi, f.lo)+skew
+					// Client clock first (sent, acked, the read's answer),
+					// then the stamping node's clock: StampSkew and any
+					// offset a clock fault gave it.
+					f.hi = max(min(f.hi, s.ReturnedMS), f.lo)
+					f.lo, f.hi = f.lo-skew+a.offLo, f.hi+skew+a.offHi
 				}
 				timed = timed && a.timed
 				in = append(in, f)

@@ -111,9 +111,16 @@ type NodesDetails struct {
 	Crashes []Crash  `json:"crashes,omitempty"`
 	// Exits counts every process exit; Expected those the harness asked
 	// for or that came with the node's removal from the membership.
-	Exits    int         `json:"exits"`
-	Expected int         `json:"expected_exits"`
-	Final    []NodeFinal `json:"final,omitempty"`
+	Exits    int `json:"exits"`
+	Expected int `json:"expected_exits"`
+	// DiskExits are the expected exits a disk fault asked for: a node
+	// that fenced itself on fsync-error or disk-full, or refused a log
+	// it read corrupt (diskexits.go).
+	DiskExits []string `json:"disk_exits,omitempty"`
+	// CrashLoops name the nodes that crashed after exiting on their own
+	// more than once.
+	CrashLoops []string    `json:"crash_loops,omitempty"`
+	Final      []NodeFinal `json:"final,omitempty"`
 }
 
 // Nodes checks that no node crashed: every exit of a node's process was
@@ -126,6 +133,10 @@ type NodesDetails struct {
 // exit codes (removed, fenced) say why it stopped, not that stopping was
 // expected — or when its log holds a Go panic, or when a requested stop
 // ended with a non-zero exit code instead of the signal or a clean exit.
+// The one exception is an exit a disk fault on that node asks for
+// (diskexits.go): fenced (status 4) during fsync-error or disk-full, or
+// refusing a log read corrupt during corrupt-read — once per fault; a
+// second such exit within it is a crash loop.
 // Any crash is Invalid. Without a record of the nodes after the final
 // heal the result is Unknown: a crash could not have been seen.
 func Nodes(ops []history.Op, ev NodeEvidence) Result {
@@ -135,6 +146,8 @@ func Nodes(ops []history.Op, ev NodeEvidence) Result {
 	if err != nil {
 		return Result{Name: name, Valid: Unknown, Summary: "cannot derive fault windows to place node exits: " + err.Error(), Details: d}
 	}
+	disk := newDiskExits(windows)
+	ownExits := map[string]int{}
 	for _, e := range ev.Exits {
 		panicked := hasPanic(e.Logs)
 		removal := duringRemoval(windows, e.Node, e.Time)
@@ -143,11 +156,26 @@ func Nodes(ops []history.Op, ev NodeEvidence) Result {
 			d.Expected++
 			continue
 		}
+		var loop string
+		if !panicked && !e.Requested {
+			ownExits[e.Node]++
+			expected, why, label := disk.judge(e)
+			if expected {
+				d.Expected++
+				d.DiskExits = append(d.DiskExits, fmt.Sprintf("%s %s at %s", e.Node, label, history.FormatTime(e.Time)))
+				continue
+			}
+			loop = why
+		}
 		status := e.Status
 		c := Crash{Node: e.Node, Time: e.Time, PID: e.PID, Status: &status, Panic: panicked, Logs: e.Logs}
 		switch {
 		case panicked:
 			c.Reason = fmt.Sprintf("panicked (%s)", e.Status.Text)
+		case loop != "":
+			c.Reason = loop
+		case e.Status.Signal == "" && e.Status.Code == ExitFenced:
+			c.Reason = fmt.Sprintf("fenced itself (%s) with no fsync-error or disk-full on it outstanding: its disk failed without a fault, or a fenced node was restarted into another failure", e.Status.Text)
 		case e.Requested:
 			c.Reason = fmt.Sprintf("exited with %s while the harness was stopping it (expected a signal or exit status 0)", e.Status.Text)
 		default:
@@ -182,6 +210,12 @@ func Nodes(ops []history.Op, ev NodeEvidence) Result {
 				Reason: "running but not serving after the final heal: " + f.Error})
 		}
 	}
+	for n, k := range ownExits {
+		if k > 1 && slices.ContainsFunc(d.Crashes, func(c Crash) bool { return c.Node == n && c.Time >= 0 }) {
+			d.CrashLoops = append(d.CrashLoops, fmt.Sprintf("%s exited on its own %d times", n, k))
+		}
+	}
+	slices.Sort(d.CrashLoops)
 	sort.SliceStable(d.Crashes, func(i, j int) bool { return d.Crashes[i].Node < d.Crashes[j].Node })
 	for _, c := range d.Crashes {
 		if !slices.Contains(d.Crashed, c.Node) {
@@ -200,8 +234,11 @@ func Nodes(ops []history.Op, ev NodeEvidence) Result {
 			}
 			parts = append(parts, p)
 		}
-		return Result{Name: name, Valid: Invalid, Details: d, Summary: fmt.Sprintf("%d of %d nodes crashed: %s",
-			len(d.Crashed), len(d.Nodes), strings.Join(parts, "; "))}
+		summary := fmt.Sprintf("%d of %d nodes crashed: %s", len(d.Crashed), len(d.Nodes), strings.Join(parts, "; "))
+		if len(d.CrashLoops) > 0 {
+			summary += "; crash loop: " + strings.Join(d.CrashLoops, ", ")
+		}
+		return Result{Name: name, Valid: Invalid, Details: d, Summary: summary}
 	}
 	if len(d.Nodes) == 0 || len(ev.Final) == 0 {
 		return Result{Name: name, Valid: Unknown, Details: d, Summary: "the nodes were not checked after the final heal; a crash could not have been seen"}
@@ -210,6 +247,10 @@ func Nodes(ops []history.Op, ev NodeEvidence) Result {
 		return Result{Name: name, Valid: Unknown, Details: d, Summary: fmt.Sprintf("%s not checked after the final heal", strings.Join(unchecked, ","))}
 	}
 	s := fmt.Sprintf("no node crashed: %d process exits, all asked for by the harness or by a member removal; every node running and serving after the final heal", d.Exits)
+	if len(d.DiskExits) > 0 {
+		s = fmt.Sprintf("no node crashed: %d process exits, all asked for by the harness, by a member removal, or by a disk fault (%s); every node running and serving after the final heal",
+			d.Exits, strings.Join(d.DiskExits, "; "))
+	}
 	if len(d.Removed) > 0 {
 		s += "; removed for good: " + strings.Join(d.Removed, ",")
 	}

@@ -26,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tidaldb/tidal/harness/faultfs"
 	"github.com/tidaldb/tidal/tcp-relay/control"
 	"github.com/tidaldb/tidal/tcp-relay/mesh"
 	"github.com/tidaldb/tidal/tidal-server/client"
@@ -117,6 +118,14 @@ type Config struct {
 	// link, the address each side dials. nodes are the slots' addresses
 	// as allocated on Backend.Host().
 	NewNetwork func(nodes map[string]mesh.Node) (Network, error)
+	// DiskFaults mounts faultfs over every slot's data dir (see disk.go),
+	// so that the nemesis can cut power and fail the disk. Process
+	// backend only; needs /dev/fuse and root or fusermount3.
+	DiskFaults bool
+	// ClockControl runs every node with the test-only
+	// --test-clock-offset-file (clock.go), so that SetClockOffset can
+	// move its clock: the clock nemesis needs it.
+	ClockControl bool
 }
 
 // DefaultWALSegmentSize is the harness's WAL segment size: small, because
@@ -204,6 +213,7 @@ type Cluster struct {
 	sec   *Security // nil when Config.Insecure
 
 	mu      sync.Mutex
+	disks   map[string]*faultfs.FS // by slot, with Config.DiskFaults
 	nodes   []*Node
 	control map[controlKey]*client.Client
 	nextID  uint64
@@ -370,6 +380,10 @@ func newAttempt(cfg Config, sec *Security) (*Cluster, error) {
 		l.Close()
 	}
 	held = nil
+	if err := c.mountDisks(); err != nil {
+		c.teardown()
+		return nil, err
+	}
 	for _, n := range c.nodes[:cfg.Nodes] {
 		if err := c.Start(n.Name); err != nil {
 			c.teardown()
@@ -533,6 +547,9 @@ func (c *Cluster) args(n *Node) []string {
 		// Before Flags, so a flag given there wins.
 		args = append(args, "--wal-segment-size", strconv.FormatInt(c.cfg.WALSegmentSize, 10))
 	}
+	if c.cfg.ClockControl {
+		args = append(args, "--test-clock-offset-file", ClockOffsetFile(n.Dir))
+	}
 	return append(args, c.cfg.Flags...)
 }
 
@@ -662,6 +679,12 @@ func (c *Cluster) Wipe(name string) error {
 	}
 	if st := c.State(name); st == Running || st == Paused {
 		return fmt.Errorf("cluster: wipe %s: node is %s", name, st)
+	}
+	c.mu.Lock()
+	disk := c.disks[name]
+	c.mu.Unlock()
+	if disk != nil {
+		return c.wipeDisk(n, disk)
 	}
 	return os.RemoveAll(filepath.Join(n.Dir, "data"))
 }
@@ -1029,6 +1052,11 @@ func (c *Cluster) teardown() error {
 		if kerr := c.relay.Kill(); err == nil {
 			err = kerr
 		}
+	}
+	// After every node is dead: a node holding a file open on its mount
+	// would only get EIO, but its last writes would be lost to the report.
+	if derr := c.unmountDisks(); err == nil {
+		err = derr
 	}
 	return err
 }

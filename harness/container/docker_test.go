@@ -491,7 +491,7 @@ func TestReapGoneRun(t *testing.T) {
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
 	}
-	deadOwner := owner{Host: host, PID: dead.Process.Pid, StartMS: 1}.String()
+	deadOwner := owner{Host: host, PID: dead.Process.Pid, Start: 1}.String()
 	live, err := currentOwner()
 	if err != nil {
 		t.Fatal(err)

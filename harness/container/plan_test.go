@@ -285,7 +285,7 @@ func TestOwnerAndGone(t *testing.T) {
 	if gone(me, "another-host") {
 		t.Error("expected a run of another host never to be judged gone")
 	}
-	restarted := owner{Host: host, PID: o.PID, StartMS: o.StartMS - 1}.String()
+	restarted := owner{Host: host, PID: o.PID, Start: o.Start - 1}.String()
 	if !gone(restarted, host) {
 		t.Error("expected a reused pid (other start time) to mean the run is gone")
 	}
@@ -293,7 +293,7 @@ func TestOwnerAndGone(t *testing.T) {
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
 	}
-	if !gone(owner{Host: host, PID: dead.Process.Pid, StartMS: 1}.String(), host) {
+	if !gone(owner{Host: host, PID: dead.Process.Pid, Start: 1}.String(), host) {
 		t.Error("expected an exited owner to mean the run is gone")
 	}
 	for _, bad := range []string{"", "host/1", "host/x/1", "host/1/x", "host/0/1"} {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tidaldb/tidal/harness/procstart"
 	"os"
 	"sort"
 	"strconv"
@@ -14,26 +15,25 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
-	gproc "github.com/shirou/gopsutil/v4/process"
 )
 
 // owner identifies the harness process that created a run's resources:
-// host name, pid and the process's start time (pids are reused; a pid
-// with another start time is another process).
+// host name, pid and the process's start time in clock ticks after boot
+// (pids are reused; a pid with another start time is another process).
 type owner struct {
-	Host    string
-	PID     int
-	StartMS int64
+	Host  string
+	PID   int
+	Start int64
 }
 
 func (o owner) String() string {
-	return o.Host + "/" + strconv.Itoa(o.PID) + "/" + strconv.FormatInt(o.StartMS, 10)
+	return o.Host + "/" + strconv.Itoa(o.PID) + "/" + strconv.FormatInt(o.Start, 10)
 }
 
 func parseOwner(s string) (owner, error) {
 	parts := strings.Split(s, "/")
 	if len(parts) != 3 {
-		return owner{}, fmt.Errorf("owner label %q: expected host/pid/start-ms", s)
+		return owner{}, fmt.Errorf("owner label %q: expected host/pid/start", s)
 	}
 	pid, err := strconv.Atoi(parts[1])
 	if err != nil || pid <= 0 {
@@ -41,9 +41,9 @@ func parseOwner(s string) (owner, error) {
 	}
 	start, err := strconv.ParseInt(parts[2], 10, 64)
 	if err != nil {
-		return owner{}, fmt.Errorf("owner label %q: expected a start time in ms, found %q", s, parts[2])
+		return owner{}, fmt.Errorf("owner label %q: expected a start time, found %q", s, parts[2])
 	}
-	return owner{Host: parts[0], PID: pid, StartMS: start}, nil
+	return owner{Host: parts[0], PID: pid, Start: start}, nil
 }
 
 func currentOwner() (string, error) {
@@ -55,16 +55,13 @@ func currentOwner() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return owner{Host: host, PID: os.Getpid(), StartMS: start}.String(), nil
+	return owner{Host: host, PID: os.Getpid(), Start: start}.String(), nil
 }
 
-func startTime(pid int) (int64, error) {
-	p, err := gproc.NewProcess(int32(pid))
-	if err != nil {
-		return 0, err
-	}
-	return p.CreateTime()
-}
+// startTime is the kernel's record of when pid started (see procstart:
+// gopsutil's wall-clock derivation moves by a second between readers in
+// a container, which made a live run look gone to another run's reaper).
+func startTime(pid int) (int64, error) { return procstart.Of(pid) }
 
 // gone reports whether the run owned by label has ended: its owner is a
 // process of this host that no longer runs (or whose pid now belongs to a
@@ -76,7 +73,7 @@ func gone(label, host string) bool {
 		return false
 	}
 	start, err := startTime(o.PID)
-	return err != nil || start != o.StartMS
+	return err != nil || start != o.Start
 }
 
 // Reap removes the containers, networks and volumes of every run whose

@@ -58,6 +58,13 @@ type Env struct {
 	// database's, not as a failed start.
 	Up     func()
 	Logger *slog.Logger
+	// DiskFaults: the schedule has disk faults (or --faultfs on), so the
+	// nodes' data dirs must sit on faultfs; an adapter without CapDisk
+	// never sees it set (the run refused the faults first).
+	DiskFaults bool
+	// ClockControl: the schedule has clock faults, so the nodes must start
+	// with a clock the nemesis can move (CapClock).
+	ClockControl bool
 }
 
 // Cluster is a running cluster of a DB: what the nemesis acts on, plus

@@ -1,9 +1,14 @@
 package faultfs
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
 	"path/filepath"
+	"sync"
 	"testing"
 
+	"github.com/tidaldb/tidal/tidal-server/wal"
 	"golang.org/x/sys/unix"
 )
 
@@ -84,6 +89,60 @@ func BenchmarkAppendFdatasync(b *testing.B) {
 					}
 				}
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "appends/s")
+			})
+		})
+	}
+}
+
+// BenchmarkWALSave: tidal's own WAL (~100-byte entries, real fdatasync,
+// group commit) from 1 and 16 concurrent appenders, directly on the
+// backing disk and through faultfs, side by side: what the mount costs
+// the load a chaos run can reach (issue 11 item 1's closing note).
+// Reports appends/s and appends per fsync (the group-commit factor,
+// which must not fall through the mount).
+func BenchmarkWALSave(b *testing.B) {
+	for _, appenders := range []int{1, 16} {
+		b.Run(fmt.Sprintf("appenders=%d", appenders), func(b *testing.B) {
+			benchTargets(b, func(b *testing.B, dir string) {
+				w, _, err := wal.Open(filepath.Join(dir, "wal"), wal.Options{SegmentSize: 64 << 20, Logger: slog.New(slog.DiscardHandler)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				data := make([]byte, 100)
+				var mu sync.Mutex
+				next, remaining := uint64(1), b.N
+				b.ResetTimer()
+				var wg sync.WaitGroup
+				for range appenders {
+					wg.Go(func() {
+						for {
+							mu.Lock()
+							if remaining == 0 {
+								mu.Unlock()
+								return
+							}
+							remaining--
+							p, err := w.Stage(wal.Batch{Entries: []wal.Entry{{Index: next, Term: 1, Data: data}}}, true)
+							next++
+							mu.Unlock()
+							if err == nil {
+								err = p.Wait(context.Background())
+							}
+							if err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				b.StopTimer()
+				st := w.Stats()
+				if err := w.Close(); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "appends/s")
+				b.ReportMetric(float64(st.Batches)/float64(max(st.Fsyncs, 1)), "appends/fsync")
 			})
 		})
 	}

@@ -6,6 +6,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -198,7 +199,10 @@ func (f *FS) mountGeneration() (*generation, error) {
 		logger = log.New(discard{}, "", 0)
 	}
 	mo := fuse.MountOptions{
-		FsName:        f.b.dir,
+		// The source names the serving process, so that a later run can
+		// tell a mount whose server died without touching it (see
+		// ReapStale: touching one can hang).
+		FsName:        ownerSource(f.b.dir),
 		Name:          "faultfs",
 		DirectMount:   true,
 		MaxWrite:      1 << 20,
@@ -209,6 +213,22 @@ func (f *FS) mountGeneration() (*generation, error) {
 	}
 	if f.opts.AllowOther {
 		mo.Options = append(mo.Options, "default_permissions")
+	}
+	// go-fuse v2.12.1 opens /dev/fuse without O_CLOEXEC and, on the
+	// direct-mount path, never sets it afterwards: every process this
+	// one starts later (the cluster's nodes) inherited the FUSE
+	// connection of every mount. When the harness died, the nodes kept
+	// the connections open, so they were never aborted; the nodes,
+	// killed while waiting on a request, could not exit, and whatever
+	// touched a mount hung. So: direct mounts only, with fork held off
+	// (syscall.ForkLock, as the standard library does between creating
+	// a descriptor and marking it) until the descriptor is marked
+	// close-on-exec. Without root, fusermount mounts, and go-fuse marks
+	// that descriptor itself.
+	strict := os.Geteuid() == 0
+	mo.DirectMountStrict = strict
+	if strict {
+		syscall.ForkLock.RLock()
 	}
 	server, err := fs.Mount(f.mountpoint, &node{gen: g}, &fs.Options{
 		MountOptions: mo,
@@ -221,11 +241,33 @@ func (f *FS) mountGeneration() (*generation, error) {
 		RootStableAttr:  &fs.StableAttr{Ino: st.Ino, Mode: syscall.S_IFDIR},
 		Logger:          logger,
 	})
+	if strict {
+		closeFUSEOnExec()
+		syscall.ForkLock.RUnlock()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("faultfs: mount %s on %s: %w (needs root or fusermount3, and /dev/fuse)", f.b.dir, f.mountpoint, err)
 	}
 	g.server = server
 	return g, nil
+}
+
+// closeFUSEOnExec marks every /dev/fuse descriptor of this process
+// close-on-exec (see mountGeneration).
+func closeFUSEOnExec() {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && target == "/dev/fuse" {
+			unix.CloseOnExec(fd)
+		}
+	}
 }
 
 type discard struct{}

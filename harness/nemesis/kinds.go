@@ -25,6 +25,9 @@ const (
 	Process Class = "process"
 	// Leadership faults move the leader (instant).
 	Leadership Class = "leadership"
+	// Disk faults (disk.go) cut power under the nodes or fail their
+	// disks, through faultfs: one at a time across the cluster.
+	Disk Class = "disk"
 )
 
 // Kind is one fault kind as named in --nemesis lists and schedule.json.
@@ -123,9 +126,16 @@ var kinds = []Kind{
 	{Name: "bandwidth", F: history.FSlow, Class: Links, MinNodes: 2, pick: someLinks, fault: links{name: "nemesis-bandwidth"},
 		Doc: "cap the bandwidth of every peer link, or of one random node's links"},
 
+	{Name: "clock-skew", F: history.FClock, Sub: "skew", Class: Clock, MinNodes: 3, pick: minority, fault: clockShift{sub: "skew"},
+		Doc: "give a random minority a steady clock offset, within (±20s) or beyond (±3m) --max-clock-skew; heal sets it back"},
+	{Name: "clock-jump", F: history.FClock, Sub: "jump", Class: Clock, MinNodes: 3, pick: one, fault: clockShift{sub: "jump"},
+		Doc: "step one random node's clock by ±2h; heal steps it back"},
+
 	{Name: "transfer-leader", F: history.FTransferLeader, Sub: "leader", Class: Leadership, MinNodes: 2, Instant: true, Leader: true, pick: shuffled, fault: transfer{},
 		Doc: "hand leadership to another running node via the admin API (instant)"},
 }
+
+func init() { kinds = append(kinds, diskKinds...) }
 
 // Recorded is how the history records a fault of kind k: the checker
 // finds the faults a run asked for by it (see checker.Faults). Links
@@ -168,7 +178,21 @@ var groups = []group{
 	{"slow", "slow-links, bandwidth", []string{"slow-links", "bandwidth"}},
 	{"transfer", "transfer-leader", []string{"transfer-leader"}},
 	{"membership", "member-churn", []string{"member-churn"}},
-	{"all", "every kind", nil},
+	{"disk", "power-cut-one, power-cut-minority, power-cut-all, fsync-error, disk-full, slow-disk, corrupt-read (need faultfs)",
+		[]string{"power-cut-one", "power-cut-minority", "power-cut-all", "fsync-error", "disk-full", "slow-disk", "corrupt-read"}},
+	{"clock", "clock-skew, clock-jump", []string{"clock-skew", "clock-jump"}},
+	{"all", "every kind (the disk kinds only where faultfs can mount)", nil},
+}
+
+// groupOf names the group kind belongs to (the first group listing it,
+// "all" aside), or the kind itself when no group lists it.
+func groupOf(kind string) string {
+	for _, g := range groups {
+		if g.Kinds != nil && slices.Contains(g.Kinds, kind) {
+			return g.Name
+		}
+	}
+	return kind
 }
 
 // Kinds returns every fault kind, in help order.
@@ -198,12 +222,17 @@ func Help() string {
 	var b strings.Builder
 	b.WriteString("fault kinds:\n")
 	for _, k := range kinds {
-		fmt.Fprintf(&b, "  %-17s %s\n", k.Name, k.Doc)
+		fmt.Fprintf(&b, "  %-19s %s\n", k.Name, k.Doc)
 	}
 	b.WriteString("groups:\n")
 	for _, g := range groups {
-		fmt.Fprintf(&b, "  %-17s %s\n", g.Name, g.Doc)
+		fmt.Fprintf(&b, "  %-19s %s\n", g.Name, g.Doc)
 	}
+	b.WriteString("the disk kinds run on faultfs mounted over every node's data dir (tidal-chaos run --faultfs auto|on)")
+	if err := DiskSupport(); err != nil {
+		fmt.Fprintf(&b, "; not here: %v", err)
+	}
+	b.WriteString("\n")
 	return b.String()
 }
 
@@ -211,8 +240,16 @@ func Help() string {
 // into kind names for a cluster of nodes nodes, without duplicates, in
 // the order given. Groups expand to their kinds that fit the cluster; a
 // kind named explicitly that needs more nodes is an error, as is an
-// unknown name (the error lists the valid ones).
+// unknown name (the error lists the valid ones). Disk kinds need faultfs
+// (DiskSupport): without it, naming one (or the disk group) is an error
+// saying why, and "all" leaves them out.
 func ParseMix(list string, nodes int) ([]string, error) {
+	return ParseMixWith(list, nodes, DiskSupport())
+}
+
+// ParseMixWith is ParseMix with the reason disk kinds cannot run given
+// (nil: they can), e.g. because the run was asked not to mount faultfs.
+func ParseMixWith(list string, nodes int, noDisks error) ([]string, error) {
 	var out []string
 	add := func(k string) {
 		if !slices.Contains(out, k) {
@@ -227,6 +264,9 @@ func ParseMix(list string, nodes int) ([]string, error) {
 		if k, ok := LookupKind(name); ok {
 			if nodes < k.MinNodes {
 				return nil, fmt.Errorf("nemesis %q: expected a cluster of at least %d nodes, found %d", name, k.MinNodes, nodes)
+			}
+			if k.IsDisk() && noDisks != nil {
+				return nil, fmt.Errorf("nemesis %q: %s needs faultfs: %w", name, name, noDisks)
 			}
 			add(name)
 			continue
@@ -243,9 +283,11 @@ func ParseMix(list string, nodes int) ([]string, error) {
 		members := groups[i].Kinds
 		if members == nil {
 			members = KindNames()
+		} else if name == "disk" && noDisks != nil {
+			return nil, fmt.Errorf("nemesis %q: the disk kinds need faultfs: %w", name, noDisks)
 		}
 		for _, m := range members {
-			if k, _ := LookupKind(m); nodes >= k.MinNodes {
+			if k, _ := LookupKind(m); nodes >= k.MinNodes && (!k.IsDisk() || noDisks == nil) {
 				add(m)
 			}
 		}

@@ -107,7 +107,7 @@ func formCluster(dir string) (c *cluster.Cluster, clash bool, err error) {
 		return nil, false, err
 	}
 	c, err = cluster.New(cluster.Config{Nodes: 3, Backend: be, Dir: filepath.Join(dir, "nodes"),
-		Flags: []string{"--tick-interval=50ms", "--election-ticks=10"}, StatsInterval: -1})
+		Flags: []string{"--tick-interval=50ms", "--election-ticks=10"}, StatsInterval: -1, ClockControl: true})
 	if err != nil {
 		return nil, false, err
 	}

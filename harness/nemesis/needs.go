@@ -31,6 +31,9 @@ const (
 	CapMembership Capability = "membership"
 	// CapDisk: the node's data directory sits on faultfs.
 	CapDisk Capability = "disk"
+	// CapClock: the node's clock can be moved while it runs (tidal-server's
+	// test-only --test-clock-offset-file).
+	CapClock Capability = "clock"
 )
 
 // Capabilities is what a database can take: every capability it has, and

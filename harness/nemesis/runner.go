@@ -399,8 +399,9 @@ func (r *Runner) Run(ctx context.Context, s Schedule) error {
 var ErrNotExercised = errors.New("nemesis: fault kinds never exercised")
 
 // HealAll undoes everything: removes every partition and link fault from
-// the mesh, resumes paused nodes, starts killed and stopped ones, and adds
-// back members that churn removed; records one heal-all op; then waits,
+// the mesh, clears every disk fault (before any node starts), resumes
+// paused nodes, starts killed and stopped ones and those a disk fault made
+// exit on their own, and adds back members that churn removed; records one heal-all op; then waits,
 // within RecoveryTimeout, for a leader and for every node to converge. It
 // works from the cluster's state, not only from the faults the runner
 // injected, so it also clears what a failed heal or a test left behind.
@@ -418,10 +419,18 @@ func (r *Runner) HealAll(ctx context.Context) error {
 	r.log.Info("healing everything", "active", active)
 
 	var errs []error
+	if err := r.healClocks(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	if m := r.c.Mesh(); m != nil {
 		if _, err := m.Reset(); err != nil {
 			errs = append(errs, fmt.Errorf("relay mesh: %w", err))
 		}
+	}
+	// Disks first, before any node starts again: a node must not come
+	// back onto a disk that still fails.
+	if err := clearDisks(r.c); err != nil {
+		errs = append(errs, fmt.Errorf("disks: %w", err))
 	}
 	for _, n := range r.c.Names() {
 		var err error
@@ -434,6 +443,11 @@ func (r *Runner) HealAll(ctx context.Context) error {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", n, err))
 		}
+	}
+	// A node a disk fault made exit on its own (fenced, or refusing a
+	// corrupt log) comes back too, on the cleared disk.
+	if err := reviveDisks(r.c); err != nil {
+		errs = append(errs, err)
 	}
 	if err := r.readd(ctx); err != nil {
 		errs = append(errs, err)

@@ -38,6 +38,12 @@ type fakeCluster struct {
 	calls   []string
 	noAdds  int // AddMember fails this many times first
 	healthy bool
+
+	// Disks (disk_test.go): noDisks makes it a cluster without faultfs;
+	// exited marks nodes whose process exited on their own.
+	noDisks bool
+	disks   map[string]*fakeDisk
+	exited  map[string]bool
 }
 
 func newFake(t *testing.T, n int) *fakeCluster {
@@ -571,10 +577,11 @@ func TestRecordedMatchesWhatTheRunnerRecords(t *testing.T) {
 			f := newFake(t, 3)
 			rec, path := newRecorder(t)
 			r := NewRunner(f, rec, nil)
-			st := Step{Kind: k.Name, Link: genConfig().withDefaults().linkSpec(k.Name)}
+			st := Step{Kind: k.Name, Link: genConfig().withDefaults().linkSpec(k.Name), Disk: diskSpec(k.Name, rand.New(rand.NewPCG(1, 2)))}
 			if k.pick != nil {
 				st.Targets = k.pick(rand.New(rand.NewPCG(1, 2)), f.Names())
 			}
+			st.Offsets = clockOffsets(rand.New(rand.NewPCG(1, 2)), k.Name, st.Targets)
 			must(t, r.Inject(ctx, st))
 			must(t, r.HealAll(ctx))
 			res := checker.Faults(readHistory(t, rec, path), []checker.FaultKind{k.Recorded()})

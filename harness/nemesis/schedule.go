@@ -48,6 +48,11 @@ type Step struct {
 	Duration time.Duration
 	// Link is the relay fault of slow-links and bandwidth.
 	Link *relay.Spec
+	// Disk is what a disk kind does (disk.go).
+	Disk *DiskSpec
+	// Offsets are the clock offsets of clock-skew and clock-jump, per
+	// target (clock.go).
+	Offsets map[string]time.Duration
 }
 
 // Schedule is a run's faults, in start order. It is a pure function of
@@ -141,9 +146,12 @@ func (c ScheduleConfig) linkSpec(kind string) *relay.Spec {
 // Generate draws a schedule from seed. Fault starts are spaced by gaps of
 // mean cfg.Interval; at each start a kind is drawn uniformly from the mix
 // among those whose class has no fault active then (so faults of a class
-// never overlap) and that can be healed by cfg.Duration. A start where no
-// kind is eligible stays empty. The same seed and config always give the
-// same schedule.
+// never overlap) and that can be healed by cfg.Duration — and, while some
+// group of the mix (partition, kill, pause, ...; see groupOf) has not been
+// drawn yet, only among the kinds of such groups: a run asked for
+// "partition,kill,pause" must not end without a pause because the draws
+// fell on the six partition shapes. A start where no kind is eligible
+// stays empty. The same seed and config always give the same schedule.
 func Generate(seed int64, cfg ScheduleConfig) (Schedule, error) {
 	cfg.defaults()
 	var mix []string // without duplicates, in the user's order
@@ -160,6 +168,7 @@ func Generate(seed int64, cfg ScheduleConfig) (Schedule, error) {
 	nodes := slices.Sorted(slices.Values(cfg.Nodes))
 	gap := func() time.Duration { return cfg.Interval/2 + time.Duration(r.Int64N(int64(cfg.Interval))) }
 	busyUntil := map[Class]time.Duration{}
+	covered := map[string]bool{} // groups drawn so far
 	s := Schedule{Seed: seed, Config: cfg}
 	for t := gap(); t < cfg.Duration; t += gap() {
 		var eligible []Kind
@@ -172,11 +181,27 @@ func Generate(seed int64, cfg ScheduleConfig) (Schedule, error) {
 		if len(eligible) == 0 {
 			continue
 		}
+		var uncovered []Kind
+		for _, k := range eligible {
+			if !covered[groupOf(k.Name)] {
+				uncovered = append(uncovered, k)
+			}
+		}
+		if len(uncovered) > 0 {
+			eligible = uncovered
+		}
 		k := eligible[r.IntN(len(eligible))]
+		covered[groupOf(k.Name)] = true
 		st := Step{At: t, Kind: k.Name, Link: cfg.linkSpec(k.Name)}
 		if k.pick != nil {
 			st.Targets = k.pick(r, nodes)
 		}
+		if k.IsDisk() {
+			// Drawn only for disk kinds: schedules without them are
+			// what the same seed always gave.
+			st.Disk = diskSpec(k.Name, r)
+		}
+		st.Offsets = clockOffsets(r, k.Name, st.Targets)
 		if !k.Instant {
 			st.Duration = cfg.FaultDuration
 			busyUntil[k.Class] = t + cfg.FaultDuration
@@ -210,11 +235,21 @@ func (s Schedule) Validate() error {
 				errs = append(errs, fmt.Errorf("step %d (%s): target %q: expected one of the nodes %v", i, st.Kind, t, s.Config.Nodes))
 			}
 		}
+		if err := validateClockStep(st); err != nil {
+			errs = append(errs, fmt.Errorf("step %d (%s): %w", i, st.Kind, err))
+		}
 		if k.Class == Links {
 			if st.Link == nil {
 				errs = append(errs, fmt.Errorf("step %d (%s): link: expected a relay fault spec, found none", i, st.Kind))
 			} else if _, err := st.Link.Fault(); err != nil {
 				errs = append(errs, fmt.Errorf("step %d (%s): link: %w", i, st.Kind, err))
+			}
+		}
+		if k.Class == Disk && k.F == FDisk {
+			if st.Disk == nil || st.Disk.Faults == nil {
+				errs = append(errs, fmt.Errorf("step %d (%s): disk: expected a disk fault spec, found none", i, st.Kind))
+			} else if err := st.Disk.Faults.Validate(); err != nil {
+				errs = append(errs, fmt.Errorf("step %d (%s): disk: %w", i, st.Kind, err))
 			}
 		}
 	}
@@ -306,15 +341,23 @@ func (c *ScheduleConfig) UnmarshalJSON(b []byte) error {
 }
 
 type stepJSON struct {
-	At       jsonDuration  `json:"at"`
-	Kind     string        `json:"kind"`
-	Targets  []string      `json:"targets,omitempty"`
-	Duration *jsonDuration `json:"duration,omitempty"`
-	Link     *relay.Spec   `json:"link,omitempty"`
+	At       jsonDuration            `json:"at"`
+	Kind     string                  `json:"kind"`
+	Targets  []string                `json:"targets,omitempty"`
+	Duration *jsonDuration           `json:"duration,omitempty"`
+	Link     *relay.Spec             `json:"link,omitempty"`
+	Disk     *DiskSpec               `json:"disk,omitempty"`
+	Offsets  map[string]jsonDuration `json:"offsets,omitempty"`
 }
 
 func (s Step) MarshalJSON() ([]byte, error) {
-	j := stepJSON{At: jsonDuration(s.At), Kind: s.Kind, Targets: s.Targets, Link: s.Link}
+	j := stepJSON{At: jsonDuration(s.At), Kind: s.Kind, Targets: s.Targets, Link: s.Link, Disk: s.Disk}
+	for t, d := range s.Offsets {
+		if j.Offsets == nil {
+			j.Offsets = map[string]jsonDuration{}
+		}
+		j.Offsets[t] = jsonDuration(d)
+	}
 	if s.Duration != 0 {
 		d := jsonDuration(s.Duration)
 		j.Duration = &d
@@ -327,7 +370,13 @@ func (s *Step) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*s = Step{At: time.Duration(j.At), Kind: j.Kind, Targets: j.Targets, Link: j.Link}
+	*s = Step{At: time.Duration(j.At), Kind: j.Kind, Targets: j.Targets, Link: j.Link, Disk: j.Disk}
+	for t, d := range j.Offsets {
+		if s.Offsets == nil {
+			s.Offsets = map[string]time.Duration{}
+		}
+		s.Offsets[t] = time.Duration(d)
+	}
 	if j.Duration != nil {
 		s.Duration = time.Duration(*j.Duration)
 	}

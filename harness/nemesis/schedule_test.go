@@ -208,3 +208,33 @@ func TestKindsSharingAnFShareAClass(t *testing.T) {
 		}
 	}
 }
+
+// A run asked for "partition,kill,pause" gets at least one fault of each
+// group whenever it has a start for each: before groups were covered
+// first, 1 seed in 8 drew six partition shapes and kills and no pause,
+// and the run passed without the fault it was asked for.
+func TestGenerateCoversEveryGroupRequested(t *testing.T) {
+	mix, err := ParseMix("partition,kill,pause", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seed := int64(1); seed <= 300; seed++ {
+		s, err := Generate(seed, ScheduleConfig{Duration: time.Minute, Interval: 8 * time.Second, FaultDuration: 4 * time.Second,
+			Mix: mix, Nodes: []string{"n1", "n2", "n3"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Steps) < 3 {
+			continue // too few starts to cover three groups
+		}
+		got := map[string]bool{}
+		for _, st := range s.Steps {
+			got[groupOf(st.Kind)] = true
+		}
+		for _, g := range []string{"partition", "kill", "pause"} {
+			if !got[g] {
+				t.Fatalf("seed %d: expected a %s fault among %d steps, found %v", seed, g, len(s.Steps), s.Steps)
+			}
+		}
+	}
+}

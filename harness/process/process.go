@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/tidaldb/tidal/harness/procstart"
 	"io"
 	"net"
 	"os"
@@ -274,7 +275,7 @@ type Registry struct {
 }
 
 // owner identifies a process across pid reuse: its pid and start time
-// (milliseconds since the epoch, as the kernel reports it).
+// (clock ticks after boot, as the kernel records it: procstart.Of).
 type owner struct {
 	PID   int
 	Start int64
@@ -290,13 +291,9 @@ func (o owner) alive() bool {
 	return err == nil && start == o.Start
 }
 
-func startTime(pid int) (int64, error) {
-	gp, err := gproc.NewProcess(int32(pid))
-	if err != nil {
-		return 0, err
-	}
-	return gp.CreateTime()
-}
+// startTime is the kernel's record of when pid started (see procstart:
+// a wall-clock derivation can move between readers).
+func startTime(pid int) (int64, error) { return procstart.Of(pid) }
 
 // HeldError is NewRegistry's answer when another live run holds the
 // directory.
@@ -358,8 +355,10 @@ func NewRegistry(dir string) (*Registry, error) {
 	if len(cmd) > 300 {
 		cmd = cmd[:300] + "..."
 	}
-	content := fmt.Sprintf("pid %d\nstart_ms %d\nstarted %s\ncommand %s\n", me.PID, me.Start,
-		time.UnixMilli(me.Start).UTC().Format(time.RFC3339), cmd)
+	// start_ticks identifies the holder; started (when it took the
+	// directory, by the wall clock) is for the person reading the refusal.
+	content := fmt.Sprintf("pid %d\nstart_ticks %d\nstarted %s\ncommand %s\n", me.PID, me.Start,
+		time.Now().UTC().Format(time.RFC3339), cmd)
 	if err := f.Truncate(0); err == nil {
 		_, err = f.WriteAt([]byte(content), 0)
 	}
@@ -379,9 +378,9 @@ func readHolder(f *os.File) *HeldError {
 		switch key {
 		case "pid":
 			e.PID, _ = strconv.Atoi(val)
-		case "start_ms":
-			if ms, err := strconv.ParseInt(val, 10, 64); err == nil {
-				e.Started = time.UnixMilli(ms)
+		case "started":
+			if t, err := time.Parse(time.RFC3339, val); err == nil {
+				e.Started = t
 			}
 		case "command":
 			e.Command = val
@@ -406,7 +405,7 @@ func (r *Registry) Close() error {
 func (r *Registry) path(pid int) string { return filepath.Join(r.dir, strconv.Itoa(pid)+".pid") }
 
 // An entry is four lines: the process's start time, binary, name, and its
-// run ("pid start_ms token").
+// run ("pid start_ticks token").
 func (r *Registry) add(pid int, spec Spec) {
 	start := ""
 	if t, err := startTime(pid); err == nil {

@@ -267,8 +267,12 @@ func followerLagPoints(samples []checker.LagSample) (map[string][]*[2]float64, [
 
 // lagChart plots each follower's lag with the SLO's p99 bound as a
 // dashed line. A line breaks where the node led or was not sampled for
-// over a second (paused, killed, partitioned from the poller).
-func lagChart(samples []checker.LagSample, faults []checker.FaultWindow, tmax, sloMs float64) string {
+// over a second (paused, killed, partitioned from the poller). Each
+// catch-up window the lag checker measured after a heal (issue 11 item 5)
+// is drawn in the follower's colour, shaded over the plot and as a bar
+// along its foot, so a lag spike the checker allowed is visibly inside
+// one; a follower that never caught up gets a dashed bar to the end.
+func lagChart(samples []checker.LagSample, faults []checker.FaultWindow, tmax, sloMs float64, catchUps []checker.CatchUp) string {
 	series, nodes := followerLagPoints(samples)
 	peak := sloMs
 	for _, pts := range series {
@@ -288,6 +292,7 @@ func lagChart(samples []checker.LagSample, faults []checker.FaultWindow, tmax, s
 		fmt.Fprintf(&c.b, `<line class="slo" x1="%s" x2="%s" y1="%s" y2="%s" stroke="#212529" stroke-dasharray="6 4"/>`, f1(c.x.from), f1(c.x.to), f1(py), f1(py))
 		fmt.Fprintf(&c.b, `<text x="%s" y="%s" class="tick" text-anchor="end">SLO p99 %s</text>`, f1(c.x.to-4), f1(py-4), esc(latencyLabel(sloMs)))
 	}
+	drawCatchUps(c, nodes, catchUps, tmax)
 	var legend [][2]string
 	for i, n := range nodes {
 		col := seriesColor(i)
@@ -331,4 +336,45 @@ func lagChart(samples []checker.LagSample, faults []checker.FaultWindow, tmax, s
 	}
 	c.legend(legend)
 	return c.svg()
+}
+
+// drawCatchUps draws the catch-up windows of the lag checker on c: the
+// followers' colours follow nodes' order, as the lines do.
+func drawCatchUps(c *chart, nodes []string, catchUps []checker.CatchUp, tmax float64) {
+	color := map[string]string{}
+	for i, n := range nodes {
+		color[n] = seriesColor(i)
+	}
+	row := map[string]int{} // one bar row per follower at the plot's foot
+	for _, n := range nodes {
+		row[n] = len(row)
+	}
+	for _, cu := range catchUps {
+		col, ok := color[cu.Node]
+		if !ok {
+			col = "#495057"
+			row[cu.Node] = len(row)
+		}
+		x0 := c.x.at(sec(cu.HealedAt))
+		end, label, dash := tmax, "", ""
+		switch {
+		case cu.CaughtUpAt >= 0:
+			end = sec(cu.CaughtUpAt)
+			label = fmt.Sprintf("%s caught up %s after the heal of %s", cu.Node, latencyLabel(cu.Ms), cu.Fault)
+		case cu.Interrupted:
+			label = fmt.Sprintf("%s had not caught up after the heal of %s when the next fault began", cu.Node, cu.Fault)
+			dash = ` stroke-dasharray="3 2"`
+		default:
+			label = fmt.Sprintf("%s did not catch up after the heal of %s", cu.Node, cu.Fault)
+			dash = ` stroke-dasharray="3 2"`
+		}
+		x1 := math.Max(c.x.at(end), x0+2)
+		by := c.bottom - float64(row[cu.Node]+1)*5
+		fmt.Fprintf(&c.b, `<g class="catch-up" data-follower="%s"><title>%s</title>`, esc(cu.Node), esc(label))
+		if cu.CaughtUpAt >= 0 {
+			fmt.Fprintf(&c.b, `<rect x="%s" y="%s" width="%s" height="%s" fill="%s" fill-opacity="0.10"/>`, f1(x0), f1(c.top), f1(x1-x0), f1(c.bottom-c.top), col)
+		}
+		fmt.Fprintf(&c.b, `<line x1="%s" x2="%s" y1="%s" y2="%s" stroke="%s" stroke-width="3"%s/>`, f1(x0), f1(x1), f1(by), f1(by), col, dash)
+		c.b.WriteString(`</g>`)
+	}
 }

@@ -89,6 +89,7 @@ type checkerView struct {
 	Stats   *checker.StatsDetails
 	Nodes   *checker.NodesDetails
 	Faults  *checker.FaultsDetails
+	Clock   *checker.ClockDetails
 	Raw     string
 }
 
@@ -110,6 +111,7 @@ type page struct {
 	Checkers           []checkerView
 	Charts             []template.HTML
 	Faults             []checker.FaultWindow
+	Availability       []faultAvailability
 	Nodes              []nodeView
 	Visualizations     []link
 	HasLag, HasHistory bool
@@ -203,6 +205,10 @@ func buildPage(rep Report) page {
 			if d, ok := detailsAs[checker.FaultsDetails](r); ok {
 				cv.Faults, raw = &d, d
 			}
+		case "clock":
+			if d, ok := detailsAs[checker.ClockDetails](r); ok {
+				cv.Clock, raw = &d, d
+			}
 		}
 		if raw != nil {
 			if b, err := json.MarshalIndent(raw, "", "  "); err == nil {
@@ -216,7 +222,7 @@ func buildPage(rep Report) page {
 		p.Checkers = append(p.Checkers, cv)
 	}
 
-	faults, err := checker.FaultWindows(rep.History)
+	faults, values, err := checker.FaultWindowValues(rep.History)
 	if err != nil {
 		p.Problems = append(p.Problems, "fault windows: "+err.Error())
 	}
@@ -243,8 +249,23 @@ func buildPage(rep Report) page {
 				slo = d.SLO.P99
 			}
 		}
-		p.Charts = append(p.Charts, template.HTML(lagChart(rep.Lag, faults, tmax, float64(slo)/1e6)))
+		var catchUps []checker.CatchUp
+		if r, ok := resultNamed(rr.Results, "lag"); ok {
+			if d, ok := detailsAs[checker.LagDetails](r); ok {
+				catchUps = d.CatchUps
+			}
+		}
+		p.Charts = append(p.Charts, template.HTML(lagChart(rep.Lag, faults, tmax, float64(slo)/1e6, catchUps)))
+		nodes := laneNodes(rep.History, values, rep.Lag)
+		leaders, terms := leaderSpans(rep.Lag, tmax)
+		spans := append(nodeSpans(faults, values, nodes), crashSpans(rr.Results)...)
+		p.Charts = append(p.Charts, template.HTML(lanesChart(nodes, spans, leaders, terms, tmax)))
 	}
+	var end int64
+	if n := len(rep.History); n > 0 {
+		end = rep.History[n-1].Time
+	}
+	p.Availability = availability(pairs, faults, end)
 	return p
 }
 
@@ -259,8 +280,12 @@ func validClass(v checker.Validity) string {
 }
 
 var pageFuncs = template.FuncMap{
-	"t":    history.FormatTime,
-	"ms":   ms,
+	"t":      history.FormatTime,
+	"ms":     ms,
+	"offset": func(msv int64) string { return signedDuration(time.Duration(msv) * time.Millisecond) },
+	"seconds": func(s float64) string {
+		return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
+	},
 	"join": func(xs []string) string { return strings.Join(xs, ", ") },
 	"indexes": func(m map[string][]uint64) string {
 		return formatIndexes(m)
@@ -345,6 +370,8 @@ pre { background: #f8f9fa; padding: 8px; overflow: auto; max-height: 420px; }
 .chart .frame { fill: none; stroke: #adb5bd; }
 .chart .grid { stroke: #e9ecef; }
 .chart .empty { fill: #868e96; }
+.chart .lane-label { font-size: 10.5px; font-weight: 600; }
+.chart .band-label { font-size: 8.5px; fill: #fff; font-weight: 700; }
 details summary { cursor: pointer; color: #495057; }
 </style>
 </head>
@@ -380,6 +407,12 @@ details summary { cursor: pointer; color: #495057; }
 <tr><th>fault</th><th>targets</th><th class="num">invoked</th><th class="num">took effect</th><th class="num">healed</th></tr>
 {{range .Faults}}<tr><td>{{.Label}}</td><td>{{join .Targets}}</td><td class="num">{{t .Start}}</td><td class="num">{{effective .}}</td><td class="num">{{if .Healed}}{{t .End}}{{else}}<span class="bad">never</span>{{end}}</td></tr>
 {{end}}</table>{{else}}<p>No faults were injected.</p>{{end}}
+{{if .Availability}}<h3 id="availability">Availability per fault</h3>
+<p>Writes as clients saw them (any node): the longest stretch without a successful write from the fault's invoke until writes succeeded again after its heal, and how long after the heal the first one succeeded.</p>
+<table>
+<tr><th>fault</th><th>targets</th><th class="num">window</th><th class="num">ok writes during</th><th class="num">longest without an ok write</th><th class="num">first ok write after the heal</th></tr>
+{{range .Availability}}<tr><td>{{.Window.Label}}</td><td>{{join .Window.Targets}}</td><td class="num">{{t .Window.Start}}..{{t .Window.End}}</td><td class="num">{{.OKWrites}}</td><td class="num">{{seconds .OutageS}}{{if .OutageEnd}} (to the end){{end}}</td><td class="num">{{if ge .ResumedS 0.0}}{{seconds .ResumedS}}{{else}}<span class="bad">none</span>{{end}}</td></tr>
+{{end}}</table>{{end}}
 </section>
 
 <section id="checkers">
@@ -395,6 +428,7 @@ details summary { cursor: pointer; color: #495057; }
 {{with .Stats}}{{template "stats" .}}{{end}}
 {{with .Nodes}}{{template "nodes" .}}{{end}}
 {{with .Faults}}{{template "faults" .}}{{end}}
+{{with .Clock}}{{template "clock" .}}{{end}}
 {{if .Raw}}<details><summary>all details (JSON)</summary><pre>{{.Raw}}</pre></details>{{end}}
 </div>
 {{end}}
@@ -482,6 +516,14 @@ details summary { cursor: pointer; color: #495057; }
 {{if .FailedHeals}}<h3>Heals that did not take effect</h3><table><tr><th>heal</th><th>invoked</th><th>outcome</th><th>error</th></tr>
 {{range .FailedHeals}}<tr><td>{{.F}}</td><td>{{t .Time}}</td><td class="bad">{{.Outcome}}</td><td>{{.Error}}</td></tr>{{end}}</table>{{end}}
 {{if .Unhealed}}<h3>Faults possibly still in effect at the end</h3><ul>{{range .Unhealed}}<li>{{.}}</li>{{end}}</ul>{{end}}
+{{end}}
+{{define "clock"}}<table><tr><th>node</th><th class="num">clock offset</th><th class="num">bound</th><th class="num">invoked</th><th class="num">took effect</th><th class="num">heal invoked</th></tr>
+{{range .Shifts}}<tr><td>{{.Node}}</td><td class="num{{if .Beyond}} bad{{end}}">{{offset .OffsetMS}}</td><td class="num">{{offset .BoundMS}}</td><td class="num">{{t .Start}}</td><td class="num">{{if ge .Effective 0}}{{t .Effective}}{{else}}not confirmed{{end}}</td><td class="num">{{if .Healed}}{{t .HealStart}}{{else}}never{{end}}</td></tr>
+{{end}}</table>
+<p>{{.Writes}} writes sent to nodes beyond the bound while shifted, {{.Refused}} refused.</p>
+{{if .Violations.Count}}<h3>Writes acknowledged with a clock beyond the bound</h3><p>{{more (len .Violations.Examples) .Violations.Count}}</p>
+<table><tr><th>op</th><th>by</th><th>sent</th><th>acknowledged</th><th>its clock off by</th></tr>
+{{range .Violations.Examples}}<tr><td>{{.F}} (op {{.Invoke}}, process {{.Process}})</td><td>{{.Shift.Node}}</td><td>{{t .Start}}</td><td class="bad">{{t .End}}</td><td>{{offset .Shift.OffsetMS}}</td></tr>{{end}}</table>{{end}}
 {{end}}
 {{define "stats"}}<table><tr><th>operation</th><th class="num">ok</th><th class="num">fail</th><th class="num">info</th><th class="num">never completed</th></tr>
 {{$byF := .ByF}}{{range sortedF .ByF}}{{$o := index $byF .}}<tr><td>{{.}}</td><td class="num">{{$o.OK}}</td><td class="num">{{$o.Fail}}</td><td class="num">{{$o.Info}}</td><td class="num">{{$o.Pending}}</td></tr>{{end}}

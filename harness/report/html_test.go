@@ -121,12 +121,13 @@ func TestReportFromSyntheticRun(t *testing.T) {
 		}
 	}
 
-	// Three charts, each shading both faults.
+	// Three charts, each shading both faults, and the node lanes under
+	// them (issue 11 item 5; lanes_test.go looks inside).
 	svgs := page.all(tag("svg"))
-	if len(svgs) != 3 {
-		t.Fatalf("expected 3 charts (latency, throughput, lag), found %d", len(svgs))
+	if len(svgs) != 4 {
+		t.Fatalf("expected 4 charts (latency, throughput, lag, node lanes), found %d", len(svgs))
 	}
-	for _, want := range []string{"Latency", "Throughput", "Follower replication lag"} {
+	for _, want := range []string{"Latency", "Throughput", "Follower replication lag", "Nodes"} {
 		found := false
 		for _, s := range svgs {
 			found = found || strings.HasPrefix(attr(s, "aria-label"), want)
@@ -135,7 +136,7 @@ func TestReportFromSyntheticRun(t *testing.T) {
 			t.Errorf("expected a chart titled %q", want)
 		}
 	}
-	for i, s := range svgs {
+	for i, s := range svgs[:3] {
 		sub := parsedPage{root: s}
 		for _, f := range []string{"partition", "kill"} {
 			groups := sub.all(func(n *html.Node) bool { return n.Data == "g" && attr(n, "class") == "fault" && attr(n, "data-f") == f })

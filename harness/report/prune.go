@@ -4,12 +4,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tidaldb/tidal/harness/procstart"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
+
+	"github.com/tidaldb/tidal/harness/faultfs"
 
 	gproc "github.com/shirou/gopsutil/v4/process"
 )
@@ -25,9 +28,13 @@ const OwnerFile = "owner.json"
 type Owner struct {
 	PID int `json:"pid"`
 	// Started is the owner's process start time in unix milliseconds, as
-	// the OS reports it: a pid reused by a later process has another.
-	Started int64  `json:"process_started_ms"`
-	Host    string `json:"host"`
+	// the OS reports it, for people reading the file; it can move by a
+	// second between readers inside a container, so it identifies nothing.
+	Started int64 `json:"process_started_ms"`
+	// StartTicks is the kernel's record of the owner's start (procstart):
+	// a pid reused by a later process has another.
+	StartTicks int64  `json:"process_start_ticks,omitempty"`
+	Host       string `json:"host"`
 }
 
 // currentOwner describes this process.
@@ -38,6 +45,7 @@ func currentOwner() Owner {
 			o.Started = t
 		}
 	}
+	o.StartTicks, _ = procstart.Of(o.PID)
 	o.Host, _ = os.Hostname()
 	return o
 }
@@ -51,6 +59,21 @@ func (o Owner) alive() bool {
 	}
 	if o.PID <= 0 {
 		return false
+	}
+	return o.Running()
+}
+
+// Running reports whether the owner's process still runs on this host:
+// its pid exists and, when the owner recorded its start, started then.
+// An owner written before start ticks were recorded is compared by its
+// wall-clock start, as it was then.
+func (o Owner) Running() bool {
+	if o.PID <= 0 {
+		return false
+	}
+	if o.StartTicks != 0 {
+		t, err := procstart.Of(o.PID)
+		return err == nil && t == o.StartTicks
 	}
 	p, err := gproc.NewProcess(int32(o.PID))
 	if err != nil {
@@ -128,6 +151,13 @@ func Prune(root string, opts PruneOptions) (PruneResult, error) {
 	}
 	if !st.IsDir() {
 		return res, fmt.Errorf("report: prune: store root %s: expected a directory, found a file", abs)
+	}
+
+	// A run killed with its faultfs mounts up left them dead under its
+	// nodes/; removing its directory would fail on them. Only dead mounts
+	// are touched: a live run's answer and stay.
+	if _, err := faultfs.ReapStale(abs); err != nil {
+		return res, fmt.Errorf("report: prune: %w", err)
 	}
 
 	pinned := map[string]bool{}

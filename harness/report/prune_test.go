@@ -24,7 +24,7 @@ var pruneT0 = time.Date(2026, 11, 30, 17, 0, 0, 0, time.UTC)
 func deadOwner(t *testing.T, run *Run) {
 	t.Helper()
 	o := currentOwner()
-	o.Started--
+	o.StartTicks--
 	if err := run.writeJSON(OwnerFile, o); err != nil {
 		t.Fatal(err)
 	}

@@ -49,6 +49,8 @@ func faultColor(f string) string {
 		return "#5c940d"
 	case "remove-member", "add-member":
 		return "#495057"
+	case "clock":
+		return "#f08c00" // as the clock band of the node lanes
 	}
 	palette := []string{"#1864ab", "#862e9c", "#a61e4d", "#2b8a3e", "#d9480f", "#5f3dc4"}
 	h := 0

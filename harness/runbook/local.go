@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	gproc "github.com/shirou/gopsutil/v4/process"
 	"github.com/tidaldb/tidal/harness/checker"
 	"github.com/tidaldb/tidal/harness/report"
 	"github.com/tidaldb/tidal/tidal-server/client"
@@ -31,6 +30,10 @@ type LocalConfig struct {
 	Dir string
 	// Bin is the directory holding tidal-server.
 	Bin string
+	// OldRelease is the directory of the tidal-server nodes run until a
+	// page installs another (tidal_install): the release a rolling
+	// upgrade starts from. "": Bin.
+	OldRelease string
 	// Nodes is the initial cluster; Slots (>= Nodes) how many node slots
 	// get addresses, for nodes added later.
 	Nodes, Slots int
@@ -110,8 +113,12 @@ func NewLocalCluster(ctx context.Context, cfg LocalConfig) (*LocalCluster, error
 	}
 	args = append(args, dir, strconv.Itoa(cfg.Nodes), strconv.Itoa(cfg.Slots))
 	cmd := exec.CommandContext(ctx, "bash", args...)
+	old := cfg.OldRelease
+	if old == "" {
+		old = cfg.Bin
+	}
 	cmd.Env = append(os.Environ(), "TIDAL_PORTS="+strings.Join(portList, " "), "TIDAL_BIN="+cfg.Bin,
-		"TIDAL_FLAGS="+strings.Join(cfg.Flags, " "))
+		"TIDAL_FLAGS="+strings.Join(cfg.Flags, " "), "TIDAL_RELEASE_OLD="+old, "TIDAL_RELEASE_NEW="+cfg.Bin)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("runbook: %s %s: %v\n%s", cfg.Script, dir, err, out)
 	}
@@ -555,10 +562,5 @@ func ownerRunning(dir string) bool {
 	if json.Unmarshal(b, &o) != nil || o.PID <= 0 {
 		return false
 	}
-	p, err := gproc.NewProcess(int32(o.PID))
-	if err != nil {
-		return false
-	}
-	started, err := p.CreateTime()
-	return err == nil && started == o.Started
+	return o.Running()
 }

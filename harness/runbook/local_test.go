@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	gproc "github.com/shirou/gopsutil/v4/process"
+	"github.com/tidaldb/tidal/harness/procstart"
 	"github.com/tidaldb/tidal/harness/report"
 	"github.com/tidaldb/tidal/tidal-server/certs"
 )
@@ -244,13 +244,12 @@ func TestReapKillsOnlyTheNodesOfDeadRuns(t *testing.T) {
 		exec1(t, c, "tidal_start 1 --id 1\n")
 		return c, c.Slots()[0]
 	}
-	me, err := gproc.NewProcess(int32(os.Getpid()))
+	started, err := procstart.Of(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	started, _ := me.CreateTime()
-	live, liveSlot := start("live", report.Owner{PID: os.Getpid(), Started: started})
-	dead, deadSlot := start("dead", report.Owner{PID: os.Getpid(), Started: started - 1}) // a pid reused by another process
+	live, liveSlot := start("live", report.Owner{PID: os.Getpid(), StartTicks: started})
+	dead, deadSlot := start("dead", report.Owner{PID: os.Getpid(), StartTicks: started - 1}) // a pid reused by another process
 	killed, err := Reap(root)
 	if err != nil {
 		t.Fatal(err)

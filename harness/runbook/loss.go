@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
 	"github.com/tidaldb/tidal/harness/checker"
 	"github.com/tidaldb/tidal/harness/history"
 	"github.com/tidaldb/tidal/tidal-server/client"
+	"github.com/tidaldb/tidal/tidal-server/wal"
 )
 
 // LossBound is the loss a page states it may cause, as the scenario
@@ -24,6 +26,18 @@ type LossBound struct {
 	At      time.Time
 	// Survivor names the slot whose applied index Applied is.
 	Survivor string
+	// Basis says what Applied is of the survivor: "" for its applied
+	// index (a backup of it), "last log index" for a page that keeps its
+	// whole log (recover --force-new-cluster).
+	Basis string
+}
+
+// basis is Basis, defaulted.
+func (b LossBound) basis() string {
+	if b.Basis == "" {
+		return "applied index"
+	}
+	return b.Basis
 }
 
 // LossDetails are the Details of the loss result.
@@ -53,7 +67,7 @@ func applyStatedLoss(ops []history.Op, b LossBound, start time.Time) ([]history.
 			continue
 		}
 		out[i].Type = history.Fail
-		out[i].Error = fmt.Sprintf("stated loss: acknowledged at log index %d, above the survivor's applied index %d, before the quorum was lost", op.Seq, b.Applied)
+		out[i].Error = fmt.Sprintf("stated loss: acknowledged at log index %d, above the survivor's %s %d, before the quorum was lost", op.Seq, b.basis(), b.Applied)
 		d.Lost++
 		if v, err := history.Decode[history.WriteValue](op); err == nil {
 			d.Events += len(v.Events)
@@ -65,10 +79,10 @@ func applyStatedLoss(ops []history.Op, b LossBound, start time.Time) ([]history.
 		}
 	}
 	r := checker.Result{Name: "loss", Valid: checker.Valid, Details: d, Summary: fmt.Sprintf(
-		"stated loss: %d acknowledged writes (%d events) at log indexes above %d (%s's applied index) acknowledged before the quorum was lost at %s; the ledger judges them absent and every other write present",
-		d.Lost, d.Events, b.Applied, b.Survivor, history.FormatTime(at))}
+		"stated loss: %d acknowledged writes (%d events) at log indexes above %d (%s's %s) acknowledged before the quorum was lost at %s; the ledger judges them absent and every other write present",
+		d.Lost, d.Events, b.Applied, b.Survivor, b.basis(), history.FormatTime(at))}
 	if b.Applied == 0 {
-		r.Valid, r.Summary = checker.Unknown, "the survivor's applied index was not measured: the loss cannot be bounded"
+		r.Valid, r.Summary = checker.Unknown, "the survivor's "+b.basis()+" was not measured: the loss cannot be bounded"
 	}
 	return out, r
 }
@@ -82,6 +96,32 @@ func applyStatedLoss(ops []history.Op, b LossBound, start time.Time) ([]history.
 // the survivor's applied index once it has settled (no leader, nothing
 // more to apply): the bound of what the page may lose.
 var LoseQuorum = Scenario{Name: "lose-quorum", Inject: func(ctx context.Context, c *LocalCluster, leader string, members []string) (Injected, error) {
+	return loseQuorum(ctx, c, leader, members, nil)
+}}
+
+// LoseQuorumKeepLog is LoseQuorum for a page that keeps the survivor's
+// whole log (recover --force-new-cluster): the bound is the survivor's
+// last log index, read from its WAL (read-only, as `wal verify` does)
+// once it has settled, since it may hold entries it never learned were
+// committed. Every acknowledged write at or below it must survive.
+var LoseQuorumKeepLog = Scenario{Name: "lose-quorum-keep-log", Inject: func(ctx context.Context, c *LocalCluster, leader string, members []string) (Injected, error) {
+	return loseQuorum(ctx, c, leader, members, func(s Slot, applied uint64) (uint64, string, error) {
+		rec, err := wal.Read(filepath.Join(s.DataDir, "wal"))
+		if err != nil {
+			return 0, "", fmt.Errorf("runbook: read the survivor's WAL: %w", err)
+		}
+		last := max(applied, rec.Snapshot.Index)
+		if n := len(rec.Entries); n > 0 {
+			last = max(last, rec.Entries[n-1].Index)
+		}
+		return last, "last log index", nil
+	})
+}}
+
+// loseQuorum is the scenario of both; bound, when given, turns the
+// survivor's settled applied index into the page's loss bound.
+func loseQuorum(ctx context.Context, c *LocalCluster, leader string, members []string,
+	bound func(s Slot, applied uint64) (uint64, string, error)) (Injected, error) {
 	name, err := follower(leader, members)
 	if err != nil {
 		return Injected{}, err
@@ -162,11 +202,22 @@ var LoseQuorum = Scenario{Name: "lose-quorum", Inject: func(ctx context.Context,
 	if applied >= commit {
 		return Injected{}, fmt.Errorf("runbook: the survivor %s applied %d, the lost leader had committed %d: nothing would be lost, the scenario proves nothing", name, applied, commit)
 	}
+	loss := &LossBound{Applied: applied, Survivor: name}
+	if bound != nil {
+		var err error
+		if loss.Applied, loss.Basis, err = bound(survivor, applied); err != nil {
+			return Injected{}, err
+		}
+		if loss.Applied >= commit {
+			return Injected{}, fmt.Errorf("runbook: the survivor %s's %s is %d, the lost leader had committed %d: nothing would be lost, the scenario proves nothing", name, loss.Basis, loss.Applied, commit)
+		}
+	}
 	// Every write acknowledged so far came from the old cluster (no new
 	// one exists before the page runs), including responses the clients
 	// read after the kills: the bound's time is now, not the kills'.
-	return Injected{Target: name, Loss: &LossBound{Applied: applied, At: time.Now(), Survivor: name}}, nil
-}}
+	loss.At = time.Now()
+	return Injected{Target: name, Loss: loss}, nil
+}
 
 // lossEntries is how many entries the two members that are lost commit
 // without the survivor: writes acknowledged that only they had.

@@ -43,6 +43,10 @@ type Config struct {
 	// Script is runbooks/local-cluster.sh; Bin the directory holding
 	// tidal-server.
 	Script, Bin string
+	// OldRelease is the directory of the tidal-server release the
+	// cluster starts on ($TIDAL_RELEASE_OLD; "": Bin). Bin is then the
+	// release a page upgrades to ($TIDAL_RELEASE_NEW).
+	OldRelease string
 	// Nodes (default 3) start; Slots (default 5) have addresses.
 	Nodes, Slots int
 	// ServerFlags are extra flags for every node.
@@ -214,7 +218,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	}
 	fmt.Fprintf(out, "runbook %s (%s): %d nodes, budget %s, scenario %q\n  store %s\n", cfg.Page.Name, cfg.Page.Title, cfg.Nodes, cfg.Page.Budget, cfg.Scenario.Name, run.Dir())
 
-	lc, err := NewLocalCluster(ctx, LocalConfig{Script: cfg.Script, Dir: run.NodesDir(), Bin: cfg.Bin, Nodes: cfg.Nodes, Slots: cfg.Slots, Flags: cfg.ServerFlags, Insecure: cfg.Insecure})
+	lc, err := NewLocalCluster(ctx, LocalConfig{Script: cfg.Script, Dir: run.NodesDir(), Bin: cfg.Bin, OldRelease: cfg.OldRelease, Nodes: cfg.Nodes, Slots: cfg.Slots, Flags: cfg.ServerFlags, Insecure: cfg.Insecure})
 	if err != nil {
 		return nil, err
 	}
@@ -308,7 +312,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		rec.Complete(inv, history.OK, history.FaultValue{Kind: cfg.Scenario.Name, Targets: []string{injected.Target}}, nil, 0, 0)
 		fmt.Fprintf(out, "  scenario %s on %s\n", cfg.Scenario.Name, injected.Target)
 		if injected.Loss != nil {
-			fmt.Fprintf(out, "  stated loss: writes acknowledged at log indexes above %d (%s's applied index)\n", injected.Loss.Applied, injected.Loss.Survivor)
+			fmt.Fprintf(out, "  stated loss: writes acknowledged at log indexes above %d (%s's %s)\n", injected.Loss.Applied, injected.Loss.Survivor, injected.Loss.basis())
 		}
 	}
 

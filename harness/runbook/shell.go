@@ -17,7 +17,8 @@ import (
 // Shell runs page blocks the way a person types them into one shell: each
 // block in a fresh `bash -euo pipefail` (so a failing command fails the
 // block) that has sourced the cluster's env.sh, with the lowercase
-// variables and the working directory earlier blocks left behind.
+// variables, the lowercase functions (other than env.sh's tidal_*) and
+// the working directory earlier blocks left behind.
 type Shell struct {
 	// EnvFile is the cluster's env.sh (runbooks/local-cluster.sh).
 	EnvFile string
@@ -56,8 +57,8 @@ type StepResult struct {
 
 // prelude is sourced by every block before its code (through BASH_ENV,
 // which keeps the block's own line numbers in bash's error messages). It
-// saves the lowercase variables and the working directory on exit, for
-// the next block.
+// saves the lowercase variables and functions and the working directory
+// on exit, for the next block.
 const prelude = `# sourced before every runbook block (see harness/runbook/shell.go)
 # Only the block's own shell: a bash the block runs must not load the
 # state, nor save its own over it when it exits.
@@ -69,6 +70,9 @@ __tidal_save() {
 	{
 		for __v in $(compgen -v); do
 			case $__v in [a-z]*) declare -p "$__v" ;; esac
+		done
+		for __v in $(compgen -A function); do
+			case $__v in tidal_* | _* ) ;; [a-z]*) declare -f "$__v" ;; esac
 		done
 		printf 'cd %q\n' "$PWD"
 	} >"$TIDAL_STATE/vars.sh.tmp" && mv "$TIDAL_STATE/vars.sh.tmp" "$TIDAL_STATE/vars.sh"

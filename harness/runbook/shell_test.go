@@ -39,6 +39,26 @@ func TestShellCarriesTheSessionBetweenBlocks(t *testing.T) {
 	}
 }
 
+// A function a block defines is there in the next (rolling-upgrade.md
+// defines upgrade_node once and uses it in two steps); env.sh's own are
+// sourced afresh, never saved over.
+func TestShellCarriesFunctionsBetweenBlocks(t *testing.T) {
+	sh := newTestShell(t)
+	ctx := context.Background()
+	r := sh.Run(ctx, block("twice() { echo \"$1$1\"; }\ntidal_greet() { echo overridden; }\n"))
+	if r.Err != nil {
+		t.Fatalf("first block: %v", r.Err)
+	}
+	r = sh.Run(ctx, block("twice ab\n"))
+	if r.Err != nil || r.Output != "abab\n" {
+		t.Fatalf("second block: err %v, output %q", r.Err, r.Output)
+	}
+	r = sh.Run(ctx, block("tidal_greet you\n"))
+	if r.Err != nil || r.Output != "hello you\n" {
+		t.Fatalf("env.sh's function should be sourced afresh: err %v, output %q", r.Err, r.Output)
+	}
+}
+
 // A block fails on its first failing command (-e), on an unset variable
 // (-u) and on a failure inside a pipeline (pipefail), naming the block.
 func TestShellFailsABlockLikeBashEuoPipefail(t *testing.T) {

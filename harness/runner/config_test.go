@@ -2,10 +2,12 @@ package runner
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
 	"github.com/tidaldb/tidal/harness/cluster"
+	"github.com/tidaldb/tidal/harness/nemesis"
 )
 
 // Issue 9 item 19: the harness's nodes get small WAL segments (each node
@@ -29,5 +31,51 @@ func TestConfigRecordsWALSegmentSize(t *testing.T) {
 	var back Config
 	if err := json.Unmarshal(data, &back); err != nil || back.WALSegmentSize != 4<<20 {
 		t.Errorf("expected the size to read back for a repro, found %d, %v", back.WALSegmentSize, err)
+	}
+}
+
+// --faultfs (issue 11 item 2): auto mounts exactly when a disk kind is
+// scheduled; off refuses a disk kind; on, and auto with a disk kind,
+// refuse a machine without FUSE, naming why.
+func TestMountFaultFS(t *testing.T) {
+	saved := nemesis.DiskSupport
+	t.Cleanup(func() { nemesis.DiskSupport = saved })
+	nemesis.DiskSupport = func() error { return nil }
+	cases := []struct {
+		mode  string
+		kinds []string
+		want  bool
+		err   string
+	}{
+		{FaultFSAuto, []string{"partition-halves"}, false, ""},
+		{FaultFSAuto, []string{"partition-halves", "power-cut-all"}, true, ""},
+		{FaultFSOn, []string{"kill-one"}, true, ""},
+		{FaultFSOff, []string{"kill-one"}, false, ""},
+		{FaultFSOff, []string{"fsync-error"}, false, "--faultfs off, but the schedule has disk faults"},
+	}
+	for _, c := range cases {
+		got, err := Config{FaultFS: c.mode}.mountFaultFS(c.kinds)
+		if got != c.want || (err == nil) != (c.err == "") || err != nil && !strings.Contains(err.Error(), c.err) {
+			t.Errorf("%s %v: expected %t, %q; found %t, %v", c.mode, c.kinds, c.want, c.err, got, err)
+		}
+	}
+	nemesis.DiskSupport = func() error { return errors.New("/dev/fuse not found") }
+	if _, err := (Config{FaultFS: FaultFSOn}).mountFaultFS(nil); err == nil || !strings.Contains(err.Error(), "/dev/fuse not found") {
+		t.Errorf("--faultfs on without FUSE: expected a refusal naming /dev/fuse, found %v", err)
+	}
+	if _, err := (Config{FaultFS: FaultFSAuto}).mountFaultFS([]string{"power-cut-all"}); err == nil || !strings.Contains(err.Error(), "/dev/fuse not found") {
+		t.Errorf("a disk kind without FUSE: expected a refusal naming /dev/fuse, found %v", err)
+	}
+	cfg := Config{Nodes: 3, Nemesis: []string{"power-cut-all"}}
+	if _, err := cfg.ParseNemesis(); err == nil || !strings.Contains(err.Error(), "power-cut-all needs faultfs: /dev/fuse not found") {
+		t.Errorf("ParseNemesis without FUSE: expected power-cut-all refused, found %v", err)
+	}
+	nemesis.DiskSupport = func() error { return nil }
+	cfg.Backend = BackendDocker
+	if _, err := cfg.ParseNemesis(); err == nil || !strings.Contains(err.Error(), "--backend docker") {
+		t.Errorf("docker backend: expected disk kinds refused, found %v", err)
+	}
+	if _, err := ParseFaultFS("maybe"); err == nil {
+		t.Error("expected --faultfs maybe refused")
 	}
 }

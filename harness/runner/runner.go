@@ -24,6 +24,7 @@ import (
 	"github.com/tidaldb/tidal/harness/cluster"
 	"github.com/tidaldb/tidal/harness/db"
 	"github.com/tidaldb/tidal/harness/db/etcd"
+	"github.com/tidaldb/tidal/harness/faultfs"
 	"github.com/tidaldb/tidal/harness/history"
 	"github.com/tidaldb/tidal/harness/nemesis"
 	"github.com/tidaldb/tidal/harness/process"
@@ -71,6 +72,10 @@ type Config struct {
 	// on a network of the run's own, the relay mesh in a tcp-relay
 	// container built from RelayBinary, default the one beside ServerBin).
 	Backend string `json:"backend,omitempty"`
+	// FaultFS mounts faultfs over every node's data dir: "on", "off", or
+	// "auto" (the default: on when the nemesis has a disk kind). The disk
+	// kinds (power cuts, fsync errors, ...) need it; see faultfsMode.
+	FaultFS string `json:"faultfs,omitempty"`
 	// DB is the database under test (issue 15): "tidal" (default; empty
 	// in stores written before the field) or "etcd". The fields above
 	// that name tidal-server apply to tidal only.
@@ -78,6 +83,67 @@ type Config struct {
 	// Etcd configures the etcd adapter (DB "etcd"); its concurrency, rate
 	// and seed default to Workload's and Seed.
 	Etcd etcd.Config `json:"etcd,omitzero"`
+}
+
+// FaultFS modes (Config.FaultFS).
+const (
+	FaultFSAuto = "auto"
+	FaultFSOn   = "on"
+	FaultFSOff  = "off"
+)
+
+// ParseFaultFS checks a --faultfs value.
+func ParseFaultFS(s string) (string, error) {
+	switch s {
+	case "", FaultFSAuto:
+		return FaultFSAuto, nil
+	case FaultFSOn, FaultFSOff:
+		return s, nil
+	}
+	return "", fmt.Errorf("faultfs: expected auto, on or off, found %q", s)
+}
+
+// noDisks says why this run cannot have disk faults (nil: it can).
+func (c Config) noDisks() error {
+	if c.FaultFS == FaultFSOff {
+		return errors.New("the run has --faultfs off")
+	}
+	if c.Backend == BackendDocker {
+		return errors.New("faultfs mounts data dirs of the process backend only, and this run has --backend docker")
+	}
+	return nemesis.DiskSupport()
+}
+
+// ParseNemesis expands the run's --nemesis list into kinds, for its
+// cluster size and whether it can have disk faults.
+func (c Config) ParseNemesis() ([]string, error) {
+	return nemesis.ParseMixWith(strings.Join(c.Nemesis, ","), c.Nodes, c.noDisks())
+}
+
+// mountFaultFS decides whether the run mounts faultfs, given the kinds its
+// schedule uses: on when asked for (refused where it cannot mount), off
+// when asked not to (refused if a disk kind is scheduled), else on exactly
+// when a disk kind is scheduled.
+func (c Config) mountFaultFS(kinds []string) (bool, error) {
+	disk := nemesis.NeedsDisks(kinds)
+	switch c.FaultFS {
+	case FaultFSOn:
+		if err := c.noDisks(); err != nil {
+			return false, fmt.Errorf("--faultfs on: %w", err)
+		}
+		return true, nil
+	case FaultFSOff:
+		if disk {
+			return false, fmt.Errorf("--faultfs off, but the schedule has disk faults (%s), which need it", strings.Join(kinds, ","))
+		}
+		return false, nil
+	}
+	if disk {
+		if err := c.noDisks(); err != nil {
+			return false, fmt.Errorf("the schedule has disk faults, which need faultfs: %w", err)
+		}
+	}
+	return disk, nil
 }
 
 // Duration is a time.Duration that reads and writes as "1m30s" in JSON.
@@ -146,13 +212,16 @@ func (c *Config) setDefaults() error {
 	if c.WALSegmentSize == 0 {
 		c.WALSegmentSize = cluster.DefaultWALSegmentSize
 	}
+	var err error
+	if c.FaultFS, err = ParseFaultFS(c.FaultFS); err != nil {
+		return err
+	}
 	if c.Workload.Kind == "" {
 		c.Workload.Kind = workload.Ledger
 	}
 	if c.Workload.Seed == 0 {
 		c.Workload.Seed = uint64(c.Seed)
 	}
-	var err error
 	c.Workload, err = c.Workload.WithDefaults()
 	return err
 }
@@ -204,7 +273,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 	if opts.Schedule != nil {
 		mix = opts.Schedule.Kinds()
 	} else if len(cfg.Nemesis) > 0 {
-		if mix, err = nemesis.ParseMix(strings.Join(cfg.Nemesis, ","), cfg.Nodes); err != nil {
+		if mix, err = cfg.ParseNemesis(); err != nil {
 			return nil, err
 		}
 	}
@@ -236,11 +305,32 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 	if killed, _ := reg.Reap(); len(killed) > 0 {
 		fmt.Fprintf(out, "  reaped leftovers of an earlier run: %s\n", strings.Join(killed, ", "))
 	}
+	// And its faultfs mounts, dead since its process died: they would
+	// fail the pruning of its run directory (this run holds the store, so
+	// no live run of it has any).
+	if mounts, err := faultfs.ReapStale(cfg.Store); len(mounts) > 0 || err != nil {
+		fmt.Fprintf(out, "  unmounted dead faultfs mounts of an earlier run: %s", strings.Join(mounts, ", "))
+		if err != nil {
+			fmt.Fprintf(out, " (%v)", err)
+		}
+		fmt.Fprintln(out)
+	}
+	// The schedule's kinds decide whether the data dirs go through
+	// faultfs and whether nodes start with a movable clock, so they are
+	// known before the cluster starts.
+	disks, err := cfg.mountFaultFS(mix)
+	if err != nil {
+		return nil, err
+	}
+	if disks {
+		fmt.Fprintf(out, "  faultfs mounted over every node's data dir (--faultfs %s)\n", cfg.FaultFS)
+	}
 	// Every process exit is recorded from the moment the nodes are all
 	// started, with whether the harness asked for it: the nodes
 	// checker's evidence.
 	var watch *exitWatch
 	c, err := d.Setup(ctx, db.Env{Nodes: cfg.Nodes, RunDir: run.Dir(), NodesDir: run.NodesDir(), Registry: reg, Logger: log,
+		DiskFaults: disks, ClockControl: nemesis.UsesClock(mix),
 		Wrap: func(b cluster.Backend) cluster.Backend {
 			if opts.Backend != nil {
 				b = opts.Backend(b)
@@ -546,6 +636,19 @@ func Analyze(run *report.Run, cfg Config) (checker.Results, error) {
 
 	if faults, ok := faultsResult(run, cfg, ops); ok {
 		rs = append(rs, faults)
+	}
+	if clock, ok := checker.Clock(ops); ok {
+		rs = append(rs, clock)
+	}
+	// What nodes did under fsync errors, full and corrupt disks (issue 11
+	// item 3): only runs that had such faults.
+	if checker.DiskFaulted(ops) {
+		if evErr != nil {
+			rs = append(rs, checker.Result{Name: "fencing", Valid: checker.Unknown,
+				Summary: "no record of the node processes (nodes.json unreadable): " + evErr.Error()})
+		} else {
+			rs = append(rs, checker.Fencing(ops, ev))
+		}
 	}
 
 	d, err := openDB(cfg)

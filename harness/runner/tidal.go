@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"fmt"
+	"github.com/tidaldb/tidal/harness/faultfs"
 	"io"
 	"path/filepath"
 	"time"
@@ -30,7 +31,7 @@ func (tidalDB) Name() string { return DBTidal }
 // Capabilities implements db.DB: every fault kind.
 func (tidalDB) Capabilities() nemesis.Capabilities {
 	return nemesis.Capabilities{DB: DBTidal, Has: []nemesis.Capability{nemesis.CapNetwork, nemesis.CapKill, nemesis.CapPause,
-		nemesis.CapLeader, nemesis.CapTransferLeader, nemesis.CapMembership, nemesis.CapDisk}}
+		nemesis.CapLeader, nemesis.CapTransferLeader, nemesis.CapMembership, nemesis.CapDisk, nemesis.CapClock}}
 }
 
 // Setup implements db.DB.
@@ -52,7 +53,8 @@ func (t tidalDB) Setup(ctx context.Context, env db.Env) (db.Cluster, error) {
 	}
 	wrapped := env.Wrap(backend)
 	ccfg := cluster.Config{Nodes: cfg.Nodes, Backend: wrapped, Dir: env.NodesDir, Flags: cfg.ServerFlags, Logger: env.Logger, RelayBinary: relayBin,
-		WALSegmentSize: cfg.WALSegmentSize, Insecure: cfg.Insecure, CertsDir: filepath.Join(env.RunDir, "certs")}
+		WALSegmentSize: cfg.WALSegmentSize, Insecure: cfg.Insecure, CertsDir: filepath.Join(env.RunDir, "certs"),
+		DiskFaults: env.DiskFaults, ClockControl: env.ClockControl}
 	if newNetwork != nil {
 		ccfg.NewNetwork, ccfg.RelayBinary = newNetwork, ""
 	}
@@ -129,6 +131,30 @@ type tidalCluster struct {
 	c   *cluster.Cluster
 	cfg Config
 }
+
+// The disk and clock faults reach the cluster through these (the nemesis'
+// DiskCluster and ClockSetter): the embedded interface would hide them.
+
+func (t *tidalCluster) HasDisks() bool { return t.c.HasDisks() }
+
+func (t *tidalCluster) Disk(name string) (nemesis.NodeDisk, error) {
+	return t.Cluster.(nemesis.DiskCluster).Disk(name)
+}
+
+func (t *tidalCluster) PowerCut(names []string, o faultfs.PowerCutOptions) (map[string]faultfs.PowerCutReport, error) {
+	return t.c.PowerCut(names, o)
+}
+
+func (t *tidalCluster) Revive(name string) (bool, error) { return t.c.Revive(name) }
+
+func (t *tidalCluster) SetClockOffset(ctx context.Context, node string, offset time.Duration) (time.Time, error) {
+	return t.c.SetClockOffset(ctx, node, offset)
+}
+
+var (
+	_ nemesis.DiskCluster = (*tidalCluster)(nil)
+	_ nemesis.ClockSetter = (*tidalCluster)(nil)
+)
 
 func (t *tidalCluster) Workload(rec *history.Recorder, d time.Duration) (db.Workload, error) {
 	wcfg := t.cfg.Workload

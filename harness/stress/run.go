@@ -50,8 +50,11 @@ type Config struct {
 	ReadFraction float64  // share of reads in MixMixed; default 0.5
 	Batch        int      // events per POST /v1/signals; default 1
 	EmbeddingDim int      // > 0: writes are embedding puts of vectors of this dimension
-	Entities     uint64   // entity ids are uniform in [1, Entities]; default 100000
-	Consistency  string   // reads: "linearizable" (default) or "local"
+	// BinaryVectors sends embedding puts as application/octet-stream
+	// (little-endian float32s) instead of JSON.
+	BinaryVectors bool
+	Entities      uint64 // entity ids are uniform in [1, Entities]; default 100000
+	Consistency   string // reads: "linearizable" (default) or "local"
 
 	// MaxInFlight bounds the ops sent and not yet answered; an op that comes
 	// due while that many are outstanding is shed. Default 4096.
@@ -441,7 +444,7 @@ func (g *generator) send(o op, rng *mrand.Rand) {
 	if err == nil {
 		if body != nil {
 			req.ContentLength = size
-			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Content-Type", g.work.contentType())
 		}
 		if g.cfg.Token != "" {
 			req.Header.Set("Authorization", "Bearer "+g.cfg.Token)

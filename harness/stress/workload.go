@@ -2,11 +2,13 @@ package stress
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
+	neturl "net/url"
 	"strconv"
 	"strings"
 )
@@ -65,6 +67,9 @@ type workload struct {
 	// every request body that carries one: an embedding put costs one small
 	// allocation instead of re-encoding 1536 floats.
 	vectors [][]byte
+	// binaryVectors: vectors are raw little-endian float32s sent as
+	// application/octet-stream with the id in the query (issue 14).
+	binaryVectors bool
 }
 
 // vectorVariants is how many distinct embeddings a run writes; enough that
@@ -73,12 +78,13 @@ const vectorVariants = 16
 
 func newWorkload(cfg Config) *workload {
 	w := &workload{
-		mix:          cfg.Mix,
-		readFraction: cfg.ReadFraction,
-		batch:        cfg.Batch,
-		entities:     cfg.Entities,
-		consistency:  cfg.Consistency,
-		runID:        cfg.RunID,
+		mix:           cfg.Mix,
+		readFraction:  cfg.ReadFraction,
+		batch:         cfg.Batch,
+		entities:      cfg.Entities,
+		consistency:   cfg.Consistency,
+		runID:         cfg.RunID,
+		binaryVectors: cfg.BinaryVectors,
 	}
 	for _, t := range cfg.Targets {
 		w.targets = append(w.targets, baseURL(t, cfg.TLS != nil))
@@ -86,7 +92,11 @@ func newWorkload(cfg Config) *workload {
 	if cfg.EmbeddingDim > 0 {
 		rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x7ec7))
 		for range vectorVariants {
-			w.vectors = append(w.vectors, encodeUnitVector(rng, cfg.EmbeddingDim))
+			if cfg.BinaryVectors {
+				w.vectors = append(w.vectors, encodeUnitVectorBinary(rng, cfg.EmbeddingDim))
+			} else {
+				w.vectors = append(w.vectors, encodeUnitVector(rng, cfg.EmbeddingDim))
+			}
 		}
 	}
 	return w
@@ -130,6 +140,33 @@ func encodeUnitVector(rng *rand.Rand, dim int) []byte {
 	return append(buf, ']')
 }
 
+// encodeUnitVectorBinary is encodeUnitVector as little-endian float32s.
+func encodeUnitVectorBinary(rng *rand.Rand, dim int) []byte {
+	v := make([]float64, dim)
+	var sumSq float64
+	for i := range v {
+		v[i] = rng.NormFloat64()
+		sumSq += v[i] * v[i]
+	}
+	norm := math.Sqrt(sumSq)
+	if norm == 0 {
+		v[0], norm = 1, 1
+	}
+	buf := make([]byte, 0, 4*dim)
+	for _, x := range v {
+		buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(float32(x/norm)))
+	}
+	return buf
+}
+
+// contentType is the Content-Type of a write's body.
+func (w *workload) contentType() string {
+	if w.vectors != nil && w.binaryVectors {
+		return "application/octet-stream"
+	}
+	return "application/json"
+}
+
 // kind decides whether op seq is a read or a write.
 func (w *workload) kind(rng *rand.Rand) opKind {
 	switch w.mix {
@@ -162,6 +199,11 @@ func (w *workload) request(seq uint64, k opKind, rng *rand.Rand) (method, url st
 	switch {
 	case k == kindRead:
 		return http.MethodGet, target + "/v1/entities/" + strconv.FormatUint(entity, 10) + "?consistency=" + w.consistency, nil, 0
+	case w.vectors != nil && w.binaryVectors:
+		id := w.appendID(make([]byte, 0, 64), seq, 0)
+		vec := w.vectors[seq%uint64(len(w.vectors))]
+		return http.MethodPut, target + "/v1/entities/" + strconv.FormatUint(entity, 10) + "/embedding?id=" + neturl.QueryEscape(string(id)),
+			bytes.NewReader(vec), int64(len(vec))
 	case w.vectors != nil:
 		head := make([]byte, 0, 64)
 		head = append(head, `{"id":"`...)

@@ -2,6 +2,7 @@ package stress
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"io"
 	"math"
@@ -170,4 +171,24 @@ func BenchmarkSend(b *testing.B) {
 			}
 		}
 	})
+}
+
+// --binary-vectors (issue 14, build item 2): the put's body is 1536
+// little-endian float32s of a unit vector, the id in the query.
+func TestEmbeddingBodyBinary(t *testing.T) {
+	w := testWorkload(t, Config{EmbeddingDim: 1536, Seed: 7, BinaryVectors: true})
+	rng := rand.New(rand.NewPCG(1, 2))
+	method, url, body, size := w.request(4, kindWrite, rng)
+	data, _ := io.ReadAll(body)
+	if method != http.MethodPut || !strings.HasSuffix(url, "/embedding?id=run1-4") || len(data) != 4*1536 || int64(len(data)) != size {
+		t.Fatalf("expected a PUT …/embedding?id=run1-4 with 6144 bytes, found %s %s with %d bytes (size %d)", method, url, len(data), size)
+	}
+	var sumSq float64
+	for i := 0; i < len(data); i += 4 {
+		x := float64(math.Float32frombits(binary.LittleEndian.Uint32(data[i:])))
+		sumSq += x * x
+	}
+	if math.Abs(math.Sqrt(sumSq)-1) > 1e-3 || w.contentType() != "application/octet-stream" {
+		t.Errorf("expected a unit vector sent as application/octet-stream, found norm %g and %q", math.Sqrt(sumSq), w.contentType())
+	}
 }

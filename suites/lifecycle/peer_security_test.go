@@ -576,10 +576,9 @@ var _ = Describe("the peer plane of a secured cluster under a forger", Label("li
 		leader, _, gone := c.roles(before)
 		out, code := tidalServer("members", "remove", fmt.Sprint(gone.id), "--addr", leader.clientAddr, "--certs-dir", c.clients)
 		Expect(code).To(Equal(0), "members remove %d:\n%s", gone.id, out)
-		// The removed node exits 5 once it applies its removal; but the
-		// leader stops sending to it as soon as the leader applies it, so
-		// it may never learn the commit (it then pre-votes, dropped as
-		// removed_member, until stopped). The operator stops it.
+		// The removed node exits 5 once it applies its removal, or once a
+		// member tells it (issue 12 item 4); the operator may stop it
+		// first.
 		gone.proc.cmd.Process.Signal(syscall.SIGTERM)
 		Expect(gone.proc.waitExit(60*time.Second)).To(BeElementOf(0, 5), "the removed member's exit status")
 		settled := c.waitSettled()
@@ -587,7 +586,11 @@ var _ = Describe("the peer plane of a secured cluster under a forger", Label("li
 		for _, m := range c.running() {
 			removed := c.metric(m, dropsOf("removed_member"))
 			f := newForger(m.peerAddr, gone.certs(), false)
-			Expect(f.send(heartbeatMsg(gone.id, m.id, settled.Term+5), appendMsg(gone.id, m.id, settled.Term+5, settled.Commit, "forged-removed"))).To(Succeed())
+			// Each stream is ended with the answer that tells the removed
+			// member so (issue 12 item 4), after its first message.
+			for _, msg := range []*raftpb.Message{heartbeatMsg(gone.id, m.id, settled.Term+5), appendMsg(gone.id, m.id, settled.Term+5, settled.Commit, "forged-removed")} {
+				Expect(f.send(msg)).To(MatchError(ContainSubstring(fmt.Sprintf("member %d was removed from the cluster", gone.id))))
+			}
 			Expect(c.metric(m, dropsOf("removed_member"))).To(Equal(removed+2), "member %d's removed_member drops", m.id)
 		}
 		c.expectUnchanged(settled)

@@ -48,7 +48,7 @@ var _ = SynchronizedBeforeSuite(func() []byte {
 	bins = fixture.At(string(dir))
 })
 
-var _ = SynchronizedAfterSuite(func() {}, func() {
+var _ = SynchronizedAfterSuite(removePrevious, func() {
 	if bins != nil && os.Getenv(binDirEnv) == "" {
 		os.RemoveAll(bins.Dir)
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -42,19 +43,25 @@ var pages = []struct {
 	snapshot bool
 	// loses: the page states a loss of acknowledged writes, which the
 	// scenario makes happen and measures (the ledger judges it exactly).
-	loses  bool
-	labels []string
+	loses bool
+	// previous: the cluster starts on the previous release
+	// (fixture.PreviousRef, built from git) and the page upgrades it to
+	// this build.
+	previous bool
+	labels   []string
 }{
-	{"leader-transfer.md", runbook.Scenario{}, false, false, []string{"smoke"}},
-	{"rolling-restart.md", runbook.Scenario{}, false, false, nil},
-	{"replace-lost-disk.md", runbook.LoseFollowerDisk, true, false, nil},
-	{"wal-corruption.md", runbook.CorruptFollowerWAL, true, false, nil},
-	{"backup-restore.md", runbook.Scenario{}, false, false, nil},
-	{"scale-out-in.md", runbook.Scenario{}, false, false, nil},
-	{"lagging-follower.md", runbook.StallFollower, false, false, nil},
-	{"rotate-certificates.md", runbook.Scenario{}, false, false, nil},
-	{"disk-full.md", runbook.FillFollowerDisk, false, false, nil},
-	{"lose-quorum.md", runbook.LoseQuorum, false, true, nil},
+	{"leader-transfer.md", runbook.Scenario{}, false, false, false, []string{"smoke"}},
+	{"rolling-restart.md", runbook.Scenario{}, false, false, false, nil},
+	{"replace-lost-disk.md", runbook.LoseFollowerDisk, true, false, false, nil},
+	{"wal-corruption.md", runbook.CorruptFollowerWAL, true, false, false, nil},
+	{"backup-restore.md", runbook.Scenario{}, false, false, false, nil},
+	{"scale-out-in.md", runbook.Scenario{}, false, false, false, nil},
+	{"lagging-follower.md", runbook.StallFollower, false, false, false, nil},
+	{"rotate-certificates.md", runbook.Scenario{}, false, false, false, nil},
+	{"disk-full.md", runbook.FillFollowerDisk, false, false, false, nil},
+	{"lose-quorum.md", runbook.LoseQuorum, false, true, false, nil},
+	{"force-new-cluster.md", runbook.LoseQuorumKeepLog, false, true, false, nil},
+	{"rolling-upgrade.md", runbook.Scenario{}, false, false, true, nil},
 }
 
 func repoPath(parts ...string) string {
@@ -81,12 +88,41 @@ var (
 // On success the nodes' data directories are removed (logs are kept); on
 // failure the run store is printed.
 func execute(ctx SpecContext, path string, sc runbook.Scenario, extraFlags ...string) *runbook.Outcome {
-	return executeWith(ctx, path, sc, false, extraFlags...)
+	return executeWith(ctx, path, sc, false, "", extraFlags...)
+}
+
+// previousRelease builds the previous release (fixture.PreviousRef) once
+// per suite process and returns its directory.
+var previousRelease = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "tidal-runbook-previous-")
+	if err != nil {
+		return "", err
+	}
+	commit, err := fixture.BuildRef(fixture.PreviousRef(), dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	GinkgoWriter.Printf("previous release: %s (%s) built into %s\n", fixture.PreviousRef(), commit, dir)
+	previousDir.Store(&dir)
+	return dir, nil
+})
+
+// previousDir is previousRelease's directory once built, removed after
+// the suite.
+var previousDir atomic.Pointer[string]
+
+// removePrevious is called by the suite's teardown.
+func removePrevious() {
+	if dir := previousDir.Load(); dir != nil {
+		os.RemoveAll(*dir)
+	}
 }
 
 // executeWith is execute, on a plaintext cluster (local-cluster.sh
-// --insecure) when insecure.
-func executeWith(ctx SpecContext, path string, sc runbook.Scenario, insecure bool, extraFlags ...string) *runbook.Outcome {
+// --insecure) when insecure, starting on the release in oldRelease (a
+// directory; "": this build) when given.
+func executeWith(ctx SpecContext, path string, sc runbook.Scenario, insecure bool, oldRelease string, extraFlags ...string) *runbook.Outcome {
 	page, err := runbook.ParseFile(path)
 	Expect(err).NotTo(HaveOccurred())
 	test := ""
@@ -96,7 +132,7 @@ func executeWith(ctx SpecContext, path string, sc runbook.Scenario, insecure boo
 	o, err := runbook.Run(ctx, runbook.Config{
 		Page: page, Store: repoPath("store", "runbook-suite"), Test: test, Script: repoPath("runbooks", "local-cluster.sh"),
 		Bin: bins.Dir, ServerFlags: append(append([]string{}, serverFlags...), extraFlags...), Scenario: sc, Warmup: warmup, Progress: GinkgoWriter,
-		Insecure: insecure,
+		Insecure: insecure, OldRelease: oldRelease,
 	})
 	Expect(err).NotTo(HaveOccurred())
 	name := page.Name
@@ -145,7 +181,13 @@ func expectPasses(o *runbook.Outcome, page string) {
 var _ = Describe("runbooks", func() {
 	for _, p := range pages {
 		It("runs "+p.file+" under load within its availability budget, losing no acknowledged write", Label(p.labels...), func(ctx SpecContext) {
-			o := execute(ctx, repoPath("runbooks", p.file), p.scenario)
+			old := ""
+			if p.previous {
+				var err error
+				old, err = previousRelease()
+				Expect(err).NotTo(HaveOccurred(), "build the previous release (%s=%s)", fixture.PreviousRefEnv, fixture.PreviousRef())
+			}
+			o := executeWith(ctx, repoPath("runbooks", p.file), p.scenario, false, old)
 			expectPasses(o, p.file)
 			if p.loses {
 				Expect(o.Loss).NotTo(BeNil(), "the scenario of %s measured no loss bound", p.file)
@@ -170,7 +212,7 @@ var _ = Describe("runbooks", func() {
 	// work unchanged on a plaintext one (local-cluster.sh --insecure: empty
 	// $TIDAL_CERTS, http:// URLs), which a person may bring up to compare.
 	It("runs replace-lost-disk.md on a plaintext cluster too (--insecure)", func(ctx SpecContext) {
-		o := executeWith(ctx, repoPath("runbooks", "replace-lost-disk.md"), runbook.LoseFollowerDisk, true)
+		o := executeWith(ctx, repoPath("runbooks", "replace-lost-disk.md"), runbook.LoseFollowerDisk, true, "")
 		expectPasses(o, "replace-lost-disk.md (insecure)")
 		Expect(o.Cluster.CertsDir()).To(BeEmpty())
 	}, SpecTimeout(8*time.Minute))

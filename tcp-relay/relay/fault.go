@@ -81,8 +81,10 @@ func (passFlow) wrote(time.Time, int) bool                   { return false }
 // meets ordinary TCP backpressure (its send buffer fills, writes block),
 // nothing buffers without bound in the relay, and the byte stream never
 // gets a hole — as with a real partition, where TCP retransmits and
-// delivers everything after the heal. Bytes the relay had already read
-// before the fault was added are in flight and are delivered.
+// delivers everything after the heal. A write in progress when the fault
+// is added finishes before AddFault returns; bytes the relay had read but
+// not yet begun to write are held with the rest (see the package
+// invariant).
 type Blackhole struct{}
 
 func (Blackhole) Type() string                    { return "blackhole" }

@@ -2,25 +2,33 @@
 // one upstream address, and injects faults into the forwarded streams.
 //
 // Each connection is pumped by two goroutines, one per direction. While no
-// fault covers a direction its pump copies small messages and moves bulk
-// data with splice(2) through a kernel pipe, never through user space
-// (splice_linux.go).
+// fault covers a direction its pump copies small messages with one read
+// and one write each (copy.go) and moves bulk data with splice(2) through
+// a kernel pipe, never through user space (splice_linux.go).
 // Otherwise the fault-aware loop in pump.go reads chunks, lets each fault's
 // flow hold, delay, slice, meter or cut them, and writes them on.
 //
 // Invariant — a change has taken effect on existing connections when
-// Apply returns: no byte a pump reads after Apply has swapped the fault
-// set goes anywhere but through the new set. Every pump checks that its
-// set is current just before each read syscall (so a pump that saw the
-// swap reads nothing under the old set) and again just after it (so bytes
-// read by a syscall racing the swap are treated as read under the new
-// set: handed to its faults, never forwarded under the old one). Pumps
-// waiting for data are woken by a read deadline in the past (a "kick"),
-// which Apply sets on both sockets of every connection after the swap.
-// Bytes read before the swap are in flight and are delivered as they
-// would have been (TCP streams never get holes). Apply takes no lock that
-// a pump holds across a syscall and never waits for a pump, so it cannot
-// hang however busy or stuck the connections are.
+// Apply returns, and from then on no byte moves but through the new set:
+//   - no byte a pump reads after Apply has swapped the fault set goes
+//     anywhere but through the new set. Every pump checks that its set is
+//     current just before each read syscall (so a pump that saw the swap
+//     reads nothing under the old set) and again just after it (so bytes
+//     read by a syscall racing the swap are treated as read under the new
+//     set: handed to its faults, never forwarded under the old one);
+//   - no byte is written under the old set after Apply returns. A pump
+//     announces each write (pump.announce) before its last check that the
+//     set is current, and Apply, after the swap, waits until no pump is
+//     announced under an older set (conn.settle). Bytes read but not yet
+//     written when the swap lands are handed to the new set, like bytes
+//     read after it (TCP streams never get holes: a blackhole holds them,
+//     it does not drop them).
+//
+// Pumps waiting for data, or for room to write, are woken by deadlines in
+// the past (a "kick"), which Apply sets on both sockets of every
+// connection after the swap. Apply takes no lock that a pump holds across
+// a syscall, and waits only for writes in progress, which a kick
+// interrupts, so it cannot hang however busy or stuck the connections are.
 package relay
 
 import (
@@ -30,6 +38,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -79,6 +88,7 @@ type installed struct {
 type snapshot struct {
 	faults  []installed
 	maxID   uint64
+	gen     uint64 // 0 for the first set, +1 with every change
 	changed chan struct{}
 }
 
@@ -130,7 +140,8 @@ func Listen(cfg Config) (*Relay, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	lc := net.ListenConfig{Control: tuneSocket}
+	ln, err := lc.Listen(context.Background(), "tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("relay %s: listen on %s: %w", cfg.Name, cfg.Listen, err)
 	}
@@ -245,7 +256,8 @@ func (r *Relay) Apply(remove []string, add []Fault) (time.Time, error) {
 			resets = append(resets, in)
 		}
 	}
-	r.snap.Store(&snapshot{faults: next, maxID: r.nextID, changed: make(chan struct{})})
+	snap := &snapshot{faults: next, maxID: r.nextID, gen: old.gen + 1, changed: make(chan struct{})}
+	r.snap.Store(snap)
 	r.applyMu.Unlock()
 
 	close(old.changed)
@@ -257,6 +269,12 @@ func (r *Relay) Apply(remove []string, add []Fault) (time.Time, error) {
 			}
 		}
 		c.kick()
+		return true
+	})
+	// Kicked first, all of them, so that the writes waited for below
+	// are all being interrupted at once.
+	r.conns.Range(func(k, _ any) bool {
+		k.(*conn).settle(snap)
 		return true
 	})
 	return time.Now(), nil
@@ -322,7 +340,7 @@ func (r *Relay) serve(client *net.TCPConn) {
 			}
 		}
 	}
-	d := net.Dialer{Timeout: r.cfg.DialTimeout}
+	d := net.Dialer{Timeout: r.cfg.DialTimeout, Control: tuneSocket}
 	sc, err := d.DialContext(r.ctx, "tcp", r.cfg.Upstream)
 	if err != nil {
 		// An unreachable upstream looks to the client like a refused
@@ -358,8 +376,11 @@ func (r *Relay) serve(client *net.TCPConn) {
 		if down, err = newPump(c, Downstream, c.server, client, &r.down); err == nil {
 			var wg sync.WaitGroup
 			wg.Add(1)
-			go func() { defer wg.Done(); up.run() }()
-			down.run()
+			// The client speaks first: its direction runs on this
+			// goroutine at once, the reply direction on a new one, which
+			// is ready long before a reply can come back.
+			go func() { defer wg.Done(); down.run() }()
+			up.run()
 			wg.Wait()
 		}
 	}
@@ -391,7 +412,42 @@ type conn struct {
 
 	// clientEOF is set once the client's FIN was read (upstream pump).
 	clientEOF atomic.Bool
+
+	// forwarding holds, per direction (upstream, downstream), the fault
+	// set a pump is writing bytes under right now, nil when it is not
+	// writing (pump.announce). Apply waits for the older ones to clear.
+	forwarding [2]atomic.Pointer[snapshot]
 }
+
+// settle returns once no pump of c is writing under a fault set older
+// than s: from then on no byte of c moves but through s. The writes it
+// waits for cannot block: Apply's kick has set the write deadlines in the
+// past, and a pump never waits for anything else while announced.
+func (c *conn) settle(s *snapshot) {
+	for i := range c.forwarding {
+		for spins := 0; ; spins++ {
+			f := c.forwarding[i].Load()
+			if f == nil || f.gen >= s.gen || c.isDone() {
+				break
+			}
+			if spins == 0 {
+				if h := testHookSettleWaits.Load(); h != nil {
+					(*h)(c)
+				}
+			}
+			// One write syscall is all there is to wait for.
+			if spins < 100 {
+				runtime.Gosched()
+			} else {
+				time.Sleep(50 * time.Microsecond)
+			}
+		}
+	}
+}
+
+// testHookSettleWaits, when set, runs when Apply finds a pump it has to
+// wait for.
+var testHookSettleWaits atomic.Pointer[func(c *conn)]
 
 // affected draws (once) whether f acts on c, and since when.
 func (c *conn) affected(f installed) (bool, time.Time) {
@@ -420,11 +476,11 @@ func (c *conn) forget(s *snapshot) {
 // past is a read deadline that has always expired.
 var past = time.Unix(1, 0)
 
-// kick interrupts any read in progress on either socket; see the package
-// invariant.
+// kick interrupts any read or write in progress on either socket; see
+// the package invariant.
 func (c *conn) kick() {
-	_ = c.client.SetReadDeadline(past)
-	_ = c.server.SetReadDeadline(past)
+	_ = c.client.SetDeadline(past)
+	_ = c.server.SetDeadline(past)
 }
 
 // reset sends RST to the side(s) d names and closes the connection.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -61,18 +60,17 @@ func (k *kernelPipe) close() {
 	unix.Close(k.w)
 }
 
-// splice forwards src -> dst while no fault acts on this direction. It
-// returns false when the direction is finished, true when the fault set
-// changed (or splice is unusable) and run must look again.
+// splice forwards bulk data src -> dst while no fault acts on this
+// direction: through a kernel pipe with splice(2), never entering user
+// space. It returns false when the direction is finished, true when the
+// fault set changed (or splice is unusable, or the data turned small
+// again) and run must look again.
 //
-// Small messages are copied through a user-space buffer with read(2) and
-// write(2); bulk data moves through a kernel pipe with splice(2), never
-// entering user space. For a small message a copy is cheaper than the
-// pipe's page references (measured: about 1 µs of the relay's 22-23 µs
-// added 1-byte round trip), and a connection that only ever carries small
-// messages never takes a pipe. A read that fills the buffer means a bulk
-// transfer: splice from then on, until a splice moves less than a
-// buffer's worth again.
+// Small messages go through copyLoop (copy.go) instead: for a few bytes a
+// copy is cheaper than the pipe's page references, and a connection that
+// only ever carries small messages never takes a pipe. A read that fills
+// the copy buffer means a bulk transfer and brings the pump here; a splice
+// that moves less than a buffer's worth sends it back.
 //
 // Every read goes through guardedRead (so a fault change stops it before
 // the next byte is taken), and bytes read across a change are handed to
@@ -80,12 +78,6 @@ func (k *kernelPipe) close() {
 // TCPConn.ReadFrom because it gives no hook around its syscall.
 func (p *pump) splice() bool {
 	for {
-		if !p.bulk {
-			if more, ok := p.copyOnce(); !ok {
-				return more
-			}
-			continue
-		}
 		if p.pipe == nil {
 			k, err := getPipe()
 			if err != nil {
@@ -106,7 +98,7 @@ func (p *pump) splice() bool {
 		if more, ok := p.afterRead(n, stale, err); !ok {
 			return more
 		}
-		if !p.current() {
+		if !p.announce() {
 			// The splice raced a fault change: these bytes belong to the
 			// new set, so take them out of the pipe for the fault-aware
 			// loop instead of forwarding them.
@@ -135,38 +127,31 @@ func (p *pump) splice() bool {
 				left -= moved
 				p.bytes.Add(uint64(moved))
 			}
+			if errors.Is(werr, os.ErrDeadlineExceeded) {
+				// Kicked: Apply waits for this write. What is still in the
+				// pipe meets the new set.
+				err := p.unpipe(left)
+				p.clearAnnounce()
+				if err != nil {
+					p.pipe.dirty = true
+					p.fail(err)
+					return false
+				}
+				return true
+			}
 			if werr != nil {
+				p.clearAnnounce()
 				p.pipe.dirty = true
 				p.fail(werr)
 				return false
 			}
 		}
-		p.bulk = n >= readSize
+		p.clearAnnounce()
+		if n < readSize {
+			p.bulk = false
+			return true
+		}
 	}
-}
-
-// copyOnce forwards one read's worth through p.buf. ok is false when
-// splice must return more.
-func (p *pump) copyOnce() (more, ok bool) {
-	if p.buf == nil {
-		p.buf = readBufs.Get().(*[readSize]byte)[:]
-	}
-	n, stale, err := p.guardedRead(func(fd int) (int, error) { return syscall.Read(fd, p.buf) })
-	if more, ok := p.afterRead(n, stale, err); !ok {
-		return more, false
-	}
-	if !p.current() {
-		p.hold(append([]byte(nil), p.buf[:n]...)) // see splice's unpipe
-		return true, false
-	}
-	m, err := p.dst.Write(p.buf[:n])
-	p.bytes.Add(uint64(m))
-	if err != nil {
-		p.fail(err)
-		return false, false
-	}
-	p.bulk = n == len(p.buf)
-	return true, true
 }
 
 // afterRead handles what a guardedRead on the no-fault path ended with

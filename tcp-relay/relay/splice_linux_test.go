@@ -133,3 +133,37 @@ func TestNoDescriptorLeakPerConnection(t *testing.T) {
 		t.Fatal("expected ended connections to return their pipes to the pool, found it empty")
 	}
 }
+
+// The relay's sockets use a congestion control without pacing (see
+// congestion_linux.go), both the accepted one and the upstream one.
+func TestRelaySocketsAvoidPacedCongestionControl(t *testing.T) {
+	s := startServer(t, false)
+	r := startRelay(t, s.addr())
+	c := dial(t, r)
+	mustEcho(t, c)
+	want := congestionChoice.Load()
+	if want == nil || *want == "" {
+		t.Skip("this process may set neither cubic nor reno")
+	}
+	var found []string
+	r.conns.Range(func(k, _ any) bool {
+		rc := k.(*conn)
+		for _, sock := range []*net.TCPConn{rc.client, rc.server} {
+			raw, err := sock.SyscallConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw.Control(func(fd uintptr) {
+				cc, err := unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
+				if err != nil {
+					t.Fatal(err)
+				}
+				found = append(found, cc)
+			})
+		}
+		return true
+	})
+	if len(found) != 2 || found[0] != *want || found[1] != *want {
+		t.Fatalf("expected the accepted and the upstream socket on %s, found %v", *want, found)
+	}
+}

@@ -3,7 +3,9 @@ package api
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -86,4 +88,46 @@ func BenchmarkDecodeSignals(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*perBatch), "ns/event")
+}
+
+// BenchmarkDecodeVector decodes one 1536-dim vector as the JSON an
+// embedding put carries (5 significant digits, as tidal-stress sends) and
+// as application/octet-stream (issue 14, build item 2).
+func BenchmarkDecodeVector(b *testing.B) {
+	const dim = 1536
+	var js bytes.Buffer
+	js.WriteString(`{"vector":[`)
+	bin := make([]byte, 0, 4*dim)
+	for i := range dim {
+		if i > 0 {
+			js.WriteByte(',')
+		}
+		x := float32(i%97)/97 - 0.5
+		fmt.Fprintf(&js, "%.5g", x)
+		bin = binary.LittleEndian.AppendUint32(bin, math.Float32bits(x))
+	}
+	js.WriteString(`]}`)
+	b.Run("json", func(b *testing.B) {
+		body := js.Bytes()
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			err := decodeBody(body, func(d *decoder, name []byte) error {
+				_, err := d.vector("vector", dim)
+				return err
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("binary", func(b *testing.B) {
+		b.SetBytes(int64(len(bin)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := binaryVector(bin, dim); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -1,11 +1,13 @@
 package api
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
 	"strconv"
+	"unsafe"
 
 	"github.com/tidaldb/tidal/tidal-server/ledger"
 )
@@ -366,23 +368,23 @@ func (d *decoder) vector(key string, max int) ([]float32, error) {
 			return nil, d.errorf(key, "expected %d components, found more", max)
 		}
 		d.ws()
-		elem := ""
-		elemKey := func() string {
-			if elem == "" {
-				elem = key + "[" + strconv.Itoa(i) + "]"
-			}
-			return elem
-		}
 		if c := d.peek(); c != '-' && (c < '0' || c > '9') {
-			return nil, d.mismatch(elemKey(), "a number")
+			return nil, d.mismatch(elemKey(key, i), "a number")
 		}
-		tok, err := d.number(elemKey())
+		start := d.pos
+		tok, err := d.number("")
 		if err != nil {
+			// Decode again naming the element: the field is built only
+			// for an error, so a good vector allocates nothing per number.
+			d.pos = start
+			_, err = d.number(elemKey(key, i))
 			return nil, err
 		}
-		f, err := strconv.ParseFloat(string(tok), 64)
+		// The token is only read by ParseFloat (whose error, which would
+		// keep it, is dropped): no copy of each number into a string.
+		f, err := strconv.ParseFloat(unsafe.String(unsafe.SliceData(tok), len(tok)), 64)
 		if err != nil || math.Abs(f) > math.MaxFloat32 {
-			return nil, d.errorf(elemKey(), "%s overflows float32 (largest magnitude %g)", quoteNumber(tok), math.MaxFloat32)
+			return nil, d.errorf(elemKey(key, i), "%s overflows float32 (largest magnitude %g)", quoteNumber(tok), math.MaxFloat32)
 		}
 		out = append(out, float32(f))
 		d.ws()
@@ -573,4 +575,21 @@ func internSignal(schema ledger.Schema, name []byte) string {
 		}
 	}
 	return string(name)
+}
+
+// elemKey names element i of the array key in errors: "vector[17]".
+func elemKey(key string, i int) string { return key + "[" + strconv.Itoa(i) + "]" }
+
+// binaryVector decodes an application/octet-stream vector: exactly dim
+// IEEE-754 float32s, little-endian, back to back. Finiteness and the norm
+// are checked afterwards like a JSON vector's.
+func binaryVector(body []byte, dim int) ([]float32, error) {
+	if len(body) != 4*dim {
+		return nil, invalid("vector", "expected %d bytes (%d little-endian float32s), found %d", 4*dim, dim, len(body))
+	}
+	out := make([]float32, dim)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(body[4*i:]))
+	}
+	return out, nil
 }

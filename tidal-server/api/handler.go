@@ -353,7 +353,7 @@ func (h *handler) putEmbedding(w http.ResponseWriter, r *http.Request) error {
 	if err := h.admitWrite(w, r); err != nil {
 		return err
 	}
-	body, release, err := h.readJSONBody(w, r)
+	body, mt, release, err := h.readBodyOf(w, r, true)
 	if err != nil {
 		return err
 	}
@@ -361,18 +361,26 @@ func (h *handler) putEmbedding(w http.ResponseWriter, r *http.Request) error {
 	var id []byte
 	var vec []float32
 	hasID := false
-	err = decodeBody(body, func(d *decoder, name []byte) error {
-		switch string(name) {
-		case "id":
-			hasID = true
-			id, err = d.str("id")
-		case "vector":
-			vec, err = d.vector("vector", h.schema.EmbeddingDim)
-		default:
-			return d.unknown(name, "id, vector")
-		}
-		return err
-	})
+	if mt == mediaBinary {
+		// The id travels in the query: ?id=<write id>.
+		q := r.URL.Query()
+		_, hasID = q["id"]
+		id = []byte(q.Get("id"))
+		vec, err = binaryVector(body, h.schema.EmbeddingDim)
+	} else {
+		err = decodeBody(body, func(d *decoder, name []byte) error {
+			switch string(name) {
+			case "id":
+				hasID = true
+				id, err = d.str("id")
+			case "vector":
+				vec, err = d.vector("vector", h.schema.EmbeddingDim)
+			default:
+				return d.unknown(name, "id, vector")
+			}
+			return err
+		})
+	}
 	if err != nil {
 		return err
 	}
@@ -493,28 +501,43 @@ func (h *handler) checkK(k int64) error {
 }
 
 func (h *handler) nearest(w http.ResponseWriter, r *http.Request) error {
-	body, release, err := h.readJSONBody(w, r)
+	body, mt, release, err := h.readBodyOf(w, r, true)
 	if err != nil {
 		return err
 	}
 	defer release()
 	var vec []float32
 	k := 10
-	err = decodeBody(body, func(d *decoder, name []byte) error {
-		switch string(name) {
-		case "vector":
-			vec, err = d.vector("vector", h.schema.EmbeddingDim)
-		case "k":
-			var n int64
-			if n, err = d.int64("k", "an integer"); err == nil {
-				err = h.checkK(n)
-				k = int(n)
+	if mt == mediaBinary {
+		// k travels in the query: ?k=<n>.
+		if s := r.URL.Query().Get("k"); s != "" {
+			n, perr := strconv.ParseInt(s, 10, 64)
+			if perr != nil {
+				return invalid("k", "expected an integer in the query, found %q", s)
 			}
-		default:
-			return d.unknown(name, "vector, k")
+			if err := h.checkK(n); err != nil {
+				return err
+			}
+			k = int(n)
 		}
-		return err
-	})
+		vec, err = binaryVector(body, h.schema.EmbeddingDim)
+	} else {
+		err = decodeBody(body, func(d *decoder, name []byte) error {
+			switch string(name) {
+			case "vector":
+				vec, err = d.vector("vector", h.schema.EmbeddingDim)
+			case "k":
+				var n int64
+				if n, err = d.int64("k", "an integer"); err == nil {
+					err = h.checkK(n)
+					k = int(n)
+				}
+			default:
+				return d.unknown(name, "vector, k")
+			}
+			return err
+		})
+	}
 	if err != nil {
 		return err
 	}

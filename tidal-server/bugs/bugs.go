@@ -31,4 +31,22 @@ const (
 	// remembers, so a retried write folds again there (hook: server's
 	// StateMachine.Apply, bugs_on.go).
 	DropDedupOnRestart
+	// AckBeforeFsync releases a group commit's waiters once the group is
+	// written, before its fdatasync (hook: wal's commit). Only a fault that
+	// drops the page cache (faultfs power-cut) shows it.
+	AckBeforeFsync
+	// SkipDirFsync leaves out the directory fsync after a new segment is
+	// renamed into place (hook: wal's createSegment), so a power cut can
+	// make the whole segment vanish with every synced record in it.
+	SkipDirFsync
+	// DropLastRecordOnRecovery makes the WAL's recovery take the newest
+	// segment's last entry record for a torn tail and cut it off (hook:
+	// wal's open, bugs_on.go), though it was written and synced whole.
+	DropLastRecordOnRecovery
+	// IgnoreFsyncError logs a failed group-commit fdatasync and carries on
+	// as if it had succeeded, instead of fencing (hook: wal's commit).
+	IgnoreFsyncError
+
+	// lastDefect is the highest Defect; tests walk 1..lastDefect.
+	lastDefect = IgnoreFsyncError
 )

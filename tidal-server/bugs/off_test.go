@@ -8,7 +8,7 @@ import (
 )
 
 func TestNormalBuildHasNoActiveDefect(t *testing.T) {
-	for d := AckBeforeCommit; d <= DropDedupOnRestart; d++ {
+	for d := AckBeforeCommit; d <= lastDefect; d++ {
 		if Active(d) {
 			t.Fatalf("defect %d: expected inactive in a build without the tidalbugs tag", d)
 		}

@@ -9,23 +9,57 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 )
 
 // EnvVar switches defects on: a comma-separated list of names.
 const EnvVar = "TIDAL_BUGS"
 
 var names = map[string]Defect{
-	"ack-before-commit":         AckBeforeCommit,
-	"apply-twice-after-restart": ApplyTwiceAfterRestart,
-	"local-linearizable-reads":  LocalLinearizableReads,
-	"drop-dedup-on-restart":     DropDedupOnRestart,
+	"ack-before-commit":            AckBeforeCommit,
+	"apply-twice-after-restart":    ApplyTwiceAfterRestart,
+	"local-linearizable-reads":     LocalLinearizableReads,
+	"drop-dedup-on-restart":        DropDedupOnRestart,
+	"ack-before-fsync":             AckBeforeFsync,
+	"skip-dir-fsync":               SkipDirFsync,
+	"drop-last-record-on-recovery": DropLastRecordOnRecovery,
+	"ignore-fsync-error":           IgnoreFsyncError,
 }
 
-// active is written once, before main runs, and only read afterwards.
-var active, parseErr = parse(os.Getenv(EnvVar))
+// active is set once, before main runs, from TIDAL_BUGS; only Enable (unit
+// tests of the hooks) changes it afterwards, hence the atomics.
+var active [lastDefect + 1]atomic.Bool
 
-// Active reports whether d was named in TIDAL_BUGS at start.
-func Active(d Defect) bool { return active[d] }
+var parseErr = func() error {
+	on, err := parse(os.Getenv(EnvVar))
+	for d := range on {
+		active[d].Store(true)
+	}
+	return err
+}()
+
+// Active reports whether d was named in TIDAL_BUGS at start (or switched
+// on by Enable).
+func Active(d Defect) bool { return d <= lastDefect && active[d].Load() }
+
+// Enable switches defects on in this process and returns a function that
+// puts back what was there before. It is for the unit tests of the hooks
+// (a test cannot set TIDAL_BUGS before its own process starts); a node
+// reads TIDAL_BUGS only.
+func Enable(ds ...Defect) (restore func()) {
+	var was [lastDefect + 1]bool
+	for d := range active {
+		was[d] = active[d].Load()
+	}
+	for _, d := range ds {
+		active[d].Store(true)
+	}
+	return func() {
+		for d := range active {
+			active[d].Store(was[d])
+		}
+	}
+}
 
 // Announce logs the active defects loudly, or returns an error naming an
 // unknown one (the node then refuses to start).
@@ -35,7 +69,7 @@ func Announce(log *slog.Logger) error {
 	}
 	var on []string
 	for name, d := range names {
-		if active[d] {
+		if Active(d) {
 			on = append(on, name)
 		}
 	}

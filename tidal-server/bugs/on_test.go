@@ -12,13 +12,34 @@ func TestParseNamesEveryDefectAndRefusesUnknownOnes(t *testing.T) {
 	if !got[AckBeforeCommit] || !got[LocalLinearizableReads] || got[DropDedupOnRestart] || len(got) != 2 {
 		t.Fatalf("parse: expected exactly ack-before-commit and local-linearizable-reads, found %v", got)
 	}
-	if len(names) != int(DropDedupOnRestart) {
-		t.Fatalf("names: expected one name per defect (%d), found %d", DropDedupOnRestart, len(names))
+	if len(names) != int(lastDefect) {
+		t.Fatalf("names: expected one name per defect (%d), found %d", lastDefect, len(names))
+	}
+	seen := map[Defect]bool{}
+	for name, d := range names {
+		if d < 1 || d > lastDefect || seen[d] {
+			t.Fatalf("names[%q] = %d: expected a distinct defect in 1..%d", name, d, lastDefect)
+		}
+		seen[d] = true
 	}
 	if _, err := parse("ack-before-comit"); err == nil {
 		t.Fatal("parse: expected an error for a misspelt defect, found none")
 	}
 	if got, err := parse(""); err != nil || len(got) != 0 {
 		t.Fatalf("parse(\"\"): expected no defects, found %v, %v", got, err)
+	}
+}
+
+func TestEnableSwitchesOnAndRestores(t *testing.T) {
+	if Active(IgnoreFsyncError) {
+		t.Skip("TIDAL_BUGS switched ignore-fsync-error on for the whole test process")
+	}
+	restore := Enable(IgnoreFsyncError, SkipDirFsync)
+	if !Active(IgnoreFsyncError) || !Active(SkipDirFsync) {
+		t.Fatal("Enable: expected ignore-fsync-error and skip-dir-fsync active")
+	}
+	restore()
+	if Active(IgnoreFsyncError) || Active(SkipDirFsync) {
+		t.Fatal("restore: expected both inactive again")
 	}
 }

@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -51,6 +53,10 @@ func (c *Client) WriteSignals(ctx context.Context, events []Event) (Ack, error) 
 // PutEmbedding sets entity's embedding; id identifies the write so that a
 // retry is recognised.
 func (c *Client) PutEmbedding(ctx context.Context, entity uint64, id string, vec []float32) (Ack, error) {
+	if c.binaryVec {
+		return c.write(ctx, &request{method: http.MethodPut, path: "/v1/entities/" + strconv.FormatUint(entity, 10) + "/embedding",
+			query: url.Values{"id": {id}}, body: vectorBytes(vec), ctype: "application/octet-stream"})
+	}
 	r, err := jsonRequest(http.MethodPut, "/v1/entities/"+strconv.FormatUint(entity, 10)+"/embedding", struct {
 		ID     string    `json:"id"`
 		Vector []float32 `json:"vector"`
@@ -150,12 +156,19 @@ type Match struct {
 // Nearest returns the k entities whose embeddings are most similar to vec
 // by cosine similarity, best first.
 func (c *Client) Nearest(ctx context.Context, vec []float32, k int) ([]Match, error) {
-	r, err := jsonRequest(http.MethodPost, "/v1/query/nearest", struct {
-		Vector []float32 `json:"vector"`
-		K      int       `json:"k"`
-	}{vec, k})
-	if err != nil {
-		return nil, err
+	var r *request
+	if c.binaryVec {
+		r = &request{method: http.MethodPost, path: "/v1/query/nearest", query: url.Values{"k": {strconv.Itoa(k)}},
+			body: vectorBytes(vec), ctype: "application/octet-stream"}
+	} else {
+		var err error
+		r, err = jsonRequest(http.MethodPost, "/v1/query/nearest", struct {
+			Vector []float32 `json:"vector"`
+			K      int       `json:"k"`
+		}{vec, k})
+		if err != nil {
+			return nil, err
+		}
 	}
 	var out struct {
 		Results []Match `json:"results"`
@@ -393,4 +406,13 @@ func (c *Client) Backup(ctx context.Context, w io.Writer) (int64, error) {
 		return cerr
 	})
 	return n, err
+}
+
+// vectorBytes is a vector's application/octet-stream body.
+func vectorBytes(vec []float32) []byte {
+	b := make([]byte, 0, 4*len(vec))
+	for _, f := range vec {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(f))
+	}
+	return b
 }

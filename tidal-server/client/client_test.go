@@ -3,10 +3,12 @@ package client
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -473,17 +475,18 @@ func TestContextDeadlineRespected(t *testing.T) {
 	t.Run("no sleep past the deadline", func(t *testing.T) {
 		rc := &recorder{script: []func(http.ResponseWriter){status(503, "Retry-After", "30")}}
 		_, c := serve(t, rc)
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		// The deadline is long enough that a client sleeping until it is
+		// told apart from one returning at once on any machine, however
+		// busy: waiting the 30s Retry-After would overrun it, so the client
+		// must give up at once, with the 503, not sleep until the deadline.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		start := time.Now()
 		_, err := c.WriteSignals(ctx, []Event{{ID: "e", Entity: 1, Signal: "view"}})
 		if !IsUnavailable(err) {
 			t.Fatalf("expected the 503 back, found %v", err)
 		}
-		// Waiting 30s would overrun the deadline, so the client must give up
-		// at once instead of sleeping until the deadline.
-		if took := time.Since(start); took > 400*time.Millisecond || rc.count() != 1 {
-			t.Fatalf("took %v and %d requests; expected one request and an immediate return", took, rc.count())
+		if ctx.Err() != nil || rc.count() != 1 {
+			t.Fatalf("expected one request and a return before the deadline, found %d requests, context %v", rc.count(), ctx.Err())
 		}
 	})
 	t.Run("deadline cuts a hanging attempt", func(t *testing.T) {
@@ -691,13 +694,14 @@ func TestProbes(t *testing.T) {
 	if err := c.Healthy(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
 	err := c.Ready(context.Background())
 	if !IsUnavailable(err) || !strings.Contains(err.Error(), "no leader") {
 		t.Fatalf("expected unavailable with the reason, found %v", err)
 	}
-	if ready.Load() != 1 || time.Since(start) > 900*time.Millisecond {
-		t.Fatalf("a probe must answer at once: %d requests in %v", ready.Load(), time.Since(start))
+	// A probe answers at once: one request, no retry after Retry-After
+	// (a count, not a time: the machine may be slow).
+	if ready.Load() != 1 {
+		t.Fatalf("a probe must answer at once: expected 1 request, found %d", ready.Load())
 	}
 }
 
@@ -755,5 +759,48 @@ func TestKeepAliveReuse(t *testing.T) {
 			t.Fatalf("goroutines leaked: %d > %d\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// WithBinaryVectors (issue 14, build item 2) sends the vector as raw
+// little-endian float32s with the id (or k) in the query.
+func TestBinaryVectors(t *testing.T) {
+	vec := []float32{0.1, -2.5e-8, 3.4028235e38, 1.0000001}
+	decode := func(r *http.Request) []float32 {
+		b, _ := io.ReadAll(r.Body)
+		out := make([]float32, len(b)/4)
+		for i := range out {
+			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		}
+		return out
+	}
+	var put, query []float32
+	var id, k, putType, queryType string
+	mux := http.NewServeMux()
+	mux.HandleFunc("PUT /v1/entities/{entity}/embedding", func(w http.ResponseWriter, r *http.Request) {
+		put, id, putType = decode(r), r.URL.Query().Get("id"), r.Header.Get("Content-Type")
+		w.Header().Set("X-Tidal-Seq", "5")
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("POST /v1/query/nearest", func(w http.ResponseWriter, r *http.Request) {
+		query, k, queryType = decode(r), r.URL.Query().Get("k"), r.Header.Get("Content-Type")
+		fmt.Fprint(w, `{"results":[{"entity":42,"score":1}]}`)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	c := New(srv.Listener.Addr().String(), WithBinaryVectors())
+	t.Cleanup(c.CloseIdleConnections)
+	if _, err := c.PutEmbedding(context.Background(), 42, "w 1", vec); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := c.Nearest(context.Background(), vec, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(put, vec) || !slices.Equal(query, vec) || id != "w 1" || k != "3" || len(ms) != 1 {
+		t.Fatalf("put %v id %q, query %v k %q, matches %v; want %v, id \"w 1\", k 3", put, id, query, k, ms, vec)
+	}
+	if putType != "application/octet-stream" || queryType != "application/octet-stream" {
+		t.Fatalf("content types %q and %q, want application/octet-stream", putType, queryType)
 	}
 }

@@ -116,3 +116,85 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	*c += countingWriter(len(p))
 	return len(p), nil
 }
+
+// BenchmarkIDMemory inserts a generation's worth of ids and looks each up
+// again (the id memory alone, without folding): the cost per id of the
+// open-addressing index and the chunk arenas.
+func BenchmarkIDMemory(b *testing.B) {
+	const n = 1 << 18
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("client-7-req-%d", i)
+	}
+	b.Run("add", func(b *testing.B) {
+		b.ReportAllocs()
+		g := newGeneration(n)
+		for i := 0; b.Loop(); i++ {
+			if i == n {
+				g, i = newGeneration(n), 0
+			}
+			g.add(ids[i], idRecord{index: uint64(i)})
+		}
+	})
+	b.Run("get", func(b *testing.B) {
+		g := newGeneration(n)
+		for i, id := range ids {
+			g.add(id, idRecord{index: uint64(i)})
+		}
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if _, ok := g.get(ids[i%n]); !ok {
+				b.Fatal("missing id")
+			}
+		}
+	})
+}
+
+// BenchmarkApplySteady is BenchmarkApply on a ledger that already holds
+// every entity of the workload and a full id generation, so what it
+// measures is the steady state of a long-running node (folding into
+// existing cells, id memory at its working size) rather than the first
+// event of each entity.
+func BenchmarkApplySteady(b *testing.B) {
+	for _, batch := range []int{1, 100} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			const n = 1 << 20
+			events := benchEvents(n)
+			l := New(DefaultSchema(), Options{})
+			index := uint64(0)
+			for i := 0; i < n; i += 1000 {
+				index++
+				if _, err := l.Apply(index, 1, events[i:min(i+1000, n)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			round := 0
+			renew := func() {
+				round++
+				for j := range events {
+					events[j].ID = fmt.Sprintf("steady-%d-%d", round, j)
+				}
+			}
+			renew()
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu0 := processCPU()
+			next := 0
+			for i := 0; i < b.N; i += batch {
+				if next+batch > n {
+					b.StopTimer()
+					renew()
+					next = 0
+					b.StartTimer()
+				}
+				index++
+				if _, err := l.Apply(index, 1, events[next:next+batch]); err != nil {
+					b.Fatal(err)
+				}
+				next += batch
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/event")
+			reportCPU(b, cpu0, b.N, "event")
+		})
+	}
+}

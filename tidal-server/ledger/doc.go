@@ -83,6 +83,13 @@
 // refresh its id. The id memory is replicated state: it is in Snapshot
 // and Digest, and survives restarts through them.
 //
+// An entry may pack several commands (replica's packed proposals):
+// ApplyAt applies each at the entry's index, its events at consecutive
+// positions after the previous command's, each command atomic on its own;
+// FinishEntry after the last one is where the memory rotates, so rotation
+// stays at entry boundaries (and the bound above counts the entry's
+// events as one batch).
+//
 // # Snapshots
 //
 // Snapshot writes a versioned, canonical encoding (maps in sorted order)
@@ -93,7 +100,7 @@
 //
 // # Concurrency
 //
-// A Ledger is safe for concurrent use. Apply, SetApplied and Restore take
-// an exclusive lock; Get, Top, Lookup, Check, Digest, Snapshot and Stats a
+// A Ledger is safe for concurrent use. Apply, ApplyAt, FinishEntry,
+// SetApplied and Restore take an exclusive lock; Get, Top, Lookup, Check, Digest, Snapshot and Stats a
 // shared one. AuditEvents copies the ids and calls its callback unlocked.
 package ledger

@@ -1,58 +1,148 @@
 package ledger
 
+import "hash/maphash"
+
 // generation is one generation of the id memory. Apply adds ids in log
 // order, so they are held sorted by (index, position) by construction:
-// audits and snapshots walk them without sorting, and byID finds an id's
-// slot. Slots live in fixed-size chunks so that growing a generation to
-// hundreds of thousands of ids never copies the ones already held.
+// audits and snapshots walk them without sorting, and the index finds an
+// id's slot.
+//
+// Layout (issue 14, build item 2): nothing here holds a pointer per id, so
+// the garbage collector scans a generation of 500,000 ids as a few dozen
+// objects instead of 500,000 strings and a map of string keys, and an
+// insert allocates nothing.
+//   - records live in fixed-size chunks (growing never copies the ids
+//     already held); an id's bytes are copied into its chunk's byte arena
+//     and the record keeps their offset and length;
+//   - the index is open addressing with linear probing over a flat array
+//     of uint64 words sized for the generation's capacity up front: the
+//     high 32 bits are a tag from the id's hash (most probes that miss are
+//     decided without touching the record), the low 32 the record's
+//     number + 1 (0 marks an empty slot). Ids are never removed: a whole
+//     generation is dropped at once.
 type generation struct {
-	chunks [][]rememberedID
+	chunks []idChunk
 	n      int
-	byID   map[string]uint32
+	index  []uint64
+	mask   uint64
 }
 
 const chunkSize = 4096
 
+type idChunk struct {
+	recs  []rememberedID
+	arena []byte
+}
+
 type rememberedID struct {
-	id string
+	off uint32 // of the id's bytes in its chunk's arena
+	len uint8  // ids are at most MaxIDLen bytes
 	idRecord
 }
 
-// newGeneration sizes the id index for capacity ids up front: a generation
-// fills to exactly IDsPerGeneration, and growing a map of hundreds of
-// thousands of string keys step by step rehashes all of them on the apply
-// path (15% of apply CPU in a 100-event-batch profile).
+// idSeed is the process's seed for id hashes. The index is local to the
+// process (never encoded), so the seed need not agree between nodes.
+var idSeed = maphash.MakeSeed()
+
+// newGeneration sizes the index for capacity ids up front (at most half
+// full at capacity): a generation fills to exactly IDsPerGeneration, and
+// growing the index step by step would rehash every id on the apply path.
+// A generation that receives more ids than its capacity (the old
+// generation is never added to; Restore adds to a fresh one) grows.
 func newGeneration(capacity int) *generation {
-	return &generation{byID: make(map[string]uint32, capacity)}
+	g := &generation{}
+	g.grow(max(16, 2*capacity))
+	return g
+}
+
+func (g *generation) grow(slots int) {
+	size := 16
+	for size < slots {
+		size *= 2
+	}
+	old := g.index
+	g.index = make([]uint64, size)
+	g.mask = uint64(size - 1)
+	for _, w := range old {
+		if w != 0 {
+			g.place(w)
+		}
+	}
+}
+
+// place puts an index word in the first free slot from its tag's home;
+// used when growing, where the tag is all a word's hash we still have.
+// Tags are the hash's high 32 bits, so a grown table probes from the same
+// home as a lookup computes (see home).
+func (g *generation) place(w uint64) {
+	for i := home(w>>32, g.mask); ; i = (i + 1) & g.mask {
+		if g.index[i] == 0 {
+			g.index[i] = w
+			return
+		}
+	}
+}
+
+// home is where probing for a hash with this tag starts. Tables are at
+// most 2^32 slots here, so the tag (the hash's high 32 bits) spreads ids
+// over any of them; mixing it again keeps consecutive tags apart.
+func home(tag uint64, mask uint64) uint64 {
+	return (tag * 0x9E3779B97F4A7C15 >> 32) & mask
 }
 
 func (g *generation) len() int { return g.n }
+
+func (g *generation) idAt(r *rememberedID, c *idChunk) []byte {
+	return c.arena[r.off : r.off+uint32(r.len)]
+}
 
 // add appends an id; the caller guarantees it is absent and that (index,
 // position) is above every id already held.
 func (g *generation) add(id string, rec idRecord) {
 	if g.n%chunkSize == 0 {
-		g.chunks = append(g.chunks, make([]rememberedID, 0, chunkSize))
+		g.chunks = append(g.chunks, idChunk{recs: make([]rememberedID, 0, chunkSize), arena: make([]byte, 0, chunkSize*16)})
 	}
-	last := len(g.chunks) - 1
-	g.chunks[last] = append(g.chunks[last], rememberedID{id: id, idRecord: rec})
-	g.byID[id] = uint32(g.n)
+	if 2*(g.n+1) > len(g.index) {
+		g.grow(2 * len(g.index))
+	}
+	c := &g.chunks[len(g.chunks)-1]
+	c.recs = append(c.recs, rememberedID{off: uint32(len(c.arena)), len: uint8(len(id)), idRecord: rec})
+	c.arena = append(c.arena, id...)
+	tag := maphash.String(idSeed, id) >> 32
+	g.place(tag<<32 | uint64(g.n+1))
 	g.n++
 }
 
 func (g *generation) get(id string) (idRecord, bool) {
-	i, ok := g.byID[id]
-	if !ok {
+	if g.n == 0 {
 		return idRecord{}, false
 	}
-	return g.chunks[i/chunkSize][i%chunkSize].idRecord, true
+	tag := maphash.String(idSeed, id) >> 32
+	for i := home(tag, g.mask); ; i = (i + 1) & g.mask {
+		w := g.index[i]
+		if w == 0 {
+			return idRecord{}, false
+		}
+		if w>>32 != tag {
+			continue
+		}
+		n := int(uint32(w)) - 1
+		c := &g.chunks[n/chunkSize]
+		r := &c.recs[n%chunkSize]
+		if string(g.idAt(r, c)) == id {
+			return r.idRecord, true
+		}
+	}
 }
 
-// each calls fn for every id in log order.
-func (g *generation) each(fn func(*rememberedID)) {
-	for _, c := range g.chunks {
-		for i := range c {
-			fn(&c[i])
+// each calls fn for every id in log order. The id's bytes are only valid
+// during the call.
+func (g *generation) each(fn func(id []byte, rec *idRecord)) {
+	for ci := range g.chunks {
+		c := &g.chunks[ci]
+		for i := range c.recs {
+			r := &c.recs[i]
+			fn(g.idAt(r, c), &r.idRecord)
 		}
 	}
 }

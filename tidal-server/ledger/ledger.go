@@ -34,15 +34,25 @@ type Ledger struct {
 	sigs      []sigSpec
 	idsPerGen int
 
-	applied  uint64
-	entities map[uint64]*entityState
+	applied uint64
+	// nextPos is the first position after the last command applied at
+	// the applied index (ApplyAt); 0 after SetApplied moves on.
+	nextPos uint32
+	// Entity state, laid out as entities.go describes: ids[s] is the
+	// entity of slot s, index maps ids to slots.
+	index    entityTable
+	ids      []uint64
+	cells    []cell
+	bkts     [][]bucket
 	keys     int // (entity, signal) pairs with at least one event
 	buckets  int // window buckets held, over all keys
 	cur, old *generation
 
 	// class is Apply's scratch: per event, the signal index to fold or
-	// isDuplicate. Guarded by mu (exclusive).
-	class []int8
+	// isDuplicate; inBatch its map of a large batch's ids. Guarded by mu
+	// (exclusive).
+	class   []int8
+	inBatch map[string]int
 }
 
 const isDuplicate int8 = -1
@@ -60,17 +70,13 @@ type winSpec struct {
 	bucket int   // index into cell.buckets, -1 for "all"
 }
 
-type entityState struct {
-	cells []*cell // by signal index; nil until the first event of that signal
-}
-
-// cell is the state of one (entity, signal) pair.
+// cell is the state of one (entity, signal) pair; absent while count is 0.
 type cell struct {
 	count     uint64
 	weightSum float64
 	anchor    int64   // newest ts folded
 	decayed   float64 // Σ w·2^-(anchor-ts)/h
-	buckets   [][]bucket
+	bkt       uint32  // first of its windows' bucket slices in Ledger.bkts
 }
 
 // bucket counts the events whose ts/width == k; a window's buckets are
@@ -119,8 +125,9 @@ func New(s Schema, o Options) *Ledger {
 }
 
 func (l *Ledger) reset() {
-	l.applied = 0
-	l.entities = map[uint64]*entityState{}
+	l.applied, l.nextPos = 0, 0
+	l.index = newEntityTable()
+	l.ids, l.cells, l.bkts = nil, nil, nil
 	l.keys, l.buckets = 0, 0
 	l.cur = newGeneration(l.idsPerGen)
 	l.old = newGeneration(0)
@@ -148,11 +155,64 @@ type Result struct {
 func (l *Ledger) Apply(index, term uint64, events []Event) (Result, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if index <= l.applied {
-		return Result{}, fmt.Errorf("%w: entry index %d, applied index %d", ErrAlreadyApplied, index, l.applied)
+	res, err := l.applyAt(index, term, 0, events)
+	if err == nil {
+		l.finishEntry()
+	}
+	return res, err
+}
+
+// FinishEntry ends the entry whose commands ApplyAt applied: the id
+// memory rotates here, at the entry boundary, by count of ids, never by
+// time — the generation dropped holds only ids older than the
+// IDsPerGeneration ids now in the previous generation. Apply calls it
+// itself; a caller of ApplyAt calls it after the entry's last command,
+// whatever that command's outcome.
+func (l *Ledger) FinishEntry() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.finishEntry()
+}
+
+func (l *Ledger) finishEntry() {
+	if l.cur.len() >= l.idsPerGen {
+		l.old = l.cur
+		l.cur = newGeneration(l.idsPerGen)
+	}
+}
+
+// ApplyAt is Apply for one of several commands packed into the entry at
+// index (issue 14, build item 2): the command's events take positions
+// first, first+1, … of that entry. The first command of an entry has
+// first 0 and an index above AppliedIndex, like Apply; a later one has
+// the same index, first > 0 and first at or above where the previous
+// command of the entry ended, so that (index, position) stays a total
+// order of events across commands. Anything else wraps
+// ErrAlreadyApplied. ApplyAt does not end the entry: call FinishEntry
+// after its last command.
+func (l *Ledger) ApplyAt(index, term uint64, first uint32, events []Event) (Result, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.applyAt(index, term, first, events)
+}
+
+func (l *Ledger) applyAt(index, term uint64, first uint32, events []Event) (Result, error) {
+	if index < l.applied || index == l.applied && (first == 0 || first < l.nextPos) {
+		if first == 0 {
+			return Result{}, fmt.Errorf("%w: entry index %d, applied index %d", ErrAlreadyApplied, index, l.applied)
+		}
+		return Result{}, fmt.Errorf("%w: entry index %d position %d, applied index %d (next position %d)", ErrAlreadyApplied, index, first, l.applied, l.nextPos)
+	}
+	if uint64(first)+uint64(len(events)) > MaxBatchLen {
+		return Result{}, &FieldError{Field: "events", Message: fmt.Sprintf("expected at most %d events in one entry, found %d from position %d", MaxBatchLen, len(events), first)}
 	}
 	l.class = slices.Grow(l.class[:0], len(events))[:len(events)]
-	if err := l.classify(events, l.class); err != nil {
+	if len(events) > 16 && l.inBatch == nil {
+		l.inBatch = make(map[string]int, 128)
+	}
+	err := l.classify(events, l.class, l.inBatch)
+	clear(l.inBatch) // keep no ids alive, and start empty next time
+	if err != nil {
 		return Result{}, err
 	}
 	var res Result
@@ -163,18 +223,12 @@ func (l *Ledger) Apply(index, term uint64, events []Event) (Result, error) {
 			res.Duplicates++
 			continue
 		}
-		l.cur.add(e.ID, idRecord{index: index, term: term, entity: e.Entity, weight: e.Weight, pos: uint32(i), signal: uint16(si)})
+		l.cur.add(e.ID, idRecord{index: index, term: term, entity: e.Entity, weight: e.Weight, pos: first + uint32(i), signal: uint16(si)})
 		l.fold(e, int(si))
 		res.Applied++
 	}
 	l.applied = index
-	// Rotate at the entry boundary, by count of ids, never by time: the
-	// generation that is dropped holds only ids older than the
-	// IDsPerGeneration ids now in the previous generation.
-	if l.cur.len() >= l.idsPerGen {
-		l.old = l.cur
-		l.cur = newGeneration(l.idsPerGen)
-	}
+	l.nextPos = first + uint32(len(events))
 	return res, nil
 }
 
@@ -186,20 +240,24 @@ func (l *Ledger) Apply(index, term uint64, events []Event) (Result, error) {
 func (l *Ledger) Check(events []Event) error {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	return l.classify(events, make([]int8, len(events)))
+	return l.classify(events, make([]int8, len(events)), nil)
 }
 
 // classify validates the batch and sets class[i] to the signal index of
 // event i, or isDuplicate for a retry of an applied event or of an earlier
 // event of the same batch. It reads but never writes ledger state.
-func (l *Ledger) classify(events []Event, class []int8) error {
+//
+// inBatch, when not nil, is an empty map classify may use (Apply's
+// scratch, so a large batch does not allocate one every time).
+func (l *Ledger) classify(events []Event, class []int8, inBatch map[string]int) error {
 	if len(events) > MaxBatchLen {
 		return &FieldError{Field: "events", Message: fmt.Sprintf("expected at most %d events in one entry, found %d", MaxBatchLen, len(events))}
 	}
 	// Earlier events of this batch by id; a linear scan is cheaper for
 	// the common small batches.
-	var inBatch map[string]int
-	if len(events) > 16 {
+	if len(events) <= 16 {
+		inBatch = nil
+	} else if inBatch == nil {
 		inBatch = make(map[string]int, len(events))
 	}
 	// Invalid events are reported before conflicts: whether a batch is
@@ -258,28 +316,26 @@ func (l *Ledger) remembered(id string) (idRecord, bool) {
 }
 
 func (l *Ledger) fold(e *Event, si int) {
-	ent := l.entities[e.Entity]
-	if ent == nil {
-		ent = &entityState{cells: make([]*cell, len(l.sigs))}
-		l.entities[e.Entity] = ent
+	slot := l.entitySlot(e.Entity)
+	if slot < 0 {
+		slot = l.addEntity(e.Entity)
 	}
 	spec := &l.sigs[si]
-	c := ent.cells[si]
-	if c == nil {
-		c = &cell{anchor: e.TS, buckets: make([][]bucket, spec.bucketed)}
-		ent.cells[si] = c
-		l.keys++
+	c := l.cellAt(slot, si)
+	if c.count == 0 {
+		l.present(c, spec, e.TS)
 	}
 	c.count++
 	c.weightSum += e.Weight
 	c.decayed, c.anchor = foldDecayed(c.decayed, c.anchor, e.TS, e.Weight, spec.halfLifeMs)
+	bs := l.cellBuckets(c, spec)
 	for _, w := range spec.windows {
 		if w.bucket < 0 {
 			continue
 		}
-		before := len(c.buckets[w.bucket])
-		c.buckets[w.bucket] = addToBuckets(c.buckets[w.bucket], e.TS/w.width, c.anchor/w.width)
-		l.buckets += len(c.buckets[w.bucket]) - before
+		before := len(bs[w.bucket])
+		bs[w.bucket] = addToBuckets(bs[w.bucket], e.TS/w.width, c.anchor/w.width)
+		l.buckets += len(bs[w.bucket]) - before
 	}
 }
 
@@ -305,6 +361,11 @@ func addToBuckets(bs []bucket, k, top int64) []bucket {
 	if i > 0 && bs[i-1].k == k {
 		bs[i-1].n++
 		return bs
+	}
+	if bs == nil {
+		// Most cells see few buckets; start with room for some so the
+		// first events of a key do not reallocate one by one.
+		bs = make([]bucket, 0, 4)
 	}
 	bs = append(bs, bucket{})
 	copy(bs[i+1:], bs[i:])
@@ -348,6 +409,9 @@ func (l *Ledger) SetApplied(index uint64) {
 	if index < l.applied {
 		panic(fmt.Sprintf("ledger: SetApplied(%d) below applied index %d", index, l.applied))
 	}
+	if index > l.applied {
+		l.nextPos = 0
+	}
 	l.applied = index
 }
 
@@ -374,16 +438,18 @@ func (l *Ledger) Get(entity uint64, at int64) EntityView {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	v := EntityView{Entity: entity, Signals: make(map[string]SignalView, len(l.sigs))}
-	ent := l.entities[entity]
+	slot := l.entitySlot(entity)
 	for si := range l.sigs {
 		spec := &l.sigs[si]
 		var c *cell
-		if ent != nil {
-			c = ent.cells[si]
+		if slot >= 0 {
+			if c = l.cellAt(slot, si); c.count == 0 {
+				c = nil
+			}
 		}
 		sv := SignalView{Windows: make(map[string]uint64, len(spec.windows))}
 		for _, w := range spec.windows {
-			sv.Windows[w.name] = c.windowValue(w, at)
+			sv.Windows[w.name] = l.windowValue(c, w, at)
 		}
 		if c != nil {
 			sv.Count, sv.WeightSum = c.count, c.weightSum
@@ -394,14 +460,14 @@ func (l *Ledger) Get(entity uint64, at int64) EntityView {
 	return v
 }
 
-func (c *cell) windowValue(w winSpec, at int64) uint64 {
+func (l *Ledger) windowValue(c *cell, w winSpec, at int64) uint64 {
 	switch {
 	case c == nil:
 		return 0
 	case w.bucket < 0:
 		return c.count
 	default:
-		return windowCount(c.buckets[w.bucket], w.width, at)
+		return windowCount(l.bkts[int(c.bkt)+w.bucket], w.width, at)
 	}
 }
 
@@ -441,17 +507,17 @@ func (l *Ledger) Top(signal, window string, k int, at int64) ([]Ranked, error) {
 	if k <= 0 {
 		return nil, &FieldError{Field: "k", Message: fmt.Sprintf("expected k >= 1, found %d", k)}
 	}
-	h := make(rankHeap, 0, min(k, len(l.entities)))
-	for id, ent := range l.entities {
-		c := ent.cells[si]
-		if c == nil {
+	h := make(rankHeap, 0, min(k, len(l.ids)))
+	for slot, id := range l.ids {
+		c := l.cellAt(slot, si)
+		if c.count == 0 {
 			continue
 		}
 		var v float64
 		if wi < 0 {
 			v = decayedAt(c.decayed, c.anchor, at, spec.halfLifeMs)
 		} else {
-			v = float64(c.windowValue(spec.windows[wi], at))
+			v = float64(l.windowValue(c, spec.windows[wi], at))
 		}
 		if v == 0 {
 			continue
@@ -545,7 +611,7 @@ func (l *Ledger) AuditEvents(fn func(Location) error) error {
 	l.mu.RLock()
 	locs := make([]Location, 0, l.old.len()+l.cur.len())
 	for _, gen := range []*generation{l.old, l.cur} {
-		gen.each(func(r *rememberedID) { locs = append(locs, l.location(r.id, r.idRecord)) })
+		gen.each(func(id []byte, r *idRecord) { locs = append(locs, l.location(string(id), *r)) })
 	}
 	l.mu.RUnlock()
 	for _, loc := range locs {
@@ -573,7 +639,7 @@ func (l *Ledger) Stats() Stats {
 	defer l.mu.RUnlock()
 	return Stats{
 		AppliedIndex:     l.applied,
-		Entities:         len(l.entities),
+		Entities:         len(l.ids),
 		Keys:             l.keys,
 		Buckets:          l.buckets,
 		IDs:              l.cur.len() + l.old.len(),

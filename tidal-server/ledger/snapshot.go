@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -88,31 +89,33 @@ func (l *Ledger) encode(e *encoder) {
 	e.uvarint(uint64(l.idsPerGen))
 	e.uvarint(l.applied)
 
-	ids := make([]uint64, 0, len(l.entities))
-	for id := range l.entities {
-		ids = append(ids, id)
+	// Slots in ascending entity id order.
+	order := make([]uint32, len(l.ids))
+	for s := range order {
+		order[s] = uint32(s)
 	}
-	slices.Sort(ids)
-	e.uvarint(uint64(len(ids)))
-	for _, id := range ids {
-		ent := l.entities[id]
+	slices.SortFunc(order, func(a, b uint32) int { return cmp.Compare(l.ids[a], l.ids[b]) })
+	e.uvarint(uint64(len(order)))
+	for _, slot := range order {
+		id := l.ids[slot]
 		var mask uint64
-		for si, c := range ent.cells {
-			if c != nil {
+		for si := range l.sigs {
+			if l.cellAt(int(slot), si).count != 0 {
 				mask |= 1 << si
 			}
 		}
 		e.uvarint(id)
 		e.uvarint(mask)
-		for _, c := range ent.cells {
-			if c == nil {
+		for si := range l.sigs {
+			c := l.cellAt(int(slot), si)
+			if c.count == 0 {
 				continue
 			}
 			e.uvarint(c.count)
 			e.f64(c.weightSum)
 			e.varint(c.anchor)
 			e.f64(c.decayed)
-			for _, bs := range c.buckets {
+			for _, bs := range l.cellBuckets(c, &l.sigs[si]) {
 				e.uvarint(uint64(len(bs)))
 				for _, b := range bs {
 					e.varint(b.k)
@@ -126,8 +129,9 @@ func (l *Ledger) encode(e *encoder) {
 	}
 	for _, gen := range []*generation{l.old, l.cur} {
 		e.uvarint(uint64(gen.len()))
-		gen.each(func(r *rememberedID) {
-			e.str(r.id)
+		gen.each(func(id []byte, r *idRecord) {
+			e.uvarint(uint64(len(id)))
+			e.raw(id)
 			e.uvarint(r.index)
 			e.uvarint(r.term)
 			e.uvarint(uint64(r.pos))
@@ -204,8 +208,9 @@ func (l *Ledger) Restore(r io.Reader) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.applied = fresh.applied
-	l.entities, l.keys, l.buckets = fresh.entities, fresh.keys, fresh.buckets
+	l.applied, l.nextPos = fresh.applied, 0
+	l.index, l.ids, l.cells, l.bkts = fresh.index, fresh.ids, fresh.cells, fresh.bkts
+	l.keys, l.buckets = fresh.keys, fresh.buckets
 	l.cur, l.old = fresh.cur, fresh.old
 	return nil
 }
@@ -249,16 +254,23 @@ func (l *Ledger) decode(d *decoder) error {
 		if d.err == nil && (mask == 0 || (len(l.sigs) < 64 && mask>>len(l.sigs) != 0)) {
 			return fmt.Errorf("entity %d: signal mask %#x does not fit %d signal types", id, mask, len(l.sigs))
 		}
-		ent := &entityState{cells: make([]*cell, len(l.sigs))}
+		if d.err != nil {
+			break
+		}
+		slot := l.addEntity(id)
 		for si := range l.sigs {
 			if mask&(1<<si) == 0 {
 				continue
 			}
-			c := &cell{count: d.uvarint(), weightSum: d.f64(), anchor: d.varint(), decayed: d.f64()}
+			c := l.cellAt(slot, si)
+			*c = cell{count: d.uvarint(), weightSum: d.f64(), anchor: d.varint(), decayed: d.f64()}
 			if d.err == nil && c.count == 0 {
 				return fmt.Errorf("entity %d signal %q: count 0 in a present cell", id, l.sigs[si].name)
 			}
-			c.buckets = make([][]bucket, l.sigs[si].bucketed)
+			anchor := c.anchor
+			l.present(c, &l.sigs[si], anchor)
+			l.keys-- // counted below, as before
+			bkts := l.cellBuckets(c, &l.sigs[si])
 			for _, w := range l.sigs[si].windows {
 				if w.bucket < 0 {
 					continue
@@ -275,13 +287,11 @@ func (l *Ledger) decode(d *decoder) error {
 					}
 					bs = append(bs, b)
 				}
-				c.buckets[w.bucket] = bs
+				bkts[w.bucket] = bs
 				l.buckets += len(bs)
 			}
-			ent.cells[si] = c
 			l.keys++
 		}
-		l.entities[id] = ent
 	}
 	var last idRecord
 	seen := false

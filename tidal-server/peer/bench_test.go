@@ -28,6 +28,7 @@ func (c *countingInbound) Receive(context.Context, []byte) error {
 func (c *countingInbound) ReportUnreachable(uint64)         {}
 func (c *countingInbound) ReportSnapshot(uint64, bool)      {}
 func (c *countingInbound) MemberStatus(uint64) (bool, bool) { return false, false }
+func (c *countingInbound) ReportRemoved(uint64)             {}
 
 // BenchmarkTransport streams 1 KiB-entry appends (16 entries each) from
 // member 1 to member 2 over loopback, plaintext and mutual TLS, through

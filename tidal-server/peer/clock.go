@@ -52,12 +52,36 @@ type clocks struct {
 func (c *clocks) add(id uint64, p clockProbe) clockProbe {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ps := append(c.peers[id], p)
+	ps := c.peers[id]
+	if len(ps) > 0 && !consistent(best(ps), p) {
+		// One of the two clocks stepped since the best probe: the older
+		// probes measured a clock that is gone. Keeping the one with the
+		// smallest round trip would report the old offset for up to
+		// clockWindow probes after a jump (issue 11 item 2).
+		ps = nil
+	}
+	ps = append(ps, p)
 	if len(ps) > clockWindow {
 		ps = ps[len(ps)-clockWindow:]
 	}
 	c.peers[id] = ps
 	return best(ps)
+}
+
+// clockStepSlack is added to two probes' uncertainties before they count
+// as inconsistent: clocks slewed by NTP drift apart by up to a few
+// milliseconds over a window, which is no step worth forgetting probes for.
+const clockStepSlack = 10 * time.Millisecond
+
+// consistent reports whether two probes can both be true of one offset:
+// each puts the true offset within offset ± rtt/2, so two whose intervals
+// do not meet (less clockStepSlack) cannot measure the same pair of clocks.
+func consistent(a, b clockProbe) bool {
+	d := a.offset - b.offset
+	if d < 0 {
+		d = -d
+	}
+	return d <= (a.rtt+b.rtt)/2+clockStepSlack
 }
 
 func best(ps []clockProbe) clockProbe {
@@ -108,8 +132,14 @@ func (t *Transport) ClockReadings() map[uint64]server.ClockReading {
 var _ server.ClockMeter = (*Transport)(nil)
 
 // now is this node's clock as it reports it to peers and reads it for
-// offsets: the wall clock plus the test-only Options.ClockOffset.
-func (t *Transport) now() time.Time { return time.Now().Add(t.opts.ClockOffset) }
+// offsets: the wall clock plus the test-only Options.ClockOffset, or the
+// test-only Options.Now.
+func (t *Transport) now() time.Time {
+	if t.opts.Now != nil {
+		return t.opts.Now()
+	}
+	return time.Now().Add(t.opts.ClockOffset)
+}
 
 // serveClock answers a clock probe: t2 when the call arrived, t3 as it
 // leaves, both in unix nanoseconds of this node's clock.
@@ -128,6 +158,11 @@ func (s *sender) probeClock(ctx context.Context) (clockProbe, error) {
 		return clockProbe{}, err
 	}
 	t4 := s.t.now()
+	if step := t4.Round(0).Sub(t1.Round(0)) - t4.Sub(t1); step > time.Millisecond || step < -time.Millisecond {
+		// This node's clock stepped during the call: t1 and t4 are on
+		// different clocks and the offset would be neither.
+		return clockProbe{}, fmt.Errorf("clock probe of member %d: this node's clock stepped by %v during the call", s.id, step)
+	}
 	if len(resp) != 16 {
 		return clockProbe{}, fmt.Errorf("clock answer from member %d: expected 16 bytes, found %d", s.id, len(resp))
 	}

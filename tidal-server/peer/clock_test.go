@@ -71,3 +71,28 @@ func TestClockKeepsTightestSample(t *testing.T) {
 		t.Errorf("best sample %+v after the window moved on; expected the old 4ms sample gone", b)
 	}
 }
+
+// Issue 11 item 2: a clock that steps (a jump, or the clock nemesis
+// moving the test offset) makes every earlier probe wrong. The tightest
+// probe of the window must not outlive the step: the first probe after it
+// that cannot be true of the same offset replaces the window.
+func TestClockForgetsProbesBeforeAStep(t *testing.T) {
+	var c clocks
+	c.peers = map[uint64][]clockProbe{}
+	now := time.Now()
+	c.add(1, clockProbe{offset: time.Millisecond, rtt: 200 * time.Microsecond, at: now})
+	c.add(1, clockProbe{offset: 2 * time.Millisecond, rtt: time.Millisecond, at: now})
+	b := c.add(1, clockProbe{offset: -5 * time.Minute, rtt: 40 * time.Millisecond, at: now})
+	if b.offset != -5*time.Minute {
+		t.Fatalf("best sample %+v after the peer's clock stepped by -5m; expected the probe after the step", b)
+	}
+	if n := len(c.peers[1]); n != 1 {
+		t.Errorf("expected only the probe after the step kept, found %d", n)
+	}
+	// Probes that agree within their uncertainty (and a few ms of slew)
+	// keep the window: the tightest wins again.
+	b = c.add(1, clockProbe{offset: -5*time.Minute + 3*time.Millisecond, rtt: 2 * time.Millisecond, at: now})
+	if b.rtt != 2*time.Millisecond || len(c.peers[1]) != 2 {
+		t.Errorf("best sample %+v of %d; expected the 2ms probe of a window of 2", b, len(c.peers[1]))
+	}
+}

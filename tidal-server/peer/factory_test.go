@@ -39,10 +39,10 @@ func TestFactoryAdmitsByTheServersMembership(t *testing.T) {
 	tr.SetPeer(3, "127.0.0.1:1")
 
 	conn := rawClient(t, lis.Addr().String(), nil) // insecure: From is taken at its word
-	if err := sendMessages(context.Background(), conn,
-		marshal(t, heartbeat(2, 1, 5)), marshal(t, heartbeat(3, 1, 5)), marshal(t, heartbeat(9, 1, 5))); err != nil {
+	if err := sendMessages(context.Background(), conn, marshal(t, heartbeat(2, 1, 5)), marshal(t, heartbeat(9, 1, 5))); err != nil {
 		t.Fatal(err)
 	}
+	expectToldRemoved(t, sendMessages(context.Background(), conn, marshal(t, heartbeat(3, 1, 5))), 3)
 	got := in.received()
 	if len(got) != 1 || got[0].GetFrom() != 2 {
 		t.Fatalf("raft was handed %d messages (%v); expected only member 2's heartbeat", len(got), got)

@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,8 +22,10 @@ import (
 	"github.com/tidaldb/tidal/tidal-server/replica"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -48,6 +52,7 @@ type recorder struct {
 	sizes       []int
 	unreachable []uint64
 	snapReports map[uint64][]bool
+	removedBy   []uint64
 }
 
 func newRecorder() *recorder { return &recorder{snapReports: map[uint64][]bool{}} }
@@ -84,6 +89,18 @@ func (r *recorder) ReportSnapshot(id uint64, ok bool) {
 // MemberStatus: the tests give the transport its view through
 // Options.Membership or the address book, never through the recorder.
 func (r *recorder) MemberStatus(uint64) (current, removed bool) { return false, false }
+
+func (r *recorder) ReportRemoved(by uint64) {
+	r.mu.Lock()
+	r.removedBy = append(r.removedBy, by)
+	r.mu.Unlock()
+}
+
+func (r *recorder) removalReports() []uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]uint64(nil), r.removedBy...)
+}
 
 func (r *recorder) received() []*raftpb.Message {
 	r.mu.Lock()
@@ -262,6 +279,15 @@ func sendMessages(ctx context.Context, conn *grpc.ClientConn, msgs ...[]byte) er
 	}
 	var ack []byte
 	return st.RecvMsg(&ack)
+}
+
+// expectToldRemoved checks that a stream carrying a removed member's
+// message was ended with the answer that tells it so (issue 12 item 4).
+func expectToldRemoved(t *testing.T, err error, id uint64) {
+	t.Helper()
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), fmt.Sprintf("member %d was removed", id)) {
+		t.Fatalf("expected the stream ended with FailedPrecondition \"member %d was removed\", found %v", id, err)
+	}
 }
 
 func heartbeat(from, to, term uint64) *raftpb.Message {

@@ -157,9 +157,7 @@ func TestTLSDropsNonMembers(t *testing.T) {
 	}
 
 	removed := rawClient(t, srv.addr, attackerTLS(t, p.nodeDir(t, 4)))
-	if err := sendMessages(context.Background(), removed, marshal(t, heartbeat(4, 1, 1000))); err != nil {
-		t.Fatal(err)
-	}
+	expectToldRemoved(t, sendMessages(context.Background(), removed, marshal(t, heartbeat(4, 1, 1000))), 4)
 	if got := dropped(srv.t, reasonRemovedMember); got != 1 {
 		t.Errorf("removed_member drops = %d; expected 1", got)
 	}
@@ -236,7 +234,10 @@ func TestAddressBookMembership(t *testing.T) {
 	srv.t.RemovePeer(3)
 	conn := rawClient(t, srv.addr, nil)
 	for _, from := range []uint64{2, 3, 9} {
-		if err := sendMessages(context.Background(), conn, marshal(t, heartbeat(from, 1, 3))); err != nil {
+		err := sendMessages(context.Background(), conn, marshal(t, heartbeat(from, 1, 3)))
+		if from == 3 {
+			expectToldRemoved(t, err, 3)
+		} else if err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -30,7 +30,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tidal_transport_send_failures_total",
 			Help: "Stream failures per peer (each followed by a reconnect)."}, []string{"peer"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tidal_transport_dropped_total",
-			Help: "Outbound messages dropped because the peer's queue was full or the peer unknown."}, []string{"peer"}),
+			Help: "Outbound messages dropped because the peer's queue was full, the peer unknown, or it carried entries of a format the peer did not advertise."}, []string{"peer"}),
 		snapshotsSent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tidal_transport_snapshots_sent_total",
 			Help: "Snapshots streamed to each peer."}, []string{"peer"}),
 

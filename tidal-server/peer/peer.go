@@ -99,6 +99,10 @@ type Options struct {
 	// the clock probes only. TEST ONLY: it lets tests and the harness
 	// simulate a skewed node; never set it in production.
 	ClockOffset time.Duration
+	// Now, when set, is this node's clock in the clock probes in place of
+	// the wall clock plus ClockOffset. TEST ONLY: the server's test clock
+	// (--test-clock-offset-file), whose offset changes at run time.
+	Now func() time.Time
 }
 
 func (o *Options) setDefaults() {
@@ -182,6 +186,9 @@ type Transport struct {
 	vouchRounds atomic.Int64 // finished rounds (tests wait on it)
 	clocks      clocks
 
+	formatsMu sync.Mutex
+	formats   map[uint64]uint32 // entry format each peer advertised (version.go)
+
 	mu      sync.Mutex
 	senders map[uint64]*sender
 	removed map[uint64]bool // RemovePeer'd: the address book's "removed"
@@ -199,7 +206,7 @@ func New(self uint64, inbound server.Inbound, opts Options, reg prometheus.Regis
 		log = slog.New(slog.DiscardHandler)
 	}
 	t := &Transport{self: self, inbound: inbound, opts: opts, log: log, metrics: newMetrics(reg),
-		senders: map[uint64]*sender{}, removed: map[uint64]bool{},
+		senders: map[uint64]*sender{}, removed: map[uint64]bool{}, formats: map[uint64]uint32{},
 		snapshotSlot: make(chan struct{}, opts.MaxConcurrentSnapshots),
 		drops:        newDropLog(log, dropLogEvery, dropLogQuiet)}
 	t.vouches.m = map[uint64]*vouch{}
@@ -337,6 +344,13 @@ func (t *Transport) Send(msgs []replica.Outbound) {
 				defer t.wg.Done()
 				s.sendSnapshot(m.Data)
 			}()
+			continue
+		}
+		if index, format, withheld := t.withholds(m.To, m.Data); withheld {
+			t.metrics.dropped.WithLabelValues(strconv.FormatUint(m.To, 10)).Inc()
+			t.drops.note("not sending entries a peer cannot read; upgrade it", reasonEntryFormat,
+				"peer", m.To, "index", index, "peer_entry_format", format)
+			go t.inbound.ReportUnreachable(m.To)
 			continue
 		}
 		s.enqueue(m.Data)

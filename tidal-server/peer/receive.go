@@ -5,12 +5,15 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
 
 	"github.com/tidaldb/tidal/tidal-server/auth"
+	"github.com/tidaldb/tidal/tidal-server/replica"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
@@ -121,6 +124,18 @@ func (t *Transport) serveMessages(_ any, stream grpc.ServerStream) error {
 		t.drops.note("refusing peer stream", reasonUnauthenticated, "remote", remote, "err", err)
 		return status.Error(codes.Unauthenticated, err.Error())
 	}
+	own := ownVersions()
+	theirs, err := t.checkVersions(ctx, authID, remote)
+	if err != nil {
+		return err
+	}
+	if err := stream.SendHeader(own.metadata()); err != nil {
+		return err
+	}
+	if authID != 0 {
+		t.notePeerVersions(authID, theirs)
+	}
+	noted := authID != 0
 	for {
 		var buf []byte
 		if err := stream.RecvMsg(&buf); err != nil {
@@ -141,7 +156,24 @@ func (t *Transport) serveMessages(_ any, stream grpc.ServerStream) error {
 			}
 			if reason := t.admit(authID, h); reason != "" {
 				t.drop(reason, authID, h, remote)
+				if reason == reasonRemovedMember && (authID == 0 || authID == h.From) {
+					// Tell the removed member, which may never have
+					// applied its removal (issue 12 item 4).
+					return removedStatus(stream, h.From)
+				}
 				continue
+			}
+			if !noted {
+				t.notePeerVersions(h.From, theirs)
+				noted = true
+			}
+			if h.Type == raftpb.MsgApp {
+				if idx, env, bad := unreadableEntry(m); bad {
+					t.metrics.messagesDropped.WithLabelValues(reasonEntryFormat).Inc()
+					t.drops.note("dropping appends with entries in a format this node cannot read; upgrade it", reasonEntryFormat,
+						"remote", remote, "from", h.From, "index", idx, "envelope", env, "entry_format", replica.ReadableEntryFormat())
+					continue
+				}
 			}
 			if err := t.inbound.Receive(ctx, m); err != nil {
 				return err
@@ -172,4 +204,15 @@ func (c countingCreds) Clone() credentials.TransportCredentials {
 func (t *Transport) noteHandshakeFailure(conn net.Conn, err error) {
 	t.metrics.handshakeFailures.Inc()
 	t.drops.note("refusing peer connections: TLS handshake failed", "handshake", "remote", conn.RemoteAddr().String(), "err", err)
+}
+
+// mdMemberRemoved is the trailer that tells a sender its member id was
+// removed from the cluster: the value is the id.
+const mdMemberRemoved = "tidal-member-removed"
+
+// removedStatus ends a stream whose sender was removed from the cluster,
+// saying so in a way the sender acts on (sender.watch).
+func removedStatus(stream grpc.ServerStream, id uint64) error {
+	stream.SetTrailer(metadata.Pairs(mdMemberRemoved, strconv.FormatUint(id, 10)))
+	return status.Errorf(codes.FailedPrecondition, "member %d was removed from the cluster", id)
 }

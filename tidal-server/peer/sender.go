@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 )
 
 // sender owns the connection and the outbound queue to one peer.
@@ -123,12 +124,17 @@ func (s *sender) run() {
 // stream keeps one Messages stream open and feeds it batches until an
 // error; the caller reconnects.
 func (s *sender) stream(conn *grpc.ClientConn) error {
-	ctx, cancel := context.WithCancel(s.ctx)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(s.ctx)
+	defer cancel(nil)
+	ctx = metadata.NewOutgoingContext(ctx, ownVersions().metadata())
+	// A new stream may reach another process (a node restarted on
+	// another release): what the last one advertised no longer holds.
+	s.t.forgetPeerVersions(s.id)
 	st, err := conn.NewStream(ctx, messagesDesc, "/"+serviceName+"/"+methodMessages)
 	if err != nil {
 		return err
 	}
+	go s.watch(st, cancel)
 	o := s.t.opts
 	batch := make([][]byte, 0, o.BatchMaxCount)
 	for {
@@ -137,7 +143,7 @@ func (s *sender) stream(conn *grpc.ClientConn) error {
 		select {
 		case first = <-s.queue:
 		case <-ctx.Done():
-			return ctx.Err()
+			return context.Cause(ctx)
 		}
 		batch = append(batch, first)
 		size := len(first)
@@ -157,12 +163,47 @@ func (s *sender) stream(conn *grpc.ClientConn) error {
 		if err := st.SendMsg(&payload); err != nil {
 			// The batch is lost; raft will resend what matters.
 			s.t.inbound.ReportUnreachable(s.id)
+			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+				return cause // the peer's reason, from watch
+			}
 			return err
 		}
 		s.t.metrics.sendSeconds.WithLabelValues(s.label).Observe(time.Since(start).Seconds())
 		s.t.metrics.batchSize.WithLabelValues(s.label).Observe(float64(len(batch)))
 		s.noteSuccess()
 	}
+}
+
+// watch reads what the peer says on a Messages stream: its versions
+// first (response header), then, if it ends the stream, why. A peer of an
+// incompatible protocol, or one saying this node was removed, ends the
+// stream with the reason as its cause; a removed node is told so
+// (Inbound.ReportRemoved) and stops.
+func (s *sender) watch(st grpc.ClientStream, cancel context.CancelCauseFunc) {
+	md, err := st.Header()
+	if err == nil && len(md.Get(mdProtocol)) > 0 {
+		theirs, perr := parseVersions(md)
+		if perr == nil {
+			if why := compatible(ownVersions(), theirs); why != "" {
+				perr = errors.New("peer protocol: " + why)
+			}
+		}
+		if perr != nil {
+			cancel(fmt.Errorf("peer %d: %w", s.id, perr))
+			return
+		}
+		s.t.notePeerVersions(s.id, theirs)
+	}
+	var ack []byte
+	err = st.RecvMsg(&ack)
+	if err == nil || errors.Is(err, io.EOF) {
+		return
+	}
+	if ids := st.Trailer().Get(mdMemberRemoved); len(ids) > 0 && ids[0] == strconv.FormatUint(s.t.self, 10) {
+		s.t.log.Warn("peer says this node was removed from the cluster", "peer", s.id, "err", err)
+		s.t.inbound.ReportRemoved(s.id)
+	}
+	cancel(err)
 }
 
 func (s *sender) noteFailure(err error) {
@@ -196,6 +237,7 @@ func (s *sender) sendSnapshot(data []byte) {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Minute)
 	defer cancel()
+	ctx = metadata.NewOutgoingContext(ctx, ownVersions().metadata())
 	start := time.Now()
 	st, err := conn.NewStream(ctx, snapshotDesc, "/"+serviceName+"/"+methodSnapshots)
 	if err != nil {

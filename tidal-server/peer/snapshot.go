@@ -41,6 +41,9 @@ func (t *Transport) serveSnapshot(_ any, stream grpc.ServerStream) error {
 		t.drops.note("refusing peer stream", reasonUnauthenticated, "remote", remote, "err", err)
 		return status.Error(codes.Unauthenticated, err.Error())
 	}
+	if _, err := t.checkVersions(ctx, authID, remote); err != nil {
+		return err
+	}
 	if t.secure() {
 		// Refuse a connection that could not pass admission before
 		// spooling anything: the header check below repeats it.

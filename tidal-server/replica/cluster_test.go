@@ -42,7 +42,9 @@ type listSM struct {
 	mu       sync.Mutex
 	st       smState
 	restores int // Restore calls this incarnation
-	applies  int // Apply calls this incarnation
+	applies  int // Apply calls this incarnation (entries, batched or not)
+	batches  int // ApplyBatch calls this incarnation
+	packed   int // commands applied from packed entries (Subs > 1)
 }
 
 type smState struct {
@@ -59,7 +61,29 @@ type smEntry struct {
 func (s *listSM) Apply(index, term uint64, data []byte) any {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if index <= s.st.Applied {
+	return s.applyLocked(index, 0, data)
+}
+
+// ApplyBatch makes listSM a replica.BatchStateMachine, so every replica
+// test runs the batched apply path (issue 14, build item 2) for runs of
+// entries and the single-entry path for the rest.
+func (s *listSM) ApplyBatch(entries []replica.AppEntry) []any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.batches++
+	out := make([]any, len(entries))
+	for i, e := range entries {
+		out[i] = s.applyLocked(e.Index, e.Sub, e.Data)
+		if e.Subs > 1 {
+			s.packed++
+		}
+	}
+	return out
+}
+
+func (s *listSM) applyLocked(index uint64, sub int, data []byte) any {
+	// A packed entry's later commands share its index (Sub > 0).
+	if index < s.st.Applied || index == s.st.Applied && sub == 0 {
 		panic(fmt.Sprintf("Apply(%d) after applied %d: entries must be applied once, in order", index, s.st.Applied))
 	}
 	prev, _ := hex.DecodeString(s.st.Digest)
@@ -171,6 +195,7 @@ type network struct {
 	rng       *rand.Rand
 	snapsSent map[link]int
 	reports   []snapReport
+	formats   map[uint64]uint32 // advertised entry formats (setEntryFormat)
 	delivered atomic.Uint64
 	dropped   atomic.Uint64
 }
@@ -185,6 +210,7 @@ func newNetwork(seed uint64) *network {
 		queues:    map[link]chan queued{},
 		rng:       rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		snapsSent: map[link]int{},
+		formats:   map[uint64]uint32{},
 	}
 }
 
@@ -195,6 +221,28 @@ func (n *network) close() {
 	n.mu.Unlock()
 	n.cancel()
 	n.wg.Wait()
+}
+
+// setEntryFormat makes node id advertise entry format f (PeerEntryFormat);
+// by default an attached node advertises this build's.
+func (n *network) setEntryFormat(id uint64, f uint32) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.formats[id] = f
+}
+
+// PeerEntryFormat makes the fake transport a replica.PeerFormats, as the
+// real one is: what peer id advertises.
+func (e *endpoint) PeerEntryFormat(id uint64) (uint32, bool) {
+	e.net.mu.Lock()
+	defer e.net.mu.Unlock()
+	if f, ok := e.net.formats[id]; ok {
+		return f, true
+	}
+	if _, up := e.net.nodes[id]; up {
+		return replica.EntryFormat, true
+	}
+	return 0, false
 }
 
 func (n *network) attach(id uint64, r *replica.Replica) {

@@ -28,3 +28,24 @@ func PromotionRounds(r *Replica) uint64 { return r.promotionRounds.Load() }
 // trails the replica's own by the time it takes to step the apply response
 // back; raft judges whether a conf change is pending by it.
 func RaftApplied(r *Replica) uint64 { return r.node.Status().Applied }
+
+// ProposeRaw hands data to raft as it is, without the envelope Propose
+// frames it in: an entry as a newer release (or a bug) would write it.
+func ProposeRaw(r *Replica, data []byte) error {
+	return r.node.Propose(r.haltCtx, data)
+}
+
+// HoldPacks makes r's proposals queue for packing without being flushed
+// (as if a flush were in progress) until the returned release is called,
+// which flushes them: a test decides what one pack holds.
+func HoldPacks(r *Replica) (queued func() int, release func()) {
+	r.pack.mu.Lock()
+	r.pack.busy = true
+	r.pack.mu.Unlock()
+	queued = func() int {
+		r.pack.mu.Lock()
+		defer r.pack.mu.Unlock()
+		return len(r.pack.pending)
+	}
+	return queued, func() { r.flushPacks() }
+}

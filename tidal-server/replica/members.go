@@ -137,3 +137,25 @@ func (r *Replica) Voters() []uint64 {
 	defer r.mu.Unlock()
 	return append([]uint64(nil), r.confState.GetVoters()...)
 }
+
+// ReportRemoved tells the replica that member by, which the peer plane
+// reached, has this node's id among the removed ones in its applied
+// membership. Removal is committed before anyone applies it and ids are
+// never reused, so the word of any member is final: a removed node that
+// was down or cut off while its removal committed would otherwise never
+// learn of it (the leader no longer sends to it) and run on, campaigning
+// in vain (issue 12 item 4; etcd answers such a member 410 "member
+// removed"). The replica stops as if it had applied the removal itself:
+// ErrRemoved, and tidal-server exits 5.
+func (r *Replica) ReportRemoved(by uint64) {
+	r.mu.Lock()
+	_, member := r.members.Members[by]
+	if by == r.cfg.ID || r.removed || (!member && len(r.members.Members) > 0) {
+		r.mu.Unlock()
+		return
+	}
+	r.removed = true
+	r.mu.Unlock()
+	r.log.Warn("a member says this node was removed from the cluster; stopping raft", "told_by", by)
+	r.halt(nil)
+}

@@ -17,6 +17,7 @@ type Metrics struct {
 	PersistSeconds    prometheus.Histogram
 	ApplySeconds      prometheus.Histogram
 	ApplyBatch        prometheus.Histogram
+	PackSize          prometheus.Histogram
 	Snapshots         prometheus.Counter
 	SnapshotSeconds   prometheus.Histogram
 	Fenced            prometheus.Gauge
@@ -39,13 +40,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		PersistSeconds:    prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tidal_raft_persist_duration_seconds", Help: "Time to persist one Ready (write + fdatasync).", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)}),
 		ApplySeconds:      prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tidal_apply_duration_seconds", Help: "Time to apply the committed entries of one Ready.", Buckets: prometheus.ExponentialBuckets(10e-6, 2, 16)}),
 		ApplyBatch:        prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tidal_apply_batch_entries", Help: "Committed entries applied per Ready.", Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
+		PackSize:          prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tidal_proposal_pack_size", Help: "Proposals per raft entry this node proposed with --pack-proposals.", Buckets: prometheus.ExponentialBuckets(1, 2, 10)}),
 		Snapshots:         prometheus.NewCounter(prometheus.CounterOpts{Name: "tidal_snapshots_total", Help: "Snapshots taken."}),
 		SnapshotSeconds:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tidal_snapshot_duration_seconds", Help: "Time to take and persist a snapshot.", Buckets: prometheus.ExponentialBuckets(1e-3, 2, 14)}),
 		Fenced:            prometheus.NewGauge(prometheus.GaugeOpts{Name: "tidal_replica_fenced", Help: "1 once a failed WAL write fenced this node."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Term, m.IsLeader, m.CommitIndex, m.AppliedIndex, m.LeaderChanges, m.PeerMatch, m.PeerLag,
-			m.ProposalsPending, m.ProposalsDropped, m.ProposalsTimedOut, m.PersistSeconds, m.ApplySeconds, m.ApplyBatch,
+			m.ProposalsPending, m.ProposalsDropped, m.ProposalsTimedOut, m.PersistSeconds, m.ApplySeconds, m.ApplyBatch, m.PackSize,
 			m.Snapshots, m.SnapshotSeconds, m.Fenced)
 	}
 	return m

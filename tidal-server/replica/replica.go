@@ -55,6 +55,28 @@ type StateMachine interface {
 	Restore(r io.Reader) error
 }
 
+// BatchStateMachine is a StateMachine that can apply several consecutive
+// committed entries in one call (issue 14, build item 2: one lock and one
+// pass per raft Ready instead of per entry). ApplyBatch must leave the
+// state exactly as calling Apply on each entry in order would, and
+// return one result per entry, in order. The replica hands it every run
+// of consecutive application entries of one Ready; raft no-ops,
+// membership entries and markers still go through SetApplied one by one.
+type BatchStateMachine interface {
+	StateMachine
+	ApplyBatch(entries []AppEntry) []any
+}
+
+// AppEntry is one committed entry's application payload. An entry that
+// packs several proposals (Config.PackProposals) is handed over as Subs
+// AppEntries with the same Index and Term and Sub 0..Subs-1, in order and
+// always within one ApplyBatch call; an ordinary entry has Sub 0, Subs 1.
+type AppEntry struct {
+	Index, Term uint64
+	Data        []byte
+	Sub, Subs   int
+}
+
 // Outbound is one marshalled raft message for the transport.
 type Outbound struct {
 	To       uint64
@@ -96,8 +118,13 @@ type Config struct {
 	// MaxUncommittedBytes bounds what the leader accepts before its log
 	// commits; past it proposals fail with ErrOverloaded (503). Default 64 MiB.
 	MaxUncommittedBytes uint64
-	SnapshotEvery       uint64 // applied entries between snapshots; default 10000
-	SnapshotCatchUp     uint64 // entries kept after a snapshot for slow followers; default 5000
+	// PackProposals packs proposals made concurrently on this node into
+	// one raft entry (pack.go), while every member reads entry format 2
+	// (EntryFormatAllowed). Every node applies packed entries whatever
+	// this says. It needs a BatchStateMachine.
+	PackProposals   bool
+	SnapshotEvery   uint64 // applied entries between snapshots; default 10000
+	SnapshotCatchUp uint64 // entries kept after a snapshot for slow followers; default 5000
 	// PromoteWithin: a learner is promoted to voter once its match index is
 	// within this many entries of the leader's commit. Default 1000.
 	PromoteWithin uint64
@@ -210,6 +237,9 @@ type Replica struct {
 	snapForMember atomic.Bool
 	prevHS        wal.HardState // last HardState staged; Ready loop only
 	confMarker    confMarker    // apply goroutine only
+	runScratch    []pendingApp  // apply goroutine only
+	pack          packer        // proposals waiting to be packed (PackProposals)
+	appScratch    []AppEntry    // apply goroutine only
 	snapq         chan snapJob
 	promoting     map[uint64]time.Time // guarded by mu
 	// laneq takes appends off the Ready loop from one carrying a received
@@ -275,6 +305,9 @@ func Start(cfg Config) (*Replica, error) {
 	}
 	if cfg.StateMachine == nil {
 		return nil, errors.New("replica: no state machine")
+	}
+	if _, ok := cfg.StateMachine.(BatchStateMachine); cfg.PackProposals && !ok {
+		return nil, errors.New("replica: PackProposals needs a state machine that implements BatchStateMachine")
 	}
 	r := &Replica{
 		cfg:         cfg,
@@ -814,12 +847,44 @@ const (
 	envelopeHeader    = 1 + 8 + 8
 )
 
+// pendingApp is an application entry whose apply is deferred to the end
+// of its run of consecutive application entries (see applyRun).
+type pendingApp struct {
+	AppEntry
+	origin, request uint64
+}
+
 func (r *Replica) apply(ents []*raftpb.Entry) error {
+	run := r.runScratch[:0]
+	defer func() { r.runScratch = run[:0] }()
+	applied := r.appliedIndex()
 	for _, e := range ents {
 		idx := e.GetIndex()
-		if idx <= r.appliedIndex() {
+		if idx <= applied {
 			continue
 		}
+		data := e.GetData()
+		if e.GetType() == raftpb.EntryNormal && len(data) >= envelopeHeader && data[0] == envelopeVersion && r.confMarker.index == 0 {
+			run = append(run, pendingApp{
+				AppEntry: AppEntry{Index: idx, Term: e.GetTerm(), Data: data[envelopeHeader:], Subs: 1},
+				origin:   binary.BigEndian.Uint64(data[1:9]),
+				request:  binary.BigEndian.Uint64(data[9:17]),
+			})
+			continue
+		}
+		if e.GetType() == raftpb.EntryNormal && len(data) > 0 && data[0] == packedVersion && r.confMarker.index == 0 {
+			var err error
+			if run, err = unpack(run, idx, e.GetTerm(), data); err == nil {
+				continue
+			}
+			// Malformed: cannot happen for entries a node packed; the
+			// switch below skips it on every node alike, like any entry
+			// of unknown framing.
+		}
+		if err := r.applyRun(run); err != nil {
+			return err
+		}
+		run = run[:0]
 		// The entry right after a conf change marker is that change, or
 		// the empty entry raft put in its place.
 		marker := r.confMarker
@@ -843,18 +908,44 @@ func (r *Replica) apply(ents []*raftpb.Entry) error {
 				r.sm.SetApplied(idx)
 				break
 			}
+			if _, known := EntryFormatOf(raftpb.EntryNormal, data); !known {
+				// An entry format this build does not read (format.go):
+				// skipping it, as this did before issue 12 item 2, makes
+				// this replica diverge from the nodes that applied it.
+				return &EntryFormatError{Index: idx, Term: e.GetTerm(), Envelope: data[0]}
+			}
+			if data[0] == packedVersion {
+				// A packed entry right after a conf change marker (never,
+				// in practice: see droppedAt) is applied like any other;
+				// a malformed one is skipped here.
+				one, err := unpack(nil, idx, e.GetTerm(), data)
+				if err != nil {
+					r.log.Error("skipping malformed packed entry", "index", idx, "err", err)
+					r.sm.SetApplied(idx)
+					break
+				}
+				if err := r.applyRun(one); err != nil {
+					return err
+				}
+				break
+			}
 			if len(data) < envelopeHeader || data[0] != envelopeVersion {
-				// Cannot happen for entries we proposed; refusing to apply
+				// A known envelope cut short cannot happen for entries we
+				// proposed (the log is checksummed); refusing to apply
 				// would wedge the node, so it is skipped on every node alike.
 				r.log.Error("skipping entry with unknown framing", "index", idx, "len", len(data))
 				r.sm.SetApplied(idx)
 				break
 			}
-			origin := binary.BigEndian.Uint64(data[1:9])
-			req := binary.BigEndian.Uint64(data[9:17])
-			result := r.sm.Apply(idx, e.GetTerm(), data[envelopeHeader:])
-			if origin == r.cfg.ID {
-				r.wake(req, Applied{Index: idx, Term: e.GetTerm(), Result: result})
+			// An application entry right after a conf change marker
+			// (never, in practice) is applied alone, after the marker is
+			// consumed as above.
+			if err := r.applyRun([]pendingApp{{
+				AppEntry: AppEntry{Index: idx, Term: e.GetTerm(), Data: data[envelopeHeader:], Subs: 1},
+				origin:   binary.BigEndian.Uint64(data[1:9]),
+				request:  binary.BigEndian.Uint64(data[9:17]),
+			}}); err != nil {
+				return err
 			}
 		case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
 			if err := r.applyConfChange(e); err != nil {
@@ -864,6 +955,62 @@ func (r *Replica) apply(ents []*raftpb.Entry) error {
 		}
 		r.setApplied(idx, e.GetTerm())
 	}
+	return r.applyRun(run)
+}
+
+// applyRun applies a run of consecutive application entries: in one call
+// when the state machine takes batches, then wakes this node's proposers
+// and publishes the applied index once for the run.
+func (r *Replica) applyRun(run []pendingApp) error {
+	if len(run) == 0 {
+		return nil
+	}
+	var results []any
+	bsm, batches := r.sm.(BatchStateMachine)
+	if !batches && run[len(run)-1].Subs > 1 || run[0].Sub > 0 {
+		return fmt.Errorf("replica: entry %d packs %d proposals, and this state machine cannot apply packed entries (no ApplyBatch)", run[len(run)-1].Index, run[len(run)-1].Subs)
+	}
+	if batches && len(run) > 1 {
+		ents := r.appScratch[:0]
+		for i := range run {
+			ents = append(ents, run[i].AppEntry)
+		}
+		results = bsm.ApplyBatch(ents)
+		clear(ents)
+		r.appScratch = ents[:0]
+		if len(results) != len(run) {
+			panic(fmt.Sprintf("replica: ApplyBatch returned %d results for %d entries", len(results), len(run)))
+		}
+	} else {
+		results = make([]any, len(run))
+		for i := range run {
+			results[i] = r.sm.Apply(run[i].Index, run[i].Term, run[i].Data)
+		}
+	}
+	// Wake this node's proposers: their channels are looked up under one
+	// lock for the run, and sent to (buffered, one each) outside it.
+	type waiter struct {
+		ch chan Applied
+		a  Applied
+	}
+	var waiters []waiter
+	r.mu.Lock()
+	for i := range run {
+		if run[i].origin != r.cfg.ID {
+			continue
+		}
+		if ch, ok := r.proposals[run[i].request]; ok {
+			delete(r.proposals, run[i].request)
+			waiters = append(waiters, waiter{ch, Applied{Index: run[i].Index, Term: run[i].Term, Result: results[i]}})
+		}
+	}
+	r.mu.Unlock()
+	for _, w := range waiters {
+		w.ch <- w.a
+	}
+	last := run[len(run)-1]
+	r.setApplied(last.Index, last.Term)
+	clear(run)
 	return nil
 }
 
@@ -1199,7 +1346,14 @@ func (r *Replica) restoreSnapshot(snap *raftpb.Snapshot) error {
 // returned and then closes done.
 func (r *Replica) halt(err error) {
 	r.haltOnce.Do(func() {
-		if err != nil {
+		var fe *EntryFormatError
+		switch {
+		case errors.As(err, &fe):
+			r.mu.Lock()
+			r.fenceErr = err
+			r.mu.Unlock()
+			r.log.Error("replica stopped: an entry in a format this build cannot read", "err", err)
+		case err != nil:
 			r.mu.Lock()
 			r.fenceErr = err
 			r.mu.Unlock()
@@ -1246,12 +1400,6 @@ func (r *Replica) Propose(ctx context.Context, data []byte) (Applied, error) {
 	if err != nil {
 		return Applied{}, err
 	}
-	buf := make([]byte, envelopeHeader+len(data))
-	buf[0] = envelopeVersion
-	binary.BigEndian.PutUint64(buf[1:], r.cfg.ID)
-	binary.BigEndian.PutUint64(buf[9:], req)
-	copy(buf[envelopeHeader:], data)
-
 	ch := make(chan Applied, 1)
 	r.mu.Lock()
 	r.proposals[req] = ch
@@ -1264,7 +1412,10 @@ func (r *Replica) Propose(ctx context.Context, data []byte) (Applied, error) {
 		r.mu.Unlock()
 	}
 
-	if err := r.node.Propose(ctx, buf); err != nil {
+	var packErr chan error // nil unless packed: never ready
+	if r.cfg.PackProposals && !bugs.Active(bugs.AckBeforeCommit) {
+		packErr = r.proposePacked(req, data)
+	} else if err := r.node.Propose(ctx, r.envelope(req, data)); err != nil {
 		forget()
 		return Applied{}, r.proposeErr(err)
 	}
@@ -1276,6 +1427,9 @@ func (r *Replica) Propose(ctx context.Context, data []byte) (Applied, error) {
 	select {
 	case a := <-ch:
 		return a, nil
+	case err := <-packErr:
+		forget()
+		return Applied{}, err
 	case <-ctx.Done():
 		forget()
 		r.metrics.ProposalsTimedOut.Inc()

@@ -20,6 +20,12 @@ import (
 // restore, the result shares no raft identity with the cluster the backup
 // came from: grow it with /admin/members.
 func RestoreDataDir(dir string, m Member, index uint64, state []byte) error {
+	return restoreDataDir(dir, m, index, state, nil)
+}
+
+// restoreDataDir is RestoreDataDir with ids to record as removed in the
+// new cluster's membership.
+func restoreDataDir(dir string, m Member, index uint64, state []byte, removed []uint64) error {
 	if entries, err := os.ReadDir(filepath.Join(dir, "wal")); err == nil && len(entries) > 0 {
 		return fmt.Errorf("%s already holds a WAL; restore into an empty data dir", dir)
 	}
@@ -29,6 +35,11 @@ func RestoreDataDir(dir string, m Member, index uint64, state []byte) error {
 	}
 	mem := newMembership()
 	mem.Members[m.ID] = m
+	for _, id := range removed {
+		if id != m.ID {
+			mem.Removed[id] = true
+		}
+	}
 	mb, err := mem.marshal()
 	if err != nil {
 		return err

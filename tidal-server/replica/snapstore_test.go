@@ -8,6 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tidaldb/tidal/tidal-server/wal"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // Regression (issue 9 item 5): the temporary file of a snapshot write a
@@ -37,5 +41,64 @@ func TestSnapStoreRemovesLeftoverTemporaries(t *testing.T) {
 	}
 	if !strings.Contains(logged.String(), filepath.Base(tmp)) {
 		t.Fatalf("expected a log line naming %s, log was:\n%s", filepath.Base(tmp), logged.String())
+	}
+}
+
+// Issue 12 item 2: a snapshot file a newer release wrote is refused with
+// the file, the version found and the versions this build reads.
+func TestSnapStoreRefusesNewerFormat(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "snap")
+	s, err := newSnapStore(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := &raftpb.Snapshot{Data: []byte("state"), Metadata: &raftpb.SnapshotMetadata{
+		Index: proto.Uint64(7), Term: proto.Uint64(2), ConfState: &raftpb.ConfState{Voters: []uint64{1}}}}
+	func() {
+		defer func() { snapWriteVersion, snapReadVersion = SnapshotFormatVersion, SnapshotFormatVersion }()
+		SetTestNewerFormat()
+		if err := s.save(snap); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.load(2, 7); err != nil {
+			t.Fatalf("the newer release reads its own snapshot: %v", err)
+		}
+	}()
+	_, err = s.load(2, 7)
+	var fe *wal.FormatError
+	if !errors.As(err, &fe) || fe.Found != SnapshotFormatVersion+1 || fe.Supported != SnapshotFormatVersion ||
+		fe.File != filepath.Join(dir, snapName(2, 7)) || !strings.Contains(err.Error(), "newer") {
+		t.Fatalf("expected a format error naming %s, found version %d, supported %d; got %T %v",
+			snapName(2, 7), SnapshotFormatVersion+1, SnapshotFormatVersion, err, err)
+	}
+}
+
+func TestCheckDataDirFormatReadsSnapshotHeaders(t *testing.T) {
+	data := t.TempDir()
+	if err := CheckDataDirFormat(data); err != nil {
+		t.Fatalf("an empty data dir: %v", err)
+	}
+	s, err := newSnapStore(filepath.Join(data, "snap"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := &raftpb.Snapshot{Data: []byte("state"), Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(3), Term: proto.Uint64(1)}}
+	if err := s.save(snap); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckDataDirFormat(data); err != nil {
+		t.Fatalf("this build's snapshot: %v", err)
+	}
+	func() {
+		defer func() { snapWriteVersion, snapReadVersion = SnapshotFormatVersion, SnapshotFormatVersion }()
+		SetTestNewerFormat()
+		snap.Metadata.Index = proto.Uint64(4)
+		if err := s.save(snap); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	var fe *wal.FormatError
+	if err := CheckDataDirFormat(data); !errors.As(err, &fe) || fe.File != filepath.Join(data, "snap", snapName(1, 4)) {
+		t.Fatalf("a newer snapshot: expected a *wal.FormatError naming it, got %v", err)
 	}
 }

@@ -122,6 +122,11 @@ const (
 	// with no end to it, a node whose peers cannot answer probes (an
 	// older binary during an upgrade) would never take writes.
 	clockStartGrace = 10 * time.Second
+	// clockStepNoise: a change of this node's wall-minus-monotonic drift
+	// between two checks larger than this is a step of its own clock (NTP
+	// slews at most 500 ppm: a quarter of a millisecond per check).
+	// Readings taken before a step measured the old clock: they are stale.
+	clockStepNoise = 100 * time.Millisecond
 )
 
 // clockGuard judges the clock in the background and answers the API's
@@ -140,6 +145,16 @@ type clockGuard struct {
 	inBounds prometheus.Gauge
 	started  time.Time
 
+	// Steps of this node's own clock (issue 11 item 2). clock is the
+	// node's wall clock as it stamps (time.Now, or the test clock);
+	// drift() is how far it has moved against the monotonic clock since
+	// ref. check() keeps lastDrift and when the drift last stepped.
+	clock     func() time.Time
+	ref       time.Time // monotonic reference
+	refWall   time.Time // clock() at ref, wall reading only
+	lastDrift time.Duration
+	steppedAt time.Time // zero: never
+
 	state atomic.Pointer[clockState]
 }
 
@@ -148,12 +163,24 @@ type clockState struct {
 	reason  string
 	decided bool // a verdict was reached at least once
 	graced  bool // the start grace ended undecided
+	// drift is the clock's drift when this verdict was reached: a clock
+	// that has stepped by more than half the bound since is refused until
+	// judged again (healthy).
+	drift time.Duration
 }
 
 func newClockGuard(self uint64, bound time.Duration, readings func() map[uint64]ClockReading, voters func() []uint64,
 	reg prometheus.Registerer, log *slog.Logger) *clockGuard {
+	return newClockGuardOn(time.Now, self, bound, readings, voters, reg, log)
+}
+
+// newClockGuardOn is newClockGuard for a node whose wall clock is clock.
+func newClockGuardOn(clock func() time.Time, self uint64, bound time.Duration, readings func() map[uint64]ClockReading, voters func() []uint64,
+	reg prometheus.Registerer, log *slog.Logger) *clockGuard {
+	ref := time.Now()
 	g := &clockGuard{self: self, bound: bound, maxAge: clockReadingMaxAge, grace: clockStartGrace,
-		readings: readings, voters: voters, log: log, started: time.Now(),
+		readings: readings, voters: voters, log: log, started: ref,
+		clock: clock, ref: ref, refWall: clock().Round(0),
 		inBounds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tidal_clock_in_bounds",
 			Help: "1 while this node takes writes by the clock check (its clock within --max-clock-skew of a majority of the voters), 0 while it refuses them."})}
 	if reg != nil {
@@ -163,10 +190,31 @@ func newClockGuard(self uint64, bound time.Duration, readings func() map[uint64]
 	return g
 }
 
-// healthy is api.Options.ClockHealthy: cheap, it reads the last verdict.
+// drift is how far this node's wall clock has moved against its
+// monotonic clock since the guard started: 0 for a clock that only ticks,
+// the size of every step (settimeofday, an NTP step, a VM resumed, the
+// test clock's offset) otherwise.
+func (g *clockGuard) drift() time.Duration {
+	return g.clock().Round(0).Sub(g.refWall) - time.Since(g.ref)
+}
+
+// healthy is api.Options.ClockHealthy: cheap, it reads the last verdict,
+// and refuses at once if this node's clock has stepped by more than half
+// the bound since that verdict: a node whose clock jumps must not stamp
+// writes with it until its offsets are measured again (issue 11 item 2),
+// which takes a probe round (a second or two). Half the bound: a smaller
+// step leaves a node that was within the bound within 1.5 bounds, and
+// the next verdict catches it.
 func (g *clockGuard) healthy() (bool, string) {
 	s := g.state.Load()
-	return s.ok, s.reason
+	if !s.ok {
+		return s.ok, s.reason
+	}
+	if step := g.drift() - s.drift; abs(step) > g.bound/2 {
+		return false, fmt.Sprintf("this node's clock stepped by %s since its offsets to its peers were last judged; writes wait until they are measured again (--max-clock-skew %v)",
+			signed(step.Round(time.Millisecond)), g.bound)
+	}
+	return true, ""
 }
 
 // run judges every clockCheckInterval until ctx ends; more often until
@@ -191,13 +239,24 @@ func (g *clockGuard) run(ctx context.Context) {
 // writes, taking them again, or giving up waiting for a first verdict.
 func (g *clockGuard) check(now time.Time) {
 	prev := g.state.Load()
-	v := judgeClock(g.self, g.voters(), g.readings(), g.bound, g.maxAge)
+	drift := g.drift()
+	maxAge := g.maxAge
+	if step := drift - g.lastDrift; abs(step) > clockStepNoise {
+		g.steppedAt = now
+		g.log.Warn("this node's clock stepped; its offsets to its peers are measured again", "step", step.Round(time.Millisecond))
+	}
+	g.lastDrift = drift
+	if !g.steppedAt.IsZero() {
+		// Only readings taken since the step measured this clock.
+		maxAge = min(maxAge, now.Sub(g.steppedAt))
+	}
+	v := judgeClock(g.self, g.voters(), g.readings(), g.bound, maxAge)
 	next := *prev
 	switch {
 	case v.decided:
-		next = clockState{ok: v.ok, reason: v.reason, decided: true}
+		next = clockState{ok: v.ok, reason: v.reason, decided: true, drift: drift}
 	case !prev.decided && !prev.graced && now.Sub(g.started) >= g.grace:
-		next = clockState{ok: true, graced: true}
+		next = clockState{ok: true, graced: true, drift: drift}
 		g.log.Warn("clock check: offsets to a majority of the voters not measured since start; taking writes until they are",
 			"waited", g.grace, "last", v.reason)
 	}

@@ -3,8 +3,10 @@ package server
 import (
 	"bytes"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -183,4 +185,64 @@ func TestClockGuardStartGrace(t *testing.T) {
 	if ok, reason := g.healthy(); !ok {
 		t.Fatalf("a majority within at the first check, still refusing: %s", reason)
 	}
+}
+
+// Issue 11 item 2: a node whose own clock steps (clock-jump) must not
+// stamp a single write with the new clock on the strength of offsets
+// measured with the old one. It refuses at once, before any check runs;
+// readings taken before the step no longer count; once readings taken
+// after it say the clock is off, it refuses for that reason, and once
+// they say it is back within, it takes writes again.
+func TestClockGuardRefusesAfterOwnStep(t *testing.T) {
+	var offset atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	var mu sync.Mutex
+	readings := map[uint64]ClockReading{}
+	set := func(peerOffset, age time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range []uint64{2, 3} {
+			readings[id] = ClockReading{Offset: peerOffset, Uncertainty: time.Millisecond, Age: age}
+		}
+	}
+	get := func() map[uint64]ClockReading {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(readings)
+	}
+	g := newClockGuardOn(clock, 1, time.Minute, get, func() []uint64 { return []uint64{1, 2, 3} }, nil, slog.New(slog.NewTextHandler(&syncLog{}, nil)))
+	expect := func(step string, ok bool, reason string) {
+		t.Helper()
+		gotOK, gotReason := g.healthy()
+		if gotOK != ok || !strings.Contains(gotReason, reason) {
+			t.Fatalf("%s: healthy() = %v %q, expected %v with %q", step, gotOK, gotReason, ok, reason)
+		}
+	}
+	set(0, 0)
+	g.check(time.Now())
+	expect("peers within", true, "")
+
+	offset.Store(int64(5 * time.Minute)) // the jump
+	expect("right after the jump, no check yet", false, "this node's clock stepped by +5m0s")
+	set(0, 100*time.Millisecond) // probes from before the jump
+	g.check(time.Now())
+	expect("readings from before the jump", false, "stepped")
+
+	set(-5*time.Minute, 0) // the first probes after it
+	time.Sleep(time.Millisecond)
+	g.check(time.Now())
+	expect("readings after the jump", false, "exceeds --max-clock-skew")
+
+	offset.Store(0) // healed: another step, back
+	set(-5*time.Minute, 100*time.Millisecond)
+	g.check(time.Now())
+	expect("healed, readings from before the heal", false, "exceeds --max-clock-skew")
+	time.Sleep(time.Millisecond)
+	set(0, 0)
+	g.check(time.Now())
+	expect("healed and measured", true, "")
+
+	// A step within half the bound changes nothing at once.
+	offset.Store(int64(20 * time.Second))
+	expect("a small step", true, "")
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/tidaldb/tidal/tidal-server/ledger"
 )
@@ -118,27 +119,52 @@ func (d *decoder) str(what string) string {
 }
 
 func decodeSignals(b []byte) ([]ledger.Event, error) {
+	return decodeSignalsInto(nil, b, nil)
+}
+
+// decodeSignalsInto appends the command's events to dst. It allocates at
+// most one string for the whole command (ids and unknown signal names are
+// substrings of it; a signal named in names shares that string), so the
+// apply path does not allocate per event. The events may be retained (an
+// error names its id), which keeps that one string alive, not the entry.
+func decodeSignalsInto(dst []ledger.Event, b []byte, names []string) ([]ledger.Event, error) {
 	d := &decoder{b: b, off: 1}
 	n := d.u32("event count")
 	// Each event takes at least 28 bytes, so a count beyond that is a lie
 	// we must not allocate for.
 	if d.err == nil && uint64(n)*28 > uint64(len(b)) {
-		return nil, fmt.Errorf("command claims %d events in %d bytes", n, len(b))
+		return dst, fmt.Errorf("command claims %d events in %d bytes", n, len(b))
 	}
-	events := make([]ledger.Event, 0, n)
+	all := string(b)
+	sub := func(what string) string {
+		n := d.u16(what + " length")
+		if !d.need(n, what) {
+			return ""
+		}
+		v := all[d.off : d.off+n]
+		d.off += n
+		return v
+	}
+	dst = slices.Grow(dst, int(n))
 	for i := uint32(0); i < n && d.err == nil; i++ {
 		var e ledger.Event
-		e.ID = d.str("id")
+		e.ID = sub("id")
 		e.Entity = d.u64("entity")
-		e.Signal = d.str("signal")
+		e.Signal = sub("signal")
+		for _, name := range names {
+			if name == e.Signal {
+				e.Signal = name
+				break
+			}
+		}
 		e.Weight = math.Float64frombits(d.u64("weight"))
 		e.TS = int64(d.u64("ts"))
-		events = append(events, e)
+		dst = append(dst, e)
 	}
 	if d.err == nil && d.off != len(b) {
 		d.err = fmt.Errorf("command has %d trailing bytes after %d events", len(b)-d.off, n)
 	}
-	return events, d.err
+	return dst, d.err
 }
 
 func decodeEmbedding(b []byte) (embeddingPut, error) {

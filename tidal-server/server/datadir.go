@@ -31,6 +31,11 @@ func prepareDataDir(dir string, schema ledger.Schema, log *slog.Logger) error {
 	if err := wal.MkdirAllDurable(dir); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
+	// Before anything is written: a data dir a newer release wrote is
+	// refused as it is (issue 12 item 2).
+	if err := replica.CheckDataDirFormat(dir); err != nil {
+		return err
+	}
 	if _, err := wal.RemoveTemporaries(dir, log); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}

@@ -61,6 +61,7 @@ type Config struct {
 	MaxSizePerMsg       uint64        `yaml:"max_size_per_msg"`
 	MaxInflightMsgs     int           `yaml:"max_inflight_msgs"`
 	MaxUncommittedBytes uint64        `yaml:"max_uncommitted_bytes"`
+	PackProposals       bool          `yaml:"pack_proposals"`
 	SnapshotEvery       uint64        `yaml:"snapshot_every"`
 	SnapshotCatchUp     uint64        `yaml:"snapshot_catch_up"`
 	ReadyWithin         uint64        `yaml:"ready_within"`
@@ -86,6 +87,15 @@ type Config struct {
 	// check (and, wired by the caller, for the peer plane's clock
 	// probes). TEST ONLY: it simulates a skewed node.
 	TestClockOffset time.Duration `yaml:"test_clock_offset"`
+	// TestClockOffsetFile, when set, names a file holding this node's
+	// clock offset ("90s", "-5m"), re-read every 100ms; while it is
+	// missing or empty TestClockOffset applies. TEST ONLY: the harness's
+	// clock nemesis writes it (testclock.go says why a file, not an API).
+	TestClockOffsetFile string `yaml:"test_clock_offset_file"`
+	// TestClock is the shifted clock built from the two above; the caller
+	// builds it when it must share it with the transport (the CLI does),
+	// else Start does.
+	TestClock *TestClock `yaml:"-"`
 	// ClockHealthy gates writes and /readyz on this node's clock being
 	// within bounds of its peers (api.Options.ClockHealthy). Nil: Start
 	// builds the check (clockguard.go) from a transport that measures its
@@ -150,17 +160,22 @@ type Inbound interface {
 	// removed for good, or neither. The transport admits raft messages
 	// only from current members.
 	MemberStatus(id uint64) (current, removed bool)
+	// ReportRemoved: member by told this node, on the peer plane, that
+	// its applied membership has removed this node
+	// (replica.Replica.ReportRemoved).
+	ReportRemoved(by uint64)
 }
 
 // DefaultConfig is a single node on 127.0.0.1:7070 with data in ./tidal-data.
 func DefaultConfig() Config {
 	return Config{
-		ID:          1,
-		ClientAddr:  "127.0.0.1:7070",
-		PeerAddr:    "127.0.0.1:7100",
-		DataDir:     "tidal-data",
-		ReadyWithin: 1000,
-		OpenProbes:  true,
+		ID:            1,
+		ClientAddr:    "127.0.0.1:7070",
+		PeerAddr:      "127.0.0.1:7100",
+		DataDir:       "tidal-data",
+		ReadyWithin:   1000,
+		OpenProbes:    true,
+		PackProposals: true,
 	}
 }
 
@@ -236,6 +251,8 @@ type Server struct {
 	publishDone chan struct{}      // closed when publishClientAddr returns
 	clock       *clockGuard        // nil without a transport that measures clocks
 	stopClock   context.CancelFunc // ends clock.run; nil when it does not run
+	// stopTestClock ends the test clock's file watch; nil without one.
+	stopTestClock context.CancelFunc
 }
 
 // Start opens the data dir, recovers, starts raft and begins serving.
@@ -371,7 +388,7 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		ID: cfg.ID, Peers: peers, Join: cfg.Join, DataDir: cfg.DataDir, DialOverrides: overrides,
 		TickInterval: cfg.TickInterval, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
 		MaxSizePerMsg: cfg.MaxSizePerMsg, MaxInflightMsgs: cfg.MaxInflightMsgs, MaxUncommittedBytes: cfg.MaxUncommittedBytes,
-		SnapshotEvery: cfg.SnapshotEvery, SnapshotCatchUp: cfg.SnapshotCatchUp,
+		SnapshotEvery: cfg.SnapshotEvery, SnapshotCatchUp: cfg.SnapshotCatchUp, PackProposals: cfg.PackProposals,
 		WAL:          wal.Options{SegmentSize: cfg.WALSegmentSize, BatchMaxBytes: cfg.WALBatchMaxBytes, BatchTimeout: cfg.WALBatchTimeout, Metrics: walMetrics},
 		Transport:    transport,
 		StateMachine: s.sm,
@@ -382,10 +399,30 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		return nil, err
 	}
 	s.inbound.set(s.replica)
+	if reg != nil {
+		// The minimum-entry-format rule as this node applies it (ARCHITECTURE,
+		// "Format versions"): a rolling upgrade shows here when the last
+		// member runs a release that reads a new entry format.
+		r := s.replica
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tidal_cluster_entry_format",
+			Help: "Newest raft entry format every current member advertised it reads (this node proposes no newer)."},
+			func() float64 { return float64(r.ClusterEntryFormat()) }))
+	}
 	s.node = &node{id: cfg.ID, schema: schema, sm: s.sm, r: s.replica, readyWithin: cfg.ReadyWithin}
 
-	if cfg.TestClockOffset != 0 {
-		log.Warn("TEST ONLY: this node's clock is shifted (--test-clock-offset); never run a real node like this", "offset", cfg.TestClockOffset)
+	now := time.Now
+	if cfg.TestClock == nil && (cfg.TestClockOffset != 0 || cfg.TestClockOffsetFile != "") {
+		if cfg.TestClock, err = NewTestClock(cfg.TestClockOffset, cfg.TestClockOffsetFile); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.TestClock != nil {
+		log.Warn("TEST ONLY: this node's clock is shifted (--test-clock-offset, --test-clock-offset-file); never run a real node like this",
+			"offset", cfg.TestClock.Offset(), "file", cfg.TestClockOffsetFile)
+		now = cfg.TestClock.Now
+		var clockCtx context.Context
+		clockCtx, s.stopTestClock = context.WithCancel(context.Background())
+		go cfg.TestClock.watch(clockCtx, log.With("component", "clock"), newTestClockGauge(reg))
 	}
 	// Clock admission (clockguard.go): a transport that measures its
 	// peers' clocks gates writes and /readyz, unless the caller brought a
@@ -395,7 +432,7 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		if bound == 0 {
 			bound = time.Minute // api.Options' default, for the same flag
 		}
-		s.clock = newClockGuard(cfg.ID, bound, meter.ClockReadings, s.replica.Voters, reg, log.With("component", "clock"))
+		s.clock = newClockGuardOn(now, cfg.ID, bound, meter.ClockReadings, s.replica.Voters, reg, log.With("component", "clock"))
 		s.clock.check(time.Now()) // a restarted one-voter node decides at once
 		cfg.ClockHealthy = s.clock.healthy
 	}
@@ -403,7 +440,7 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxBatch: cfg.MaxBatch, MaxInflightWrites: cfg.MaxInflightWrites,
 		WriteTimeout: cfg.WriteTimeout, Logger: log.With("component", "api"), Registry: reg,
 		MaxInflightBytes: cfg.MaxInflightBytes, BodyReadTimeout: cfg.HTTPReadTimeout, MinBodyRate: cfg.MinBodyRate,
-		MaxWriteWait: cfg.MaxWriteWait, MaxClockSkew: cfg.MaxClockSkew, ClockOffset: cfg.TestClockOffset,
+		MaxWriteWait: cfg.MaxWriteWait, MaxClockSkew: cfg.MaxClockSkew, Now: now,
 		ClockHealthy: cfg.ClockHealthy,
 	})
 	if cfg.EnablePprof {
@@ -480,6 +517,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		<-s.publishDone
 		if s.stopClock != nil {
 			s.stopClock()
+		}
+		if s.stopTestClock != nil {
+			s.stopTestClock()
 		}
 		s.handOffLeadership(ctx)
 		s.log.Info("draining: no new requests; waiting for in-flight ones")
@@ -559,6 +599,12 @@ func (p *inboundProxy) ReportUnreachable(id uint64) {
 func (p *inboundProxy) ReportSnapshot(id uint64, ok bool) {
 	if r := p.get(); r != nil {
 		r.ReportSnapshot(id, ok)
+	}
+}
+
+func (p *inboundProxy) ReportRemoved(by uint64) {
+	if r := p.get(); r != nil {
+		r.ReportRemoved(by)
 	}
 }
 

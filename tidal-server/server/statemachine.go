@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/tidaldb/tidal/tidal-server/ledger"
+	"github.com/tidaldb/tidal/tidal-server/replica"
 	"github.com/tidaldb/tidal/tidal-server/vectors"
 )
 
@@ -34,6 +35,13 @@ type StateMachine struct {
 	applied uint64
 	opts    ledger.Options
 	planted plantedState // empty unless built with -tags tidalbugs
+
+	// Apply's scratch (under mu): the decoded events of one entry, and
+	// the schema's signal names that decoded events share instead of
+	// allocating their own.
+	events      []ledger.Event
+	signalNames []string
+	packNext    uint32 // next event position in the packed entry being applied
 }
 
 // SignalsResult is what applying a signals command returns to its proposer.
@@ -65,12 +73,17 @@ func (e *EmbeddingConflictError) Error() string {
 
 // NewStateMachine returns an empty state for schema.
 func NewStateMachine(schema ledger.Schema, opts ledger.Options) *StateMachine {
+	names := make([]string, len(schema.Signals))
+	for i, st := range schema.Signals {
+		names[i] = st.Name
+	}
 	return &StateMachine{
-		schema:  schema,
-		ledger:  ledger.New(schema, opts),
-		vectors: vectors.New(schema.EmbeddingDim),
-		embeds:  newWriteMemory(opts.IDsPerGeneration),
-		opts:    opts,
+		signalNames: names,
+		schema:      schema,
+		ledger:      ledger.New(schema, opts),
+		vectors:     vectors.New(schema.EmbeddingDim),
+		embeds:      newWriteMemory(opts.IDsPerGeneration),
+		opts:        opts,
 	}
 }
 
@@ -78,6 +91,36 @@ func NewStateMachine(schema ledger.Schema, opts ledger.Options) *StateMachine {
 func (s *StateMachine) Apply(index, term uint64, data []byte) any {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.applyLocked(replica.AppEntry{Index: index, Term: term, Data: data, Subs: 1})
+}
+
+// ApplyBatch implements replica.BatchStateMachine: the entries of one raft
+// Ready are applied under one lock, exactly as Apply would one by one.
+func (s *StateMachine) ApplyBatch(entries []replica.AppEntry) []any {
+	out := make([]any, len(entries))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, e := range entries {
+		out[i] = s.applyLocked(e)
+		if e.Subs > 1 && e.Sub == e.Subs-1 {
+			// The last command of a packed entry ends it, whatever its
+			// outcome: the id memory rotates at entry boundaries only.
+			s.ledger.FinishEntry()
+		}
+	}
+	return out
+}
+
+func (s *StateMachine) applyLocked(e replica.AppEntry) any {
+	index, term, data := e.Index, e.Term, e.Data
+	// A packed entry's commands share its index; their events take
+	// consecutive positions of it (packNext: where the previous command's
+	// events ended, refused or not).
+	first := uint32(0)
+	if e.Sub > 0 {
+		first = s.packNext
+	}
+	s.packNext = first
 	s.applied = index
 	if len(data) == 0 {
 		s.ledger.SetApplied(index)
@@ -85,12 +128,21 @@ func (s *StateMachine) Apply(index, term uint64, data []byte) any {
 	}
 	switch data[0] {
 	case kindSignals:
-		events, err := decodeSignals(data)
+		events, err := decodeSignalsInto(s.events[:0], data, s.signalNames)
+		s.events = events[:0]
+		defer clear(events) // the next entry must not see (or retain) these
 		if err != nil {
 			s.ledger.SetApplied(index)
 			return SignalsResult{Err: err}
 		}
-		res, err := s.ledger.Apply(index, term, s.plantedRefold(index, events))
+		events = s.plantedRefold(index, events)
+		var res ledger.Result
+		if e.Subs > 1 {
+			s.packNext = first + uint32(len(events))
+			res, err = s.ledger.ApplyAt(index, term, first, events)
+		} else {
+			res, err = s.ledger.Apply(index, term, events)
+		}
 		if err != nil {
 			// A conflict leaves the ledger as it was, on every node alike;
 			// the position is still consumed.

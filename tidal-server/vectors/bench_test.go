@@ -71,3 +71,29 @@ func BenchmarkPut(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkScanBandwidth reads as many bytes as one BenchmarkNearest query
+// scans (10,000 × 1536 float32s, far beyond the caches) with about the
+// cheapest loop that touches them all (integer adds over 8-byte words, four
+// independent sums): the memory-read bound an exact scan is held against
+// (issue 14: compare its MB/s with BenchmarkNearest's, run alternately).
+func BenchmarkScanBandwidth(b *testing.B) {
+	const n, dim = 10_000, 1536
+	buf := make([]uint64, n*dim/2)
+	for i := range buf {
+		buf[i] = uint64(i)
+	}
+	b.SetBytes(n * dim * 4)
+	for b.Loop() {
+		var s0, s1, s2, s3 uint64
+		for i := 0; i+4 <= len(buf); i += 4 {
+			s0 += buf[i]
+			s1 += buf[i+1]
+			s2 += buf[i+2]
+			s3 += buf[i+3]
+		}
+		sinkU64 += s0 + s1 + s2 + s3
+	}
+}
+
+var sinkU64 uint64

@@ -37,9 +37,8 @@ func (s *Store) Nearest(q []float32, k int) ([]Match, error) {
 	defer s.mu.RUnlock()
 	n := len(s.entities)
 	h := topK{items: make([]Match, 0, min(k, n)), k: k}
-	dim := s.dim
 	for i := 0; i < n; i++ {
-		d := dot(unit, s.arena[i*dim:(i+1)*dim])
+		d := dot(unit, s.vec(i))
 		score := float32(float64(d) / s.norms[i])
 		// Rounding can push a cosine a hair outside [-1, 1].
 		score = float32(math.Max(-1, math.Min(1, float64(score))))

@@ -73,7 +73,7 @@ func (s *Store) encodeLocked(w io.Writer) error {
 	for _, e := range order {
 		i := s.slot[e]
 		binary.LittleEndian.PutUint64(rec, e)
-		for j, x := range s.arena[i*s.dim : (i+1)*s.dim] {
+		for j, x := range s.vec(i) {
 			binary.LittleEndian.PutUint32(rec[8+4*j:], math.Float32bits(x))
 		}
 		if _, err := bw.Write(rec); err != nil {
@@ -117,7 +117,7 @@ func (s *Store) Restore(r io.Reader) error {
 
 	// Capacity grows with what is actually read, so a corrupt count cannot
 	// make us allocate memory the stream does not back.
-	next := &Store{dim: s.dim, slot: make(map[uint64]int)}
+	next := New(s.dim)
 	rec := make([]byte, 8+4*s.dim)
 	vec := make([]float32, s.dim)
 	for n := uint64(0); n < count; n++ {
@@ -154,7 +154,7 @@ func (s *Store) Restore(r io.Reader) error {
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.slot, s.entities, s.norms, s.arena = next.slot, next.entities, next.norms, next.arena
+	s.slot, s.entities, s.norms, s.chunks = next.slot, next.entities, next.norms, next.chunks
 	return nil
 }
 

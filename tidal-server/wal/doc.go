@@ -30,7 +30,7 @@
 // Integers are little-endian. The CRC is CRC-32C (Castagnoli) over the type
 // byte and the payload. Types, with their payloads:
 //
-//	1 segment header  magic "TIDALWAL", version u32 (1), sequence u64
+//	1 segment header  magic "TIDALWAL", version u32 (FormatVersion), sequence u64
 //	2 entry           index u64, term u64, entry type u8, data
 //	3 hard state      term u64, vote u64, commit u64
 //	4 snapshot mark   index u64, term u64

@@ -24,7 +24,6 @@ const (
 	maxRecordPayload = 256 << 20
 
 	segmentMagic       = "TIDALWAL"
-	segmentVersion     = 1
 	segmentHeaderBody  = 8 + 4 + 8 // magic, version, sequence
 	segmentHeaderBytes = recordHeaderSize + segmentHeaderBody
 
@@ -199,7 +198,7 @@ func decodeSnapshotMark(p []byte) SnapshotMark {
 func appendSegmentHeader(dst []byte, seq uint64) []byte {
 	var body [segmentHeaderBody]byte
 	copy(body[0:8], segmentMagic)
-	binary.LittleEndian.PutUint32(body[8:12], segmentVersion)
+	binary.LittleEndian.PutUint32(body[8:12], writeVersion)
 	binary.LittleEndian.PutUint64(body[12:20], seq)
 	return appendRecord(dst, recSegmentHeader, body[:])
 }
@@ -209,8 +208,8 @@ func checkSegmentHeader(p []byte, seq uint64) error {
 	if string(p[0:8]) != segmentMagic {
 		return fmt.Errorf("segment header magic: expected %q, found %q", segmentMagic, p[0:8])
 	}
-	if v := binary.LittleEndian.Uint32(p[8:12]); v != segmentVersion {
-		return fmt.Errorf("segment header version: expected %d, found %d", segmentVersion, v)
+	if v := binary.LittleEndian.Uint32(p[8:12]); v < MinFormatVersion || v > readVersion {
+		return &FormatError{What: "WAL segment", Found: v, MinSupported: MinFormatVersion, Supported: readVersion}
 	}
 	if got := binary.LittleEndian.Uint64(p[12:20]); got != seq {
 		return fmt.Errorf("segment header sequence: expected %d (from the file name), found %d", seq, got)

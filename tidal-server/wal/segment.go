@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -72,6 +73,9 @@ type segmentScan struct {
 	// later are those records (replay cannot use them; the report counts
 	// what they say was committed).
 	later []record
+	// format is set, and nothing else scanned, when the segment's header
+	// is intact but names a format version this build does not read.
+	format *FormatError
 }
 
 // scanSegment decodes data, the whole content of segment seq. It stops at
@@ -85,8 +89,13 @@ func scanSegment(path string, seq uint64, data []byte) *segmentScan {
 		if err == nil && off == 0 {
 			if rec.typ != recSegmentHeader {
 				err = fmt.Errorf("first record: expected a segment header, found a %s record", typeName(rec.typ))
-			} else {
-				err = checkSegmentHeader(rec.payload, seq)
+			} else if err = checkSegmentHeader(rec.payload, seq); err != nil {
+				var fe *FormatError
+				if errors.As(err, &fe) {
+					fe.File = path
+					s.format = fe
+					return s
+				}
 			}
 		} else if err == nil && rec.typ == recSegmentHeader {
 			err = fmt.Errorf("segment header record after the start of the segment")

@@ -122,6 +122,10 @@ func inspectSegments(seqs []uint64, read func(seq uint64) (*segmentScan, error))
 		if err != nil {
 			return nil, fmt.Errorf("wal: read segment: %w", err)
 		}
+		if scan.format != nil {
+			// Not damage: a log this build must not read at all.
+			return nil, scan.format
+		}
 		sum := segSummary{seq: seq, path: scan.path, size: scan.size, end: scan.end}
 		sum.dataEnd = max(scan.end, scan.junkEnd)
 		for _, r := range scan.records {

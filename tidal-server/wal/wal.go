@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tidaldb/tidal/tidal-server/bugs"
 	"golang.org/x/sys/unix"
 )
 
@@ -199,6 +201,9 @@ func open(dir string, opts Options, fs fileSystem) (_ *WAL, _ *Recovered, err er
 		return nil, nil, fmt.Errorf("wal: %w", err)
 	}
 
+	if err := plantedDropLastEntry(fs, dir, opts.Logger); err != nil {
+		return nil, nil, err
+	}
 	in, err := inspect(dir)
 	if err != nil {
 		return nil, nil, err
@@ -283,6 +288,16 @@ func (w *WAL) reopenNewest(path string, end int64, torn *TornTail) error {
 	return nil
 }
 
+// LockDir takes the lock a running node holds on the log in dir (the
+// LOCK file's flock), for a command that must not run beside a node:
+// it fails, saying so, while one has the log open. Close releases it.
+func LockDir(dir string) (io.Closer, error) {
+	if _, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("wal: %w", err)
+	}
+	return lockDir(dir)
+}
+
 func lockDir(dir string) (*os.File, error) {
 	path := filepath.Join(dir, lockName)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
@@ -321,6 +336,11 @@ func (w *WAL) createSegment(seq uint64) (segmentFile, error) {
 	}
 	if err := w.fs.Rename(tmp, final); err != nil {
 		return fail("rename", err)
+	}
+	if bugs.Active(bugs.SkipDirFsync) {
+		// Planted defect: the new name is not durable, so a power cut
+		// takes the segment and every record synced into it.
+		return f, nil
 	}
 	if err := w.fs.SyncDir(w.dir); err != nil {
 		return fail("sync directory", err)
@@ -558,11 +578,28 @@ func (w *WAL) commit(group []*Pending) {
 		w.off += int64(len(w.wbuf))
 		w.dirty = true
 	}
+	released := false
 	if needSync && w.dirty {
+		if bugs.Active(bugs.AckBeforeFsync) {
+			// Planted defect: the waiters hear "durable" before the
+			// fdatasync has even started.
+			for _, p := range group {
+				p.done <- nil
+			}
+			released = true
+		}
 		start := time.Now()
 		err := w.file.Datasync()
 		w.opts.Metrics.observeSync(time.Since(start))
+		if err != nil && bugs.Active(bugs.IgnoreFsyncError) {
+			// Planted defect: the lesson in DESIGN.md, unlearned.
+			w.log.Error("wal: fdatasync failed; carrying on", "file", w.activePath(), "err", err)
+			err = nil
+		}
 		if err != nil {
+			if released {
+				group = nil // already answered; done holds one value only
+			}
 			w.fence(fmt.Errorf("fdatasync %s: %w", w.activePath(), err), group)
 			return
 		}
@@ -593,6 +630,9 @@ func (w *WAL) commit(group []*Pending) {
 	w.stats.records.Add(uint64(records))
 	w.stats.bytes.Add(uint64(len(w.wbuf)))
 	w.opts.Metrics.observeGroup(len(group), len(w.wbuf))
+	if released {
+		return
+	}
 	for _, p := range group {
 		p.done <- nil
 	}

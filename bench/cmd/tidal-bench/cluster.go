@@ -26,7 +26,7 @@ type cluster struct {
 
 // startCluster launches n nodes under dir and waits until they agree on a
 // leader. On error, whatever started is stopped.
-func startCluster(ctx context.Context, binary, dir string, n int) (_ *cluster, err error) {
+func startCluster(ctx context.Context, binary, dir string, n int, extra ...string) (_ *cluster, err error) {
 	ports, err := freePorts(2 * n)
 	if err != nil {
 		return nil, err
@@ -51,9 +51,9 @@ func startCluster(ctx context.Context, binary, dir string, n int) (_ *cluster, e
 		p, err := process.Start(process.Spec{
 			Name:   "n" + id,
 			Binary: binary,
-			Args: []string{"run", "--id", id, "--peers", strings.Join(peers, ","),
+			Args: append([]string{"run", "--id", id, "--peers", strings.Join(peers, ","),
 				"--client-addr", clientAddr, "--peer-addr", fmt.Sprintf("127.0.0.1:%d", ports[n+i]),
-				"--data-dir", filepath.Join(nodeDir, "data"), "--log-file", filepath.Join(nodeDir, "node.log")},
+				"--data-dir", filepath.Join(nodeDir, "data"), "--log-file", filepath.Join(nodeDir, "node.log")}, extra...),
 			Dir: nodeDir,
 			// The node logs to its file; this one catches what it prints
 			// before the logger is up (flag errors, panics).

@@ -105,6 +105,8 @@ func main() {
 	flag.StringVar(&o.sbs.toxiproxy, "toxiproxy", "", "-side-by-side: Toxiproxy server binary (ci/bench builds it)")
 	flag.BoolVar(&o.sbs.skipStores, "skip-stores", false, "-side-by-side: skip etcd vs tidal")
 	flag.BoolVar(&o.sbs.skipRelay, "skip-relay", false, "-side-by-side: skip the relay comparison")
+	flag.StringVar(&o.sbs.tidalFlags, "tidal-flags", "", "-side-by-side: extra flags for the measured tidal-server's nodes (not the baseline's), e.g. --pack-proposals")
+	flag.StringVar(&o.sbs.baseline, "baseline", "", "-side-by-side: an older tidal-server binary measured in etcd's place (an A/B of two builds; the file's stem ends in -ab and its etcd columns are that build)")
 	flag.Parse()
 	if o.quick {
 		o.microCount, o.benchtime = 2, "100ms"

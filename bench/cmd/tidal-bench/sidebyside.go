@@ -45,6 +45,13 @@ type sbsOptions struct {
 	toxiproxy     string
 	skipStores    bool
 	skipRelay     bool
+	// baseline, when set, is another tidal-server binary measured in
+	// etcd's place: an A/B of two builds with the same rounds, loads and
+	// report (rows then read "baseline" where they say etcd).
+	baseline string
+	// tidalFlags are extra tidal-server flags of the measured build (not
+	// the baseline's), e.g. "--pack-proposals".
+	tidalFlags string
 }
 
 // sharedMachineNote goes into every side-by-side file.
@@ -101,7 +108,7 @@ func runSideBySide(ctx context.Context, o options) (err error) {
 
 	started := time.Now()
 	res := &sideBySide{Schema: 1, Kind: sideBySideKind, Time: started.UTC(), Quick: o.quick, Note: sharedMachineNote,
-		Config: sbsConfig{Rounds: so.rounds, Clients: clients, Warmup: so.warmup, Duration: so.duration, OpTimeout: so.opTimeout,
+		Config: sbsConfig{TidalFlags: so.tidalFlags, Baseline: so.baseline, Rounds: so.rounds, Clients: clients, Warmup: so.warmup, Duration: so.duration, OpTimeout: so.opTimeout,
 			EtcdConns: so.etcdConns, BatchClients: so.batchClients, BatchSize: so.batchSize, RelayDuration: so.relayDuration}}
 	if res.Env, err = environment(ctx, repo); err != nil {
 		return err
@@ -121,11 +128,18 @@ func runSideBySide(ctx context.Context, o options) (err error) {
 	}
 
 	if !so.skipStores {
-		etcdBin, err := exec.LookPath(so.etcd)
-		if err != nil {
+		var etcdBin string
+		if so.baseline != "" {
+			if etcdBin, err = filepath.Abs(so.baseline); err != nil {
+				return err
+			}
+			res.EtcdVersion = "baseline tidal-server " + etcdBin
+			stem += "-ab"
+		} else if etcdBin, err = exec.LookPath(so.etcd); err != nil {
 			return fmt.Errorf("etcd binary %q: %w (./ci/bench -side-by-side installs etcd-server from Debian)", so.etcd, err)
+		} else {
+			res.EtcdVersion = firstLine(ctx, etcdBin, "--version")
 		}
-		res.EtcdVersion = firstLine(ctx, etcdBin, "--version")
 		for round := 1; round <= so.rounds; round++ {
 			for _, system := range []string{"etcd", "tidal"} {
 				rd, err := storeRoundOf(ctx, so, clients, system, round, etcdBin, bin, filepath.Join(work, fmt.Sprintf("%s-r%d", system, round)))
@@ -218,10 +232,16 @@ func storeRoundOf(ctx context.Context, so sbsOptions, clients []int, system stri
 	rd = storeRound{System: system, Round: round, LoadStart: loadAvg()}
 	fmt.Printf("tidal-bench: round %d, %s (load %s)\n", round, system, rd.LoadStart)
 	var c storeCluster
-	if system == "etcd" {
+	loadSystem := system
+	switch {
+	case system == "etcd" && so.baseline != "":
+		// The A/B baseline: another tidal-server build in etcd's slot.
+		c, err = startCluster(ctx, etcdBin, dir, 3)
+		loadSystem = "tidal"
+	case system == "etcd":
 		c, err = startEtcd(ctx, etcdBin, dir, 3)
-	} else {
-		c, err = startCluster(ctx, filepath.Join(bin, "tidal-server"), dir, 3)
+	default:
+		c, err = startCluster(ctx, filepath.Join(bin, "tidal-server"), dir, 3, strings.Fields(so.tidalFlags)...)
 	}
 	if err != nil {
 		return rd, err
@@ -236,7 +256,7 @@ func storeRoundOf(ctx context.Context, so sbsOptions, clients []int, system stri
 	for _, n := range clients {
 		runs = append(runs, run{n, 1})
 	}
-	if system == "tidal" && so.batchClients > 0 {
+	if (system == "tidal" || so.baseline != "") && so.batchClients > 0 {
 		runs = append(runs, run{so.batchClients, so.batchSize})
 	}
 	for _, r := range runs {
@@ -244,7 +264,7 @@ func storeRoundOf(ctx context.Context, so sbsOptions, clients []int, system stri
 		if err != nil {
 			return rd, err
 		}
-		rec, err := storeload(ctx, so, filepath.Join(bin, "storeload"), system, c.endpoints(), r.clients, r.batch, dir)
+		rec, err := storeload(ctx, so, filepath.Join(bin, "storeload"), loadSystem, c.endpoints(), r.clients, r.batch, dir)
 		if err != nil {
 			return rd, err
 		}

@@ -48,7 +48,11 @@ type sbsConfig struct {
 	BatchClients  int           `json:"batch_clients"`
 	BatchSize     int           `json:"batch_size"`
 	RelayDuration time.Duration `json:"relay_duration_ns"`
-	ToxiproxyEnv  []string      `json:"toxiproxy_env,omitempty"`
+	// TidalFlags are the measured tidal-server's extra flags; Baseline,
+	// when set, the other tidal-server build measured in etcd's place.
+	TidalFlags   string   `json:"tidal_flags,omitempty"`
+	Baseline     string   `json:"baseline,omitempty"`
+	ToxiproxyEnv []string `json:"toxiproxy_env,omitempty"`
 }
 
 // storeRound is one system's round: a fresh 3-member cluster, then one
@@ -199,7 +203,12 @@ func sideBySideSummary(r *sideBySide) string {
 	p("- CPU: %s, %d cores, %s/%s; Go: %s\n", r.Env.CPUModel, r.Env.Cores, r.Env.OS, r.Env.Arch, r.Env.GoVersion)
 	p("- load average (1/5/15 min): %s at start, %s at end; per round below\n", r.Env.LoadStart, r.Env.LoadEnd)
 	p("- %s\n", r.Note)
-	if r.EtcdVersion != "" {
+	if r.Config.TidalFlags != "" {
+		p("- tidal-server nodes ran with the extra flags `%s`\n", r.Config.TidalFlags)
+	}
+	if r.Config.Baseline != "" {
+		p("- **A/B of two tidal-server builds**: every \"etcd\" column below is the baseline build %s, every \"tidal\" column this commit\n", r.Config.Baseline)
+	} else if r.EtcdVersion != "" {
 		p("- etcd: %s\n", r.EtcdVersion)
 	}
 	if r.ToxiproxyVersion != "" {

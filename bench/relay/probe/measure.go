@@ -17,14 +17,17 @@ type Measurement struct {
 	// 1-byte ping-pong on one connection, warm-up (the first tenth)
 	// dropped; microseconds.
 	RTTSamples int     `json:"rtt_samples"`
+	RTTCount   int     `json:"rtt_count,omitempty"` // round trips made, warm-up included
 	RTTP50us   float64 `json:"rtt_p50_us"`
 	RTTP99us   float64 `json:"rtt_p99_us"`
 	RTTP999us  float64 `json:"rtt_p999_us"`
 	// Bulk: one connection, 256 KiB writes, 16 MiB transfers each
 	// acknowledged by the sink; MB/s of bytes the sink confirmed.
-	BulkMBps float64 `json:"bulk_mb_per_s"`
+	BulkMBps  float64 `json:"bulk_mb_per_s"`
+	BulkBytes int64   `json:"bulk_bytes,omitempty"` // moved in all, warm-up transfer included
 	// Connections: dial, 1-byte echo, close, one after the other.
 	ConnsPerSec float64 `json:"conns_per_s"`
+	Conns       int     `json:"conns,omitempty"` // completed
 	ConnErrors  int     `json:"conn_errors"`
 	ConnError   string  `json:"conn_error,omitempty"` // the first one
 }
@@ -33,25 +36,94 @@ type Measurement struct {
 // least a minimum of rounds each), against an echo and a sink server,
 // direct or through a relay; target names what is measured.
 func Measure(target, echoAddr, sinkAddr string, d time.Duration) (Measurement, error) {
+	return MeasurePhases(target, echoAddr, sinkAddr, d, Phases)
+}
+
+// Phases are the measurements Measure runs, in its order: 1-byte round
+// trips, bulk throughput, connections per second.
+var Phases = []string{"rtt", "bulk", "conns"}
+
+// ExtraPhases can be asked for by name but are not part of Measure:
+// "conns16" is connections/s with 16 clients at once (each a closed loop
+// of dial, 1-byte echo, close), where the relay's CPU per connection
+// rather than its latency bounds the rate.
+var ExtraPhases = []string{"conns16"}
+
+// ParallelClients is the number of clients of the conns16 phase.
+const ParallelClients = 16
+
+// MeasurePhases runs only the named phases (of Phases), in the order of
+// Phases. One phase at a time lets a caller attribute the relay's CPU time
+// to one kind of work (bench/relay -ab).
+func MeasurePhases(target, echoAddr, sinkAddr string, d time.Duration, phases []string) (Measurement, error) {
 	m := Measurement{Target: target}
-	lat, err := pingPong(echoAddr, d)
-	if err != nil {
-		return m, fmt.Errorf("%s: ping-pong via %s: %w", target, echoAddr, err)
+	for _, ph := range phases {
+		if !slices.Contains(Phases, ph) && !slices.Contains(ExtraPhases, ph) {
+			return m, fmt.Errorf("phase: expected one of %v or %v, found %q", Phases, ExtraPhases, ph)
+		}
 	}
-	m.RTTSamples = len(lat)
-	m.RTTP50us, m.RTTP99us, m.RTTP999us = micros(quantile(lat, 0.50)), micros(quantile(lat, 0.99)), micros(quantile(lat, 0.999))
-	if m.BulkMBps, err = bulk(sinkAddr, d); err != nil {
-		return m, fmt.Errorf("%s: bulk via %s: %w", target, sinkAddr, err)
+	if slices.Contains(phases, "rtt") {
+		lat, total, err := pingPong(echoAddr, d)
+		if err != nil {
+			return m, fmt.Errorf("%s: ping-pong via %s: %w", target, echoAddr, err)
+		}
+		m.RTTCount, m.RTTSamples = total, len(lat)
+		m.RTTP50us, m.RTTP99us, m.RTTP999us = micros(quantile(lat, 0.50)), micros(quantile(lat, 0.99)), micros(quantile(lat, 0.999))
 	}
-	var first error
-	m.ConnsPerSec, m.ConnErrors, first = connRate(echoAddr, d)
-	if first != nil {
-		m.ConnError = first.Error()
+	if slices.Contains(phases, "bulk") {
+		var err error
+		if m.BulkMBps, m.BulkBytes, err = bulk(sinkAddr, d); err != nil {
+			return m, fmt.Errorf("%s: bulk via %s: %w", target, sinkAddr, err)
+		}
 	}
-	if m.ConnsPerSec == 0 {
-		return m, fmt.Errorf("%s: no connection via %s completed an echo: %v", target, echoAddr, first)
+	if slices.Contains(phases, "conns") {
+		var first error
+		m.ConnsPerSec, m.Conns, m.ConnErrors, first = connRate(echoAddr, d)
+		if first != nil {
+			m.ConnError = first.Error()
+		}
+		if m.ConnsPerSec == 0 {
+			return m, fmt.Errorf("%s: no connection via %s completed an echo: %v", target, echoAddr, first)
+		}
+	}
+	if slices.Contains(phases, "conns16") {
+		var first error
+		m.ConnsPerSec, m.Conns, m.ConnErrors, first = parallelConnRate(echoAddr, d, ParallelClients)
+		if first != nil {
+			m.ConnError = first.Error()
+		}
+		if m.ConnsPerSec == 0 {
+			return m, fmt.Errorf("%s: no connection via %s completed an echo: %v", target, echoAddr, first)
+		}
 	}
 	return m, nil
+}
+
+// parallelConnRate runs connRate in k clients at once and sums them.
+func parallelConnRate(addr string, d time.Duration, k int) (perSec float64, n, failed int, first error) {
+	type result struct {
+		rate      float64
+		n, failed int
+		first     error
+	}
+	results := make(chan result, k)
+	for range k {
+		go func() {
+			var r result
+			r.rate, r.n, r.failed, r.first = connRate(addr, d)
+			results <- r
+		}()
+	}
+	for range k {
+		r := <-results
+		perSec += r.rate
+		n += r.n
+		failed += r.failed
+		if first == nil {
+			first = r.first
+		}
+	}
+	return perSec, n, failed, first
 }
 
 // MinRounds is the least each measurement does however short d is, so
@@ -60,11 +132,11 @@ const MinRounds = 10
 
 // pingPong sends one byte and waits for its echo, over and over, on one
 // connection for d (and at least MinRounds times), and returns the round
-// trips after the first tenth.
-func pingPong(addr string, d time.Duration) ([]time.Duration, error) {
+// trips after the first tenth, and how many it made.
+func pingPong(addr string, d time.Duration) ([]time.Duration, int, error) {
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer c.Close()
 	one := []byte{1}
@@ -72,14 +144,14 @@ func pingPong(addr string, d time.Duration) ([]time.Duration, error) {
 	for start := time.Now(); len(lat) < MinRounds || time.Since(start) < d; {
 		t := time.Now()
 		if _, err := c.Write(one); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if _, err := io.ReadFull(c, one); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		lat = append(lat, time.Since(t))
 	}
-	return lat[len(lat)/10:], nil
+	return lat[len(lat)/10:], len(lat), nil
 }
 
 // transferSize is one acknowledged bulk transfer: large enough that the
@@ -88,11 +160,12 @@ func pingPong(addr string, d time.Duration) ([]time.Duration, error) {
 const transferSize = 16 << 20
 
 // bulk streams transfers to the sink for about d (at least one) after one
-// warm-up transfer, and returns MB/s of the bytes the sink acknowledged.
-func bulk(addr string, d time.Duration) (float64, error) {
+// warm-up transfer, and returns MB/s of the bytes the sink acknowledged
+// after the warm-up, and the bytes moved in all.
+func bulk(addr string, d time.Duration) (float64, int64, error) {
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer c.Close()
 	buf := make([]byte, 256<<10)
@@ -112,24 +185,23 @@ func bulk(addr string, d time.Duration) (float64, error) {
 		return err
 	}
 	if err := transfer(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var bytes int64
 	start := time.Now()
 	for bytes == 0 || time.Since(start) < d {
 		if err := transfer(); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		bytes += transferSize
 	}
-	return float64(bytes) / time.Since(start).Seconds() / 1e6, nil
+	return float64(bytes) / time.Since(start).Seconds() / 1e6, bytes + transferSize, nil
 }
 
 // connRate opens a connection, echoes one byte and closes it, over and
 // over for d (at least MinRounds times), and returns completed connections
-// per second, how many failed and the first failure.
-func connRate(addr string, d time.Duration) (perSec float64, failed int, first error) {
-	n := 0
+// per second, how many completed, how many failed and the first failure.
+func connRate(addr string, d time.Duration) (perSec float64, n, failed int, first error) {
 	one := []byte{1}
 	start := time.Now()
 	for n+failed < MinRounds || time.Since(start) < d {
@@ -155,7 +227,7 @@ func connRate(addr string, d time.Duration) (perSec float64, failed int, first e
 		}
 		n++
 	}
-	return float64(n) / time.Since(start).Seconds(), failed, first
+	return float64(n) / time.Since(start).Seconds(), n, failed, first
 }
 
 // quantile is the q-quantile (0..1) of ds by the nearest-rank rule.

@@ -111,6 +111,12 @@ func newRunCommand() *cobra.Command {
   # no faults: a baseline of the workload alone, keeping every earlier run
   tidal-chaos run --nemesis none --duration 10s --keep-runs 0
 
+  # power loss on every node at once, and partitions: every acknowledged write must survive
+  tidal-chaos run --server-bin bin/tidal-server --nemesis power-cut-all,partition --duration 1m
+
+  # every disk fault (faultfs under each data dir), 3 nodes
+  tidal-chaos run --server-bin bin/tidal-server --nemesis disk
+
   # the same in plaintext without authentication, to compare with the secured default
   tidal-chaos run --nemesis none --duration 10s --insecure
 
@@ -130,12 +136,16 @@ func newRunCommand() *cobra.Command {
 			if err := parseWorkload(cmd, &cfg, workloadKind, selection, reads); err != nil {
 				return err
 			}
+			var err error
+			if cfg.FaultFS, err = runner.ParseFaultFS(cfg.FaultFS); err != nil {
+				return fmt.Errorf("--faultfs: %w", err)
+			}
 			cfg.Nemesis = nil
 			if nemesisList != "" && nemesisList != "none" {
-				if _, err := nemesis.ParseMix(nemesisList, cfg.Nodes); err != nil {
+				cfg.Nemesis = strings.Split(nemesisList, ",")
+				if _, err := cfg.ParseNemesis(); err != nil {
 					return fmt.Errorf("--nemesis: %w", err)
 				}
-				cfg.Nemesis = strings.Split(nemesisList, ",")
 			}
 			if keepRuns < 0 {
 				return fmt.Errorf("--keep-runs: expected a number of runs >= 0 (0: prune nothing), found %d", keepRuns)
@@ -183,6 +193,7 @@ func newRunCommand() *cobra.Command {
 	f.DurationVar(&lagCatchUp, "slo-catch-up", 10*time.Second, "lag SLO: catch-up time after each heal")
 	f.DurationVar(&linTimeout, "linearizable-timeout", time.Minute, "give up on the linearizability search after this long (verdict unknown)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log harness steps (cluster, nemesis) to stderr")
+	f.StringVar(&cfg.FaultFS, "faultfs", "auto", "mount faultfs over every node's data dir: auto (when --nemesis has a disk kind: power-cut-*, fsync-error, disk-full, slow-disk, corrupt-read), on, or off; needs /dev/fuse and root or fusermount3, process backend only")
 	f.BoolVar(&cfg.Insecure, "insecure", false, "run the cluster in plaintext without authentication, to compare (default: TLS with HTTP/2, client certificates and tokens made for the run, in <run>/certs)")
 	addKeepRunsFlag(cmd, &keepRuns)
 	return cmd

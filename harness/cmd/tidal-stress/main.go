@@ -157,6 +157,7 @@ stage with at most 1% errors and p99 within --slo-p99.`,
 	f.Float64Var(&cfg.ReadFraction, "read-fraction", 0.5, "share of reads when --mix mixed")
 	f.IntVar(&cfg.Batch, "batch", 1, "events per signal write")
 	f.IntVar(&cfg.EmbeddingDim, "embedding-dim", 0, "when > 0, writes are embedding puts with vectors of this dimension")
+	f.BoolVar(&cfg.BinaryVectors, "binary-vectors", false, "send embedding puts as application/octet-stream (little-endian float32s) instead of JSON")
 	f.Uint64Var(&cfg.Entities, "entities", 100000, "entity ids are drawn uniformly from [1, entities]")
 	f.StringVar(&cfg.Consistency, "consistency", "linearizable", "reads: linearizable or local")
 	f.Float64Var(&rate, "rate", 1000, "ops per second (one stage of --duration)")

@@ -141,7 +141,8 @@ func (d *DB) Capabilities() nemesis.Capabilities {
 		Has: []nemesis.Capability{nemesis.CapNetwork, nemesis.CapKill, nemesis.CapPause, nemesis.CapLeader,
 			nemesis.CapTransferLeader, nemesis.CapMembership},
 		Lacks: map[nemesis.Capability]string{
-			nemesis.CapDisk: "the etcd adapter does not mount faultfs under its data dirs yet",
+			nemesis.CapDisk:  "the etcd adapter does not mount faultfs under its data dirs yet",
+			nemesis.CapClock: "etcd has no clock the harness can move (its nodes would need libfaketime or a time namespace)",
 		}}
 }
 

@@ -1,0 +1,177 @@
+package checker
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidaldb/tidal/harness/history"
+)
+
+// diskFault is a disk fault value as the nemesis records it.
+func diskFault(t *testing.T, kind string, params any, targets ...string) history.FaultValue {
+	t.Helper()
+	b, err := json.Marshal(params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return history.FaultValue{Kind: kind, Targets: targets, Params: b}
+}
+
+var stickyFsyncError = map[string]any{"fsync_error": map[string]any{"sticky": true}}
+
+var fencedExit = ExitStatus{Code: 4, Text: "exit status 4"}
+
+// fsyncErrorOnN2 is a run in which every fsync of n2 fails from 1s to
+// 3s: a write to n2 invoked before the fault and acked just after it (an
+// fsync already done), then writes to n2 under the fault that end as
+// carry (ok, the defect) or fail (the node fenced), and writes to n1
+// acked throughout.
+func fsyncErrorOnN2(t *testing.T, carry bool) *hist {
+	h := newHist(t)
+	h.write(0, "w1", "n2", history.OK, 10)
+	h.at(time.Second - 2*time.Millisecond)
+	early := h.invoke(1, history.FWrite, history.WriteValue{Events: []history.Event{{ID: "w2", Entity: 1, Signal: "view"}}}, "n2")
+	h.fault(fDisk, diskFault(t, diskFsyncError, stickyFsyncError, "n2"))
+	h.ack(early, 11, 2) // staged and synced before the fault took effect
+	under := history.OK
+	if !carry {
+		under = history.Fail
+	}
+	h.at(1500 * time.Millisecond)
+	h.write(2, "w3", "n2", under, 12)
+	h.write(3, "w4", "n1", history.OK, 13)
+	h.write(2, "w5", "n2", under, 14)
+	h.at(3 * time.Second)
+	h.heal(fDisk)
+	h.write(2, "w6", "n2", history.OK, 20) // after the heal: fine
+	return h
+}
+
+func fencingDetails(t *testing.T, r Result) FencingDetails {
+	t.Helper()
+	d, ok := r.Details.(FencingDetails)
+	if !ok {
+		t.Fatalf("details are %T", r.Details)
+	}
+	return d
+}
+
+func TestFencingFencedNodeIsValid(t *testing.T) {
+	h := fsyncErrorOnN2(t, false)
+	ev := NodeEvidence{Nodes: []string{"n1", "n2", "n3"}, Final: serving("n1", "n2", "n3"),
+		Exits: []ProcessExit{{Node: "n2", PID: 7, Time: int64(1600 * time.Millisecond), Status: fencedExit}}}
+	r := Fencing(h.ops, ev)
+	mustValid(t, r, Valid)
+	d := fencingDetails(t, r)
+	if len(d.Windows) != 1 || d.Windows[0].Writes != 2 || d.Windows[0].Refused != 2 || !d.Windows[0].Judged {
+		t.Fatalf("expected one judged window with 2 writes, both refused; found %+v", d.Windows)
+	}
+	if len(d.Exits) != 1 || !d.Exits[0].Fenced || !strings.Contains(r.Summary, "fenced (exit 4): n2") {
+		t.Fatalf("expected n2's fenced exit listed; found %+v, summary %q", d.Exits, r.Summary)
+	}
+	// The nodes checker takes the fenced exit as the fault's doing.
+	mustValid(t, Nodes(h.ops, ev), Valid)
+}
+
+// The planted defect ignore-fsync-error (issue 11 item 4) as the history
+// shows it: n2 keeps acknowledging writes after its fsyncs began to fail.
+func TestFencingNodeThatCarriesOnIsInvalid(t *testing.T) {
+	h := fsyncErrorOnN2(t, true)
+	ev := NodeEvidence{Nodes: []string{"n1", "n2", "n3"}, Final: serving("n1", "n2", "n3")}
+	r := Fencing(h.ops, ev)
+	mustValid(t, r, Invalid)
+	d := fencingDetails(t, r)
+	if len(d.Acks) != 2 || d.Acks[0].Node != "n2" || d.Acks[0].Seq != 12 || d.Acks[0].FirstID != "w3" {
+		t.Fatalf("expected the acks of w3 (seq 12) and w5 by n2; found %+v", d.Acks)
+	}
+	for _, want := range []string{"2 writes acknowledged", "id w3", "acked by n2 seq 12 term 2", "disk(fsync-error)"} {
+		if !strings.Contains(r.Summary, want) {
+			t.Fatalf("summary %q: expected it to contain %q", r.Summary, want)
+		}
+	}
+}
+
+func TestFencingOneShotFaultIsNotJudged(t *testing.T) {
+	h := newHist(t)
+	h.at(time.Second)
+	h.fault(fDisk, diskFault(t, diskFsyncError, map[string]any{"fsync_error": map[string]any{}}, "n2"))
+	h.write(2, "w3", "n2", history.OK, 12) // legitimate: later fsyncs succeed
+	h.heal(fDisk)
+	r := Fencing(h.ops, NodeEvidence{})
+	mustValid(t, r, Unknown)
+	if !strings.Contains(r.Summary, "one-shot") {
+		t.Fatalf("summary %q: expected it to say why the window was not judged", r.Summary)
+	}
+	h = newHist(t)
+	h.fault(fDisk, diskFault(t, diskFsyncError, map[string]any{"fsync_error": map[string]any{"sticky": true, "path": "snap*"}}, "n2"))
+	h.write(2, "w3", "n2", history.OK, 12)
+	if r := Fencing(h.ops, NodeEvidence{}); r.Valid != Unknown || !strings.Contains(r.Summary, "misses the WAL") {
+		t.Fatalf("a glob that misses the WAL: expected unknown saying so, found %s: %s", r.Valid, r.Summary)
+	}
+}
+
+func TestFencingWithoutDiskFaultsIsUnknown(t *testing.T) {
+	h := killAndRestart(t)
+	mustValid(t, Fencing(h.ops, NodeEvidence{}), Unknown)
+}
+
+// corruptReadOnN3: the nemesis arms corrupt-read on n3 and restarts it;
+// n3 exits on its own at 1.2s with the given log.
+func corruptReadOnN3(t *testing.T, lines ...string) (*hist, NodeEvidence) {
+	h := newHist(t)
+	h.write(0, "w1", "n1", history.OK, 10)
+	h.at(time.Second)
+	h.fault(fDisk, diskFault(t, diskCorruptRead, map[string]any{"corrupt_read": []any{map[string]any{"path": "*.wal", "length": 16}}}, "n3"))
+	h.at(3 * time.Second)
+	h.heal(fDisk)
+	ev := NodeEvidence{Nodes: []string{"n1", "n2", "n3"}, Final: serving("n1", "n2", "n3"),
+		Exits: []ProcessExit{{Node: "n3", PID: 9, Time: int64(1200 * time.Millisecond), Status: ExitStatus{Code: 1, Text: "exit status 1"},
+			Logs: []LogTail{{Path: "nodes/n3/node.log", Lines: lines}}}}}
+	return h, ev
+}
+
+func TestFencingCorruptReadRefusalNamingFileAndOffsetIsValid(t *testing.T) {
+	h, ev := corruptReadOnN3(t, "=== start", `level=ERROR msg="cannot start" err="replica: open wal: wal: corruption in /data/n3/wal/0000000000000000.wal at offset 0: bad checksum"`)
+	r := Fencing(h.ops, ev)
+	mustValid(t, r, Valid)
+	if !strings.Contains(r.Summary, "refused a corrupt log, naming file and offset: n3") {
+		t.Fatalf("summary %q: expected n3's refusal", r.Summary)
+	}
+	mustValid(t, Nodes(h.ops, ev), Valid)
+}
+
+func TestFencingCorruptReadExitWithoutNamingTheDamageIsInvalid(t *testing.T) {
+	h, ev := corruptReadOnN3(t, "=== start", `level=ERROR msg="cannot start" err="replica: open wal: unexpected EOF"`)
+	r := Fencing(h.ops, ev)
+	mustValid(t, r, Invalid)
+	if d := fencingDetails(t, r); len(d.Silent) != 1 || d.Silent[0].Node != "n3" {
+		t.Fatalf("expected n3's silent exit listed, found %+v", d.Silent)
+	}
+	mustValid(t, Nodes(h.ops, ev), Invalid)
+}
+
+// A fenced exit is expected only where a disk fault explains it: the same
+// exit status with no disk fault on that node is a crash.
+func TestNodesFencedExitWithoutDiskFaultIsACrash(t *testing.T) {
+	h := fsyncErrorOnN2(t, false)
+	ev := NodeEvidence{Nodes: []string{"n1", "n2", "n3"}, Final: serving("n1", "n2", "n3"),
+		Exits: []ProcessExit{{Node: "n1", PID: 7, Time: int64(1600 * time.Millisecond), Status: fencedExit}}}
+	mustValid(t, Nodes(h.ops, ev), Invalid)
+}
+
+func TestDiskFaultedSeesOnlyJudgedDiskKinds(t *testing.T) {
+	if DiskFaulted(killAndRestart(t).ops) {
+		t.Fatal("kill and restart: expected no disk fault")
+	}
+	h := newHist(t)
+	h.fault(fDisk, diskFault(t, "slow-disk", map[string]any{}, "n1"))
+	if DiskFaulted(h.ops) {
+		t.Fatal("slow-disk: expected not judged by fencing")
+	}
+	h.fault(fDisk, diskFault(t, diskFull, map[string]any{}, "n1"))
+	if !DiskFaulted(h.ops) {
+		t.Fatal("disk-full: expected a disk fault")
+	}
+}

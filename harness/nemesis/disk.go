@@ -1,0 +1,408 @@
+package nemesis
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/tidaldb/tidal/harness/cluster"
+	"github.com/tidaldb/tidal/harness/faultfs"
+	"github.com/tidaldb/tidal/harness/history"
+)
+
+// Disk faults act on the faultfs mount under each node's data dir (see
+// cluster.Config.DiskFaults). Two families, one class (Disk): at most one
+// disk fault is active at a time, so a power cut never meets an armed
+// fsync error it did not ask for, and heal-power-cut / heal-disk each
+// end exactly one window.
+//
+//   - power-cut-one, -minority, -all (history f "power-cut", kind "one",
+//     "minority", "all"): kill -9 the targets, all of them before any disk
+//     is touched, then roll each disk back to what was made durable
+//     (optionally keeping a torn prefix of the unsynced writes) and mount
+//     it afresh, as found at boot. Heal starts each target again on its
+//     surviving data.
+//   - fsync-error, disk-full, slow-disk, corrupt-read (history f "disk",
+//     kind the name): arm the faultfs fault on the targets' disks. Heal
+//     clears it and starts again a target whose process exited on its own
+//     meanwhile (a node fences itself on a failed fsync or a full disk,
+//     and refuses to open a log it reads corrupt). corrupt-read also
+//     restarts its target when armed: a running node does not read its
+//     log back, a starting one does.
+//
+// What each fault does is fixed when the schedule is generated
+// (Step.Disk), so schedule.json says it and a repro does it again.
+
+// NodeDisk is one node's faultfs mount as the nemesis drives it.
+type NodeDisk interface {
+	Set(faultfs.Faults) error
+	Clear(kinds ...faultfs.Kind)
+	Stats() faultfs.Stats
+}
+
+// DiskCluster is a Cluster whose nodes' data dirs are faultfs mounts.
+type DiskCluster interface {
+	Cluster
+	// HasDisks reports whether the data dirs are mounted through faultfs.
+	HasDisks() bool
+	Disk(name string) (NodeDisk, error)
+	// PowerCut kills the named nodes and rolls their disks back to the
+	// durable state (cluster.Cluster.PowerCut).
+	PowerCut(names []string, o faultfs.PowerCutOptions) (map[string]faultfs.PowerCutReport, error)
+	// Revive starts a node again whose process exited on its own while
+	// the harness believed it running; it reports whether it did.
+	Revive(name string) (bool, error)
+}
+
+func (l live) Disk(name string) (NodeDisk, error) {
+	d, err := l.Cluster.Disk(name)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+var _ DiskCluster = live{}
+
+// Fault names (history f) of the disk kinds.
+const (
+	FPowerCut = history.FPowerCut
+	FDisk     = history.FDisk
+)
+
+// DiskSpec is what a disk fault does, chosen at generation time.
+type DiskSpec struct {
+	// PowerCut shapes a power cut (power-cut-*).
+	PowerCut *faultfs.PowerCutOptions `json:"power_cut,omitempty"`
+	// Faults is what fsync-error, disk-full, slow-disk and corrupt-read
+	// arm on each target's disk (the one kind each sets).
+	Faults *faultfs.Faults `json:"faults,omitempty"`
+}
+
+// DiskSupport says why disk kinds cannot run on this machine (nil: they
+// can). A variable so tests can pretend FUSE is missing.
+var DiskSupport = faultfs.Available
+
+// needsDisks returns c as a DiskCluster whose data dirs are faultfs
+// mounts, or an error naming the kind that needed one.
+func needsDisks(c Cluster, kind string) (DiskCluster, error) {
+	dc, ok := c.(DiskCluster)
+	if !ok || !dc.HasDisks() {
+		return nil, fmt.Errorf("%s needs faultfs: the nodes' data dirs are not faultfs mounts (run with --faultfs on or auto)", kind)
+	}
+	return dc, nil
+}
+
+// diskSpec picks what the fault of kind does, for a step.
+func diskSpec(kind string, r *rand.Rand) *DiskSpec {
+	switch kind {
+	case "power-cut-one", "power-cut-minority", "power-cut-all":
+		// Half the cuts tear: each disk keeps a random prefix of its
+		// unsynced writes, the last one possibly cut at a sector.
+		return &DiskSpec{PowerCut: &faultfs.PowerCutOptions{TornWrites: r.IntN(2) == 0, Seed: r.Int64N(1<<62) + 1}}
+	case "fsync-error":
+		// Every fsync of every file fails until the heal: the node's
+		// next WAL sync fails and it must fence itself, whichever file
+		// it syncs first.
+		return &DiskSpec{Faults: &faultfs.Faults{FsyncError: &faultfs.FsyncError{Sticky: true}}}
+	case "disk-full":
+		// No space left: the WAL's preallocated segment still takes
+		// appends; a new segment, a snapshot or any new file does not.
+		return &DiskSpec{Faults: &faultfs.Faults{DiskFull: &faultfs.DiskFull{FreeBytes: 0}}}
+	case "slow-disk":
+		lat := time.Duration(20+r.IntN(81)) * time.Millisecond
+		return &DiskSpec{Faults: &faultfs.Faults{SlowDisk: []faultfs.SlowDisk{{Ops: []faultfs.Op{faultfs.OpFsync, faultfs.OpWrite}, Latency: lat}}}}
+	case "corrupt-read":
+		// The first bytes of every WAL segment read back with bits
+		// flipped: the segment header fails its CRC, so a node that
+		// opens its log must refuse it, naming the file and offset.
+		return &DiskSpec{Faults: &faultfs.Faults{CorruptRead: []faultfs.CorruptRead{{Path: "*.wal", Offset: 0, Length: 16}}}}
+	}
+	return nil
+}
+
+// every picks every node (power-cut-all).
+var every = func(_ *rand.Rand, nodes []string) []string { return slices.Clone(nodes) }
+
+// someDisks slows every node's disk half the time, one node's otherwise.
+var someDisks = func(r *rand.Rand, nodes []string) []string {
+	if r.IntN(2) == 0 {
+		return slices.Clone(nodes)
+	}
+	return one(r, nodes)
+}
+
+// ---- power cuts ----
+
+type powerCut struct {
+	sub string // "one", "minority", "all"
+}
+
+type powerCutParams struct {
+	faultfs.PowerCutOptions
+	// Reports are what each disk lost, filled in once the cut took effect.
+	Reports map[string]faultfs.PowerCutReport `json:"reports,omitempty"`
+}
+
+func (p powerCut) Resolve(_ context.Context, c Cluster, s Step) (history.FaultValue, error) {
+	v := history.FaultValue{Kind: p.sub}
+	if _, err := needsDisks(c, s.Kind); err != nil {
+		return v, err
+	}
+	var o faultfs.PowerCutOptions
+	if s.Disk != nil && s.Disk.PowerCut != nil {
+		o = *s.Disk.PowerCut
+	}
+	var err error
+	v.Params, err = json.Marshal(powerCutParams{PowerCutOptions: o})
+	if err != nil {
+		return v, err
+	}
+	switch p.sub {
+	case "all":
+		// Every member now (the step names every node, or none in a
+		// hand-written schedule); a slot churn removed holds no member.
+		for _, n := range c.Names() {
+			if c.State(n) != cluster.Removed && (len(s.Targets) == 0 || slices.Contains(s.Targets, n)) {
+				v.Targets = append(v.Targets, n)
+			}
+		}
+		if len(v.Targets) == 0 {
+			return v, fmt.Errorf("%s: expected members to cut, found none", s.Kind)
+		}
+		return v, nil
+	case "minority":
+		v.Targets = slices.Clone(s.Targets)
+		if n := len(c.Names()); 2*len(s.Targets) >= n {
+			return v, fmt.Errorf("%s: expected a minority of %d nodes, found targets %v", s.Kind, n, s.Targets)
+		}
+		return v, checkTargets(c, s, -1)
+	}
+	v.Targets = slices.Clone(s.Targets)
+	return v, checkTargets(c, s, 1)
+}
+
+func (p powerCut) Inject(_ context.Context, c Cluster, v *history.FaultValue) (time.Time, error) {
+	dc, err := needsDisks(c, "power-cut-"+p.sub)
+	if err != nil {
+		return time.Time{}, NotApplied(err)
+	}
+	var params powerCutParams
+	if err := json.Unmarshal(v.Params, &params); err != nil {
+		return time.Time{}, NotApplied(fmt.Errorf("power cut params %s: %w", v.Params, err))
+	}
+	for _, t := range v.Targets {
+		if st := c.State(t); st == cluster.Removed {
+			return time.Time{}, NotApplied(fmt.Errorf("%s: expected a member, found its slot removed", t))
+		}
+		if _, err := dc.Disk(t); err != nil {
+			return time.Time{}, NotApplied(err)
+		}
+	}
+	reports, err := dc.PowerCut(v.Targets, params.PowerCutOptions)
+	params.Reports = reports
+	v.Params, _ = json.Marshal(params)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.Now(), nil
+}
+
+// Heal starts every target the cut left down; one something else brought
+// back already needs nothing.
+func (p powerCut) Heal(_ context.Context, c Cluster, v *history.FaultValue) (time.Time, error) {
+	var errs []error
+	for _, t := range v.Targets {
+		if st := c.State(t); st == cluster.Killed || st == cluster.Stopped {
+			if err := c.Start(t); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", t, err))
+			}
+		}
+	}
+	return time.Now(), errors.Join(errs...)
+}
+
+// ---- faults armed on the disk ----
+
+type diskFault struct {
+	kind faultfs.Kind
+}
+
+// diskParams is what the history records of a disk fault: the faults
+// armed, and each target's fault counters when they were armed (in the
+// ok) and when they were cleared (in the heal's ok). The difference is
+// what the fault did to the node — fsyncs failed with EIO, writes refused
+// with ENOSPC, reads corrupted — which a checker needs to tell a node that
+// carried on after a failed fsync from one the fault never reached.
+type diskParams struct {
+	faultfs.Faults
+	Before map[string]faultfs.FaultStats `json:"before,omitempty"`
+	After  map[string]faultfs.FaultStats `json:"after,omitempty"`
+}
+
+func (d diskFault) Resolve(_ context.Context, c Cluster, s Step) (history.FaultValue, error) {
+	v := history.FaultValue{Kind: string(d.kind), Targets: slices.Clone(s.Targets)}
+	if _, err := needsDisks(c, s.Kind); err != nil {
+		return v, err
+	}
+	if s.Disk == nil || s.Disk.Faults == nil {
+		return v, fmt.Errorf("%s: expected a disk fault spec, found none", s.Kind)
+	}
+	if err := s.Disk.Faults.Validate(); err != nil {
+		return v, fmt.Errorf("%s: disk fault: %w", s.Kind, err)
+	}
+	var err error
+	if v.Params, err = json.Marshal(s.Disk.Faults); err != nil {
+		return v, err
+	}
+	return v, checkTargets(c, s, -1)
+}
+
+func (d diskFault) params(v *history.FaultValue) (diskParams, error) {
+	var p diskParams
+	if err := json.Unmarshal(v.Params, &p); err != nil {
+		return p, fmt.Errorf("%s params %s: %w", d.kind, v.Params, err)
+	}
+	return p, nil
+}
+
+func (d diskFault) Inject(_ context.Context, c Cluster, v *history.FaultValue) (time.Time, error) {
+	dc, err := needsDisks(c, string(d.kind))
+	if err != nil {
+		return time.Time{}, NotApplied(err)
+	}
+	p, err := d.params(v)
+	if err != nil {
+		return time.Time{}, NotApplied(err)
+	}
+	p.Before = map[string]faultfs.FaultStats{}
+	defer func() { v.Params, _ = json.Marshal(p) }()
+	for i, t := range v.Targets {
+		disk, err := dc.Disk(t)
+		if err == nil {
+			p.Before[t] = disk.Stats().Faults
+			err = disk.Set(p.Faults)
+		}
+		if err != nil {
+			if i == 0 {
+				err = NotApplied(err)
+			}
+			return time.Time{}, fmt.Errorf("%s: %w", t, err)
+		}
+	}
+	if d.kind == faultfs.KindCorruptRead {
+		// Only a node opening its log reads it back: restart the ones
+		// running now (a node down now reads it when it starts).
+		for _, t := range v.Targets {
+			if c.State(t) == cluster.Running {
+				if err := c.Restart(t); err != nil {
+					return time.Time{}, fmt.Errorf("%s: restart to read the corrupt log: %w", t, err)
+				}
+			}
+		}
+	}
+	return time.Now(), nil
+}
+
+// Heal clears the fault on every target's disk, then starts again each
+// target whose process exited on its own meanwhile: a node that fenced
+// itself, or refused a log it read corrupt, comes back on a good disk.
+func (d diskFault) Heal(_ context.Context, c Cluster, v *history.FaultValue) (time.Time, error) {
+	dc, err := needsDisks(c, string(d.kind))
+	if err != nil {
+		return time.Time{}, err
+	}
+	p, err := d.params(v)
+	if err != nil {
+		return time.Time{}, err
+	}
+	p.After = map[string]faultfs.FaultStats{}
+	var errs []error
+	for _, t := range v.Targets {
+		disk, err := dc.Disk(t)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		disk.Clear(d.kind)
+		p.After[t] = disk.Stats().Faults
+	}
+	v.Params, _ = json.Marshal(p)
+	at := time.Now()
+	for _, t := range v.Targets {
+		if _, err := dc.Revive(t); err != nil {
+			errs = append(errs, fmt.Errorf("%s: start again after %s: %w", t, d.kind, err))
+		}
+	}
+	return at, errors.Join(errs...)
+}
+
+// clearDisks disarms every disk fault on every node and starts again the
+// nodes whose process exited on its own meanwhile, for HealAll. A cluster
+// without disks needs nothing.
+func clearDisks(c Cluster) error {
+	dc, ok := c.(DiskCluster)
+	if !ok || !dc.HasDisks() {
+		return nil
+	}
+	var errs []error
+	for _, n := range c.Names() {
+		disk, err := dc.Disk(n)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		disk.Clear()
+	}
+	return errors.Join(errs...)
+}
+
+// reviveDisks starts again the nodes a disk fault left exited, for
+// HealAll.
+func reviveDisks(c Cluster) error {
+	dc, ok := c.(DiskCluster)
+	if !ok || !dc.HasDisks() {
+		return nil
+	}
+	var errs []error
+	for _, n := range c.Names() {
+		if _, err := dc.Revive(n); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", n, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+var diskKinds = []Kind{
+	{Name: "power-cut-one", F: FPowerCut, Sub: "one", Class: Disk, MinNodes: 2, pick: one, fault: powerCut{"one"},
+		Doc: "kill -9 one random node and lose what its disk never made durable (faultfs, torn writes half the time); heal starts it on what survived"},
+	{Name: "power-cut-minority", F: FPowerCut, Sub: "minority", Class: Disk, MinNodes: 3, pick: minority, fault: powerCut{"minority"},
+		Doc: "power cut on a random minority of nodes at once; heal starts them again"},
+	{Name: "power-cut-all", F: FPowerCut, Sub: "all", Class: Disk, MinNodes: 1, pick: every, fault: powerCut{"all"},
+		Doc: "power cut on every node at once: every acknowledged write must survive; heal starts them all again"},
+	{Name: "fsync-error", F: FDisk, Sub: string(faultfs.KindFsyncError), Class: Disk, MinNodes: 2, pick: one, fault: diskFault{faultfs.KindFsyncError},
+		Doc: "every fsync on one random node's disk fails with EIO: it must fence itself (exit 4); heal clears it and starts the node again"},
+	{Name: "disk-full", F: FDisk, Sub: string(faultfs.KindDiskFull), Class: Disk, MinNodes: 2, pick: one, fault: diskFault{faultfs.KindDiskFull},
+		Doc: "one random node's disk has no space left (ENOSPC); heal frees it and starts the node again if it fenced"},
+	{Name: "slow-disk", F: FDisk, Sub: string(faultfs.KindSlowDisk), Class: Disk, MinNodes: 1, pick: someDisks, fault: diskFault{faultfs.KindSlowDisk},
+		Doc: "20-100ms added to every write and fsync, on every node's disk or one random node's"},
+	{Name: "corrupt-read", F: FDisk, Sub: string(faultfs.KindCorruptRead), Class: Disk, MinNodes: 2, pick: one, fault: diskFault{faultfs.KindCorruptRead},
+		Doc: "one random node reads its WAL segment headers with bits flipped and is restarted: it must refuse the log, never serve it; heal clears it and starts the node"},
+}
+
+// IsDisk reports whether kind needs faultfs.
+func (k Kind) IsDisk() bool { return k.Class == Disk }
+
+// NeedsDisks reports whether any of the named kinds needs faultfs.
+func NeedsDisks(kinds []string) bool {
+	for _, name := range kinds {
+		if k, ok := LookupKind(name); ok && k.IsDisk() {
+			return true
+		}
+	}
+	return false
+}

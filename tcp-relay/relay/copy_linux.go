@@ -1,0 +1,33 @@
+package relay
+
+import (
+	"syscall"
+	"unsafe"
+)
+
+// readFD and writeFD are read(2) and write(2) on a non-blocking socket,
+// made as raw syscalls: without the runtime's entersyscall/exitsyscall,
+// which (when the process had been idle, as a relay between two messages
+// is) wake the runtime's sysmon thread with a futex on every call. That
+// wake-up and sysmon's own run were 14% of the relay's CPU on the 1-byte
+// round trip, and a thread woken on a 2-core machine competes with the
+// one carrying the message. A raw syscall keeps the P for its duration,
+// which is harmless here: the descriptors are non-blocking, so the call
+// never waits.
+func readFD(fd int, buf []byte) (int, syscall.Errno) {
+	for {
+		n, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(buf))), uintptr(len(buf)))
+		if e != syscall.EINTR {
+			return int(n), e
+		}
+	}
+}
+
+func writeFD(fd int, buf []byte) (int, syscall.Errno) {
+	for {
+		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(buf))), uintptr(len(buf)))
+		if e != syscall.EINTR {
+			return int(n), e
+		}
+	}
+}
