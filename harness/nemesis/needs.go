@@ -108,3 +108,17 @@ func CheckMix(mix []string, c Capabilities) error {
 	}
 	return nil
 }
+
+// Takeable splits mix into the kinds c can take and those it cannot, in
+// mix order: what "all" leaves out for a database.
+func (c Capabilities) Takeable(mix []string) (can, cannot []string) {
+	for _, name := range mix {
+		k, ok := LookupKind(name)
+		if ok && len(c.Missing(k.Requires())) == 0 {
+			can = append(can, name)
+		} else {
+			cannot = append(cannot, name)
+		}
+	}
+	return can, cannot
+}

@@ -66,3 +66,24 @@ func TestEtcdRefusesWhatItCannotRun(t *testing.T) {
 		t.Fatalf("expected the etcd adapter, found %v, %v", d, err)
 	}
 }
+
+// "all" against a database that lacks some capabilities runs the kinds it
+// can take and leaves the others out; naming one of those by itself is
+// still refused.
+func TestAllMeansWhatTheDBCanTake(t *testing.T) {
+	extraDBs["pauseless"] = func(Config) (db.DB, error) { return pauselessDB{t}, nil }
+	defer delete(extraDBs, "pauseless")
+	can, cannot := pauselessDB{}.Capabilities().Takeable(nemesis.KindNames())
+	if len(can) == 0 || len(cannot) == 0 {
+		t.Fatalf("expected some kinds taken and some not, found %v / %v", can, cannot)
+	}
+	for _, k := range cannot {
+		if k == "kill-one" {
+			t.Fatalf("expected kill-one taken, found it among %v", cannot)
+		}
+	}
+	_, err := Run(context.Background(), Config{DB: "pauseless", Nodes: 3, Store: t.TempDir(), Nemesis: []string{"all", "pause-one"}}, Options{})
+	if err == nil || !strings.Contains(err.Error(), "pause-one needs pause") {
+		t.Fatalf("expected pause-one named by itself to be refused, found %v", err)
+	}
+}

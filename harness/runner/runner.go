@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -277,8 +278,25 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 			return nil, err
 		}
 	}
+	// "all" means every kind the database can take; a kind named by
+	// itself that it cannot take is still refused.
+	var leftOut []string
+	if opts.Schedule == nil && slices.Contains(cfg.Nemesis, "all") {
+		var cannot []string
+		mix, cannot = d.Capabilities().Takeable(mix)
+		for _, k := range cannot {
+			if slices.Contains(cfg.Nemesis, k) {
+				mix = append(mix, k)
+			} else {
+				leftOut = append(leftOut, k)
+			}
+		}
+	}
 	if err := nemesis.CheckMix(mix, d.Capabilities()); err != nil {
 		return nil, err
+	}
+	if len(leftOut) > 0 {
+		fmt.Fprintf(out, "tidal-chaos: nemesis all: leaving out what %s cannot take: %s\n", d.Name(), strings.Join(leftOut, ", "))
 	}
 	// Hold the store's process registry for the run's life before making
 	// the run's directory: a second run on the same store is refused here,
