@@ -78,6 +78,16 @@ func TestProposalsForwardedDuringATransferAreKept(t *testing.T) {
 	stop.Store(true)
 	wg.Wait()
 	if len(unknown) > 0 {
+		st := c.waitConverged()
+		for _, u := range unknown {
+			n := 0
+			for _, e := range st.Entries {
+				if e.Data == u {
+					n++
+				}
+			}
+			t.Logf("%q (outcome unknown to its proposer) was applied %d times: 0 means raft dropped it", u, n)
+		}
 		t.Fatalf("%d proposal(s) made on the followers during the transfer ended with an unknown outcome, e.g. %q", len(unknown), unknown[0])
 	}
 	st := c.waitConverged()
