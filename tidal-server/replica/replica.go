@@ -695,6 +695,12 @@ func (r *Replica) Receive(ctx context.Context, data []byte) error {
 	if err := proto.Unmarshal(data, m); err != nil {
 		return fmt.Errorf("decode raft message (%d bytes): %w", len(data), err)
 	}
+	if m.GetType() == raftpb.MsgTransferLeader && r.leader.Load() == r.cfg.ID {
+		// A transfer asked of another node: raft drops what is forwarded
+		// to this leader until it ends, as for one asked here.
+		r.beginTransfer()
+		go r.endTransferWhenSettled()
+	}
 	if m.GetType() == raftpb.MsgProp {
 		r.forwarding.RLock()
 		defer r.forwarding.RUnlock()
@@ -799,14 +805,15 @@ func (r *Replica) TransferLeader(ctx context.Context, to uint64) error {
 		return nil
 	}
 	if lead == r.cfg.ID {
-		r.forwarding.Lock() // waits for forwarded proposals on their way into raft
-		r.mu.Lock()
-		r.transfers.Add(1)
-		r.mu.Unlock()
-		r.forwarding.Unlock()
+		r.beginTransfer()
 		defer r.releaseHeld()
 	}
 	r.node.TransferLeadership(ctx, lead, to)
+	// raft gives a transfer up after an election timeout (the target did
+	// not catch up in time, or the request was lost on its way to the
+	// leader); ask again each time, until ctx ends.
+	reask := time.NewTicker(time.Duration(r.cfg.ElectionTicks+1) * r.cfg.TickInterval)
+	defer reask.Stop()
 	t := time.NewTicker(r.cfg.TickInterval / 2)
 	defer t.Stop()
 	for {
@@ -815,10 +822,45 @@ func (r *Replica) TransferLeader(ctx context.Context, to uint64) error {
 			if r.leader.Load() == to {
 				return nil
 			}
+		case <-reask.C:
+			if now := r.leader.Load(); now != raft.None && now != to {
+				r.node.TransferLeadership(ctx, now, to)
+			}
 		case <-ctx.Done():
 			return fmt.Errorf("leadership did not move from %d to %d: %w", lead, to, ctx.Err())
 		case <-r.done:
 			return r.stoppedErr()
+		}
+	}
+}
+
+// beginTransfer makes this leader hold forwarded proposals until
+// releaseHeld. It waits for the forwarded proposals already past the hold
+// check to be in raft's hands, so that none reaches raft after the
+// transfer and is dropped.
+func (r *Replica) beginTransfer() {
+	r.forwarding.Lock()
+	r.mu.Lock()
+	r.transfers.Add(1)
+	r.mu.Unlock()
+	r.forwarding.Unlock()
+}
+
+// endTransferWhenSettled ends a transfer this leader did not ask for once
+// leadership has moved, or once raft has given the transfer up (it aborts
+// one that has not finished within an election timeout).
+func (r *Replica) endTransferWhenSettled() {
+	defer r.releaseHeld()
+	giveUp := time.After(time.Duration(r.cfg.ElectionTicks+1) * r.cfg.TickInterval)
+	t := time.NewTicker(r.cfg.TickInterval / 2)
+	defer t.Stop()
+	for r.leader.Load() == r.cfg.ID {
+		select {
+		case <-t.C:
+		case <-giveUp:
+			return
+		case <-r.done:
+			return
 		}
 	}
 }
