@@ -241,7 +241,7 @@ func (p *pump) step() bool {
 		wake = earlier(wake, retry)
 	}
 	if p.eof && len(p.pending) == 0 {
-		_ = p.dst.CloseWrite()
+		p.closeWrite()
 		return false
 	}
 	if hold && !p.eof {

@@ -140,7 +140,7 @@ func Listen(cfg Config) (*Relay, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	lc := net.ListenConfig{Control: tuneSocket}
+	lc := net.ListenConfig{Control: tuneListener, KeepAlive: listenerKeepAlive}
 	ln, err := lc.Listen(context.Background(), "tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("relay %s: listen on %s: %w", cfg.Name, cfg.Listen, err)
@@ -340,7 +340,7 @@ func (r *Relay) serve(client *net.TCPConn) {
 			}
 		}
 	}
-	d := net.Dialer{Timeout: r.cfg.DialTimeout, Control: tuneSocket}
+	d := net.Dialer{Timeout: r.cfg.DialTimeout, Control: dialControl}
 	sc, err := d.DialContext(r.ctx, "tcp", r.cfg.Upstream)
 	if err != nil {
 		// An unreachable upstream looks to the client like a refused
