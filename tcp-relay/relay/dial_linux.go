@@ -14,12 +14,11 @@ import (
 //
 // On loopback the whole handshake (the listener's SYN processing, the
 // SYN-ACK, our ACK) runs inside connect: a fifth of the relay's CPU per
-// connection. Made by the net package, it is a syscall.Syscall: the
-// runtime's sysmon found the P in a syscall on its next tick, took it
-// back and kept waking every 20 µs while connections churned; and the
-// non-blocking connect answered EINPROGRESS, so the dialing goroutine
-// parked in the poller and was woken for a handshake that had already
-// finished when the call returned. Connected here, the net package's own
+// connection. Made by the net package, the non-blocking connect answered
+// EINPROGRESS (the socket only turns established as the call returns),
+// so the dialing goroutine parked in the poller and was woken for a
+// handshake that had already finished, after a getsockopt(SO_ERROR); and
+// it ran as a syscall.Syscall, during which sysmon could take the P away. Connected here, the net package's own
 // connect(2) then finds the socket connected (0 or EISCONN, both success
 // to it) and goes on without waiting; if the handshake is still under way
 // (EINPROGRESS here, EALREADY there), or failed, it waits and reports as
