@@ -401,10 +401,15 @@ func relayRounds(ctx context.Context, so sbsOptions, bin, dir string) (_ []relay
 	return rounds, nil
 }
 
+// relayPhases are the measurements of every relay round: the default
+// three, then connections/s with 16 clients at once (probe.ExtraPhases),
+// the same client and concurrency for every target.
+const relayPhases = "rtt,bulk,conns,conns16"
+
 // measureRelay runs the measuring client as its own process.
 func measureRelay(ctx context.Context, bin, target string, addrs [2]string, d time.Duration) (probe.Measurement, error) {
 	var m probe.Measurement
-	cmd := exec.CommandContext(ctx, bin, "-measure", "-target", target, "-echo", addrs[0], "-sink", addrs[1], "-duration", d.String())
+	cmd := exec.CommandContext(ctx, bin, "-measure", "-phases", relayPhases, "-target", target, "-echo", addrs[0], "-sink", addrs[1], "-duration", d.String())
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -112,7 +112,10 @@ type relayStat struct {
 	RTTP999us   float64 `json:"rtt_p999_us"`
 	BulkMBps    float64 `json:"bulk_mb_per_s"`
 	ConnsPerSec float64 `json:"conns_per_s"`
-	ConnErrors  int     `json:"conn_errors"` // over all rounds
+	// With probe.ParallelClients clients at once; 0 in results from
+	// before the phase was measured.
+	ParallelConnsPerSec float64 `json:"parallel_conns_per_s,omitempty"`
+	ConnErrors          int     `json:"conn_errors"` // over all rounds
 }
 
 // statOf summarises the runs of system at clients and batch size batch
@@ -169,7 +172,7 @@ func storeRows(rounds []storeRound, clients []int) []storeRow {
 func relayStats(rounds []relayRound, targets []string) []relayStat {
 	var out []relayStat
 	for _, t := range targets {
-		var p50, p99, p999, bulk, conns []float64
+		var p50, p99, p999, bulk, conns, parallel []float64
 		st := relayStat{Target: t}
 		for _, r := range rounds {
 			for _, m := range r.Runs {
@@ -179,12 +182,13 @@ func relayStats(rounds []relayRound, targets []string) []relayStat {
 				st.Rounds++
 				p50, p99, p999 = append(p50, m.RTTP50us), append(p99, m.RTTP99us), append(p999, m.RTTP999us)
 				bulk, conns = append(bulk, m.BulkMBps), append(conns, m.ConnsPerSec)
+				parallel = append(parallel, m.ParallelConnsPerSec)
 				st.ConnErrors += m.ConnErrors
 			}
 		}
 		if st.Rounds > 0 {
 			st.RTTP50us, st.RTTP99us, st.RTTP999us = median(p50), median(p99), median(p999)
-			st.BulkMBps, st.ConnsPerSec = median(bulk), median(conns)
+			st.BulkMBps, st.ConnsPerSec, st.ParallelConnsPerSec = median(bulk), median(conns), median(parallel)
 		}
 		out = append(out, st)
 	}
@@ -277,7 +281,8 @@ func sideBySideSummary(r *sideBySide) string {
 		p("\n## tcp-relay, direct and Toxiproxy\n\n")
 		p("Echo and sink servers in one process, tcp-relay and Toxiproxy each in their own with relays created through their HTTP APIs, ")
 		p("and the measuring client in another (bench/relay -measure). 1-byte ping-pong on one connection; bulk: one connection, 256 KiB writes, ")
-		p("16 MiB transfers each acknowledged by the sink; connections: dial, 1-byte echo, close, one after another. %s per measurement; medians over the rounds.\n\n", c.RelayDuration)
+		p("16 MiB transfers each acknowledged by the sink; connections: dial, 1-byte echo, close, one after another, and the same with %d clients at once, ", probe.ParallelClients)
+		p("the same client and concurrency for every target. %s per measurement; medians over the rounds.\n\n", c.RelayDuration)
 		byTarget := map[string]relayStat{}
 		var header, sep []string
 		for _, st := range r.Relay {
@@ -300,18 +305,31 @@ func sideBySideSummary(r *sideBySide) string {
 		row("1-byte round trip p99.9 (µs)", func(s relayStat) float64 { return s.RTTP999us }, "%.1f", added)
 		row("bulk, 1 connection (MB/s)", func(s relayStat) float64 { return s.BulkMBps }, "%.0f", times)
 		row("connections/s", func(s relayStat) float64 { return s.ConnsPerSec }, "%.0f", times)
+		if d.ParallelConnsPerSec > 0 {
+			row(fmt.Sprintf("connections/s, %d clients", probe.ParallelClients), func(s relayStat) float64 { return s.ParallelConnsPerSec }, "%.0f", times)
+		}
+		if d.ConnsPerSec > 0 && tx.ConnsPerSec > 0 {
+			// A relay in front of the echo server makes every connection
+			// two, on the same machine: it cannot beat direct, so direct's
+			// lead over Toxiproxy is the most tcp-relay's can be here.
+			p("\nCeiling of tcp-relay vs Toxiproxy for connections/s on this machine (a relay cannot beat direct): direct vs Toxiproxy, %s", times(d.ConnsPerSec, tx.ConnsPerSec))
+			if d.ParallelConnsPerSec > 0 && tx.ParallelConnsPerSec > 0 {
+				p(" one client, %s with %d clients", times(d.ParallelConnsPerSec, tx.ParallelConnsPerSec), probe.ParallelClients)
+			}
+			p(".\n")
+		}
 		for _, st := range r.Relay {
 			if st.ConnErrors > 0 {
 				p("\n%s: %d connections failed over the rounds.\n", st.Target, st.ConnErrors)
 			}
 		}
 		p("\n<details><summary>every round</summary>\n\n")
-		p("| round | load avg start → end | target | p50 µs | p99 µs | p99.9 µs | bulk MB/s | connections/s | connection errors |\n")
-		p("|---|---|---|---|---|---|---|---|---|\n")
+		p("| round | load avg start → end | target | p50 µs | p99 µs | p99.9 µs | bulk MB/s | connections/s | connections/s, %d clients | connection errors |\n", probe.ParallelClients)
+		p("|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, rd := range r.RelayRounds {
 			for _, m := range rd.Runs {
-				p("| %d | %s → %s | %s | %.1f | %.1f | %.1f | %.0f | %.0f | %d |\n", rd.Round, rd.LoadStart, rd.LoadEnd,
-					m.Target, m.RTTP50us, m.RTTP99us, m.RTTP999us, m.BulkMBps, m.ConnsPerSec, m.ConnErrors)
+				p("| %d | %s → %s | %s | %.1f | %.1f | %.1f | %.0f | %.0f | %.0f | %d |\n", rd.Round, rd.LoadStart, rd.LoadEnd,
+					m.Target, m.RTTP50us, m.RTTP99us, m.RTTP999us, m.BulkMBps, m.ConnsPerSec, m.ParallelConnsPerSec, m.ConnErrors)
 			}
 		}
 		p("\n</details>\n")

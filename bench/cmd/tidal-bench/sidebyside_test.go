@@ -97,7 +97,7 @@ func TestStoreRowsEvenRounds(t *testing.T) {
 
 func sampleRelayRounds() []relayRound {
 	m := func(target string, p50, bulk, conns float64) probe.Measurement {
-		return probe.Measurement{Target: target, RTTP50us: p50, RTTP99us: 2 * p50, RTTP999us: 3 * p50, BulkMBps: bulk, ConnsPerSec: conns}
+		return probe.Measurement{Target: target, RTTP50us: p50, RTTP99us: 2 * p50, RTTP999us: 3 * p50, BulkMBps: bulk, ConnsPerSec: conns, ParallelConnsPerSec: 2 * conns}
 	}
 	return []relayRound{
 		{Round: 1, LoadStart: "4.00 4.00 4.00", LoadEnd: "4.50 4.00 4.00", Runs: []probe.Measurement{
@@ -112,9 +112,9 @@ func sampleRelayRounds() []relayRound {
 func TestRelayStatsMedians(t *testing.T) {
 	stats := relayStats(sampleRelayRounds(), []string{"direct", "tcp-relay", "toxiproxy", "absent"})
 	want := map[string]relayStat{
-		"direct":    {Target: "direct", Rounds: 3, RTTP50us: 25, RTTP99us: 50, RTTP999us: 75, BulkMBps: 2500, ConnsPerSec: 6000},
-		"tcp-relay": {Target: "tcp-relay", Rounds: 3, RTTP50us: 60, RTTP99us: 120, RTTP999us: 180, BulkMBps: 1200, ConnsPerSec: 2500},
-		"toxiproxy": {Target: "toxiproxy", Rounds: 3, RTTP50us: 90, RTTP99us: 180, RTTP999us: 270, BulkMBps: 500, ConnsPerSec: 1500},
+		"direct":    {Target: "direct", Rounds: 3, RTTP50us: 25, RTTP99us: 50, RTTP999us: 75, BulkMBps: 2500, ConnsPerSec: 6000, ParallelConnsPerSec: 12000},
+		"tcp-relay": {Target: "tcp-relay", Rounds: 3, RTTP50us: 60, RTTP99us: 120, RTTP999us: 180, BulkMBps: 1200, ConnsPerSec: 2500, ParallelConnsPerSec: 5000},
+		"toxiproxy": {Target: "toxiproxy", Rounds: 3, RTTP50us: 90, RTTP99us: 180, RTTP999us: 270, BulkMBps: 500, ConnsPerSec: 1500, ParallelConnsPerSec: 3000},
 		"absent":    {Target: "absent"},
 	}
 	if len(stats) != 4 {
@@ -151,11 +151,31 @@ func TestSideBySideSummary(t *testing.T) {
 		"| 1-byte round trip p50 (µs) | 25.0 | 60.0 | 90.0 | +35.0 µs | +65.0 µs | -30.0 µs |",
 		"| bulk, 1 connection (MB/s) | 2500 | 1200 | 500 | ×0.48 | ×0.20 | ×2.40 |",
 		"| connections/s | 6000 | 2500 | 1500 | ×0.42 | ×0.25 | ×1.67 |",
+		"| connections/s, 16 clients | 12000 | 5000 | 3000 | ×0.42 | ×0.25 | ×1.67 |",
+		"Ceiling of tcp-relay vs Toxiproxy for connections/s on this machine (a relay cannot beat direct): direct vs Toxiproxy, ×4.00 one client, ×4.00 with 16 clients.",
 		"| 1 | 4.00 4.00 4.00 → 4.50 4.00 4.00 | direct | 20.0 |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("expected the summary to contain %q, found:\n%s", want, md)
 		}
+	}
+}
+
+// Results from before the 16-client phase render without its row.
+func TestSideBySideSummaryWithoutParallelConns(t *testing.T) {
+	rounds := sampleRelayRounds()
+	for i := range rounds {
+		for j := range rounds[i].Runs {
+			rounds[i].Runs[j].ParallelConnsPerSec = 0
+		}
+	}
+	r := &sideBySide{Schema: 1, Kind: sideBySideKind, RelayRounds: rounds, Relay: relayStats(rounds, relayTargets)}
+	md := sideBySideSummary(r)
+	if strings.Contains(md, "\n| connections/s, 16 clients |") {
+		t.Errorf("expected no 16-client row without its measurements, found:\n%s", md)
+	}
+	if !strings.Contains(md, "direct vs Toxiproxy, ×4.00.") {
+		t.Errorf("expected the one-client ceiling alone, found:\n%s", md)
 	}
 }
 
