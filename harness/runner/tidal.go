@@ -20,7 +20,8 @@ import (
 // tidalDB is tidal-server as a db.DB: the cluster of package cluster on
 // the process or docker backend, the workloads of package workload, the
 // lag sampler, and the ledger, counter, linearizable, aggregates,
-// embeddings, convergence and lag checkers. Everything the runner did for
+// embeddings and convergence checkers (lag and availability are the
+// runner's, for every DB: Analyze). Everything the runner did for
 // tidal-server before the adapter interface (issue 15) it still does,
 // here.
 type tidalDB struct{ cfg Config }
@@ -110,17 +111,6 @@ func (t tidalDB) Check(in db.CheckInput) []checker.Result {
 		rs = append(rs, checker.ConvergenceCovering(digests, in.Digest))
 	} else {
 		rs = append(rs, checker.Result{Name: "convergence", Valid: checker.Unknown, Summary: "digests unreadable: " + digestErr.Error()})
-	}
-	samples, err := run.ReadLag()
-	if err != nil {
-		rs = append(rs, checker.Result{Name: "lag", Valid: checker.Unknown, Summary: "lag samples unreadable: " + err.Error()})
-	} else {
-		windows, err := checker.FaultWindows(ops)
-		if err != nil {
-			rs = append(rs, checker.Result{Name: "lag", Valid: checker.Unknown, Summary: "fault windows: " + err.Error()})
-		} else {
-			rs = append(rs, checker.Lag(samples, windows, checker.SLO{P99: cfg.LagP99.D(), CatchUp: cfg.LagCatchUp.D()}))
-		}
 	}
 	return rs
 }
