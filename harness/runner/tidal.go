@@ -3,7 +3,6 @@ package runner
 import (
 	"context"
 	"fmt"
-	"github.com/tidaldb/tidal/harness/faultfs"
 	"io"
 	"path/filepath"
 	"time"
@@ -77,7 +76,7 @@ func (t tidalDB) Setup(ctx context.Context, env db.Env) (db.Cluster, error) {
 		c.Close()
 		return nil, fmt.Errorf("cluster did not come up (logs in %s): %w", env.NodesDir, err)
 	}
-	return &tidalCluster{Cluster: nemesis.Live(c), c: c, cfg: cfg}, nil
+	return &tidalCluster{LiveCluster: nemesis.Live(c), c: c, cfg: cfg}, nil
 }
 
 // Check implements db.DB: the checkers of tidal-server's workloads.
@@ -115,33 +114,18 @@ func (t tidalDB) Check(in db.CheckInput) []checker.Result {
 	return rs
 }
 
-// tidalCluster is a running tidal cluster as a db.Cluster.
+// tidalCluster is a running tidal cluster as a db.Cluster. It embeds
+// the concrete nemesis.LiveCluster, so the disk and clock faults reach
+// the cluster's own methods (the nemesis' DiskCluster and ClockSetter)
+// without forwarding.
 type tidalCluster struct {
-	nemesis.Cluster
+	nemesis.LiveCluster
 	c   *cluster.Cluster
 	cfg Config
 }
 
-// The disk and clock faults reach the cluster through these (the nemesis'
-// DiskCluster and ClockSetter): the embedded interface would hide them.
-
-func (t *tidalCluster) HasDisks() bool { return t.c.HasDisks() }
-
-func (t *tidalCluster) Disk(name string) (nemesis.NodeDisk, error) {
-	return t.Cluster.(nemesis.DiskCluster).Disk(name)
-}
-
-func (t *tidalCluster) PowerCut(names []string, o faultfs.PowerCutOptions) (map[string]faultfs.PowerCutReport, error) {
-	return t.c.PowerCut(names, o)
-}
-
-func (t *tidalCluster) Revive(name string) (bool, error) { return t.c.Revive(name) }
-
-func (t *tidalCluster) SetClockOffset(ctx context.Context, node string, offset time.Duration) (time.Time, error) {
-	return t.c.SetClockOffset(ctx, node, offset)
-}
-
 var (
+	_ db.Cluster          = (*tidalCluster)(nil)
 	_ nemesis.DiskCluster = (*tidalCluster)(nil)
 	_ nemesis.ClockSetter = (*tidalCluster)(nil)
 )
