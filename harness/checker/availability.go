@@ -150,8 +150,9 @@ type AvailabilityDetails struct {
 	Longest    Outage        `json:"longest"`
 	Violations []Unavailable `json:"violations,omitempty"`
 	// Undecided: the workload ended inside an outage longer than the stall
-	// bound, after a heal, before the recovery bound ran out: whether the
-	// cluster would have served again is not in the history.
+	// bound that broke neither bound (its fault-free time within the
+	// recovery bound, or a fault still in effect): whether the cluster
+	// would have served again is not in the history.
 	Undecided []Unavailable `json:"undecided,omitempty"`
 }
 
@@ -166,9 +167,12 @@ type AvailabilityDetails struct {
 //
 // Invalid if an outage breaks a bound, naming it and the first heal in
 // it. Unknown when no client op was attempted, or when the workload ended
-// in an outage longer than slo.Stall whose recovery was cut short
-// (judged neither way). Zero fields of slo take
-// DefaultAvailabilitySLO's values.
+// in an outage longer than slo.Stall that broke neither bound: its
+// recovery was cut short, or a fault was still in effect (a heal that
+// failed keeps a window open; the final heal comes after the clients
+// stop). An outage that ends in an ok op while covered by fault windows
+// is excused however long: the faults may have been the cause. Zero
+// fields of slo take DefaultAvailabilitySLO's values.
 func Availability(ops []history.Op, faults []FaultWindow, slo AvailabilitySLO) Result {
 	const name = "availability"
 	slo = slo.withDefaults()
@@ -208,8 +212,12 @@ func Availability(ops []history.Op, faults []FaultWindow, slo AvailabilitySLO) R
 				u.Why += "; first heal: " + u.Heal
 			}
 			d.Violations = append(d.Violations, u)
-		case o.Open && o.Length() > slo.Stall && u.FaultFree > 0:
-			u.Why = fmt.Sprintf("the workload ended %s into it, %s of it outside fault windows after a heal: recovery not observed", o.Length().Round(time.Millisecond), u.FaultFree.Round(time.Millisecond))
+		case o.Open && o.Length() > slo.Stall:
+			// Whether the cluster would have served again is not in the
+			// history: after a heal (and before the recovery bound ran
+			// out), or under a fault not healed while the clients ran.
+			u.Why = fmt.Sprintf("the workload ended %s into it (%s of it outside fault windows after the first fault began): recovery not observed",
+				o.Length().Round(time.Millisecond), u.FaultFree.Round(time.Millisecond))
 			d.Undecided = append(d.Undecided, u)
 		}
 	}

@@ -152,9 +152,20 @@ func TestAvailabilityUndecidedAndUnmeasured(t *testing.T) {
 	if !strings.Contains(r.Summary, "recovery not observed") {
 		t.Fatalf("summary %s", r.Summary)
 	}
-	// An outage under a fault to the end is not judged: the fault was
-	// never healed while the clients ran (the final heal comes after).
-	mustValid(t, judge(t, served(t, 60*time.Second, between(47*time.Second, time.Hour), [2]time.Duration{47 * time.Second, 61 * time.Second}), AvailabilitySLO{}), Valid)
+	// Nor is one under a fault to the end: the fault was never healed
+	// while the clients ran (the final heal comes after them, or a heal
+	// failed and the fault may still be in effect).
+	r = judge(t, served(t, 60*time.Second, between(47*time.Second, time.Hour), [2]time.Duration{47 * time.Second, 61 * time.Second}), AvailabilitySLO{})
+	mustValid(t, r, Unknown)
+	if !strings.Contains(r.Summary, "the workload ended 12.9") {
+		t.Fatalf("summary %s", r.Summary)
+	}
+	// An open outage within the stall bound is the ops in flight at the
+	// end of any run.
+	mustValid(t, judge(t, served(t, 60*time.Second, between(55*time.Second, time.Hour), [2]time.Duration{55 * time.Second, 61 * time.Second}), AvailabilitySLO{}), Valid)
+	// An outage that ended in an ok op, covered by one long fault, is
+	// excused: the fault may have been its cause.
+	mustValid(t, judge(t, served(t, 60*time.Second, between(20*time.Second, 45*time.Second), [2]time.Duration{20 * time.Second, 45 * time.Second}), AvailabilitySLO{}), Valid)
 	mustValid(t, Availability(nil, nil, AvailabilitySLO{}), Unknown)
 	// Nothing ever succeeded, in a run shorter than the bounds.
 	mustValid(t, judge(t, served(t, 5*time.Second, between(0, time.Hour)), AvailabilitySLO{}), Unknown)
