@@ -166,7 +166,8 @@ type AvailabilityDetails struct {
 //     between the windows it overlaps, must be at most slo.Recovery.
 //
 // Invalid if an outage breaks a bound, naming it and the first heal in
-// it. Unknown when no client op was attempted, or when the workload ended
+// it. Unknown when no client op was attempted, when none ever succeeded
+// in a history too short to break a bound, or when the workload ended
 // in an outage longer than slo.Stall that broke neither bound: its
 // recovery was cut short, or a fault was still in effect (a heal that
 // failed keeps a window open; the final heal comes after the clients
