@@ -3,8 +3,10 @@ package lifecycle
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,40 +35,92 @@ var _ = Describe("the README", func() {
 		Expect(script).To(ContainSubstring("members remove 4"), "the walkthrough's blocks were not found in README.md")
 		script = moveReadmePorts(script)
 		before := checkoutStatus(root)
-
-		// -e: the first command that fails ends it, naming itself. The
-		// nodes are background jobs in bash's process group, which the
-		// cleanup kills whatever state the script died in.
-		prelude := "set -e\n" +
-			"trap 'echo \"walkthrough: exit status $? from: $BASH_COMMAND\" >&2' ERR\n"
-		cmd := exec.Command("bash", "-c", prelude+script+"\necho walkthrough-done\n")
-		cmd.Dir = root
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		// The nodes inherit the output pipe; do not wait on it for ever
-		// once bash has exited.
-		cmd.WaitDelay = 10 * time.Second
-		Expect(cmd.Start()).To(Succeed())
-		pgid := cmd.Process.Pid
-		DeferCleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		var err error
-		select {
-		case err = <-done:
-		case <-ctx.Done():
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			<-done
-			Fail(fmt.Sprintf("the walkthrough did not finish before the spec's timeout; its output:\n%s", out.String()))
-		}
-		GinkgoWriter.Println(out.String())
-		Expect(err).NotTo(HaveOccurred(), "the walkthrough failed; its output:\n%s", out.String())
-		Expect(out.String()).To(ContainSubstring("walkthrough-done"))
-		Expect(out.String()).To(ContainSubstring("removed member 4"))
+		out := runReadmeScript(ctx, root, script)
+		Expect(out).To(ContainSubstring("removed member 4"))
 		Expect(checkoutStatus(root)).To(Equal(before), "the walkthrough left files in the checkout")
 	}, SpecTimeout(10*time.Minute))
+
+	// Regression (issue 9 item 20): the API examples wrote vec.bin into
+	// the checkout. Every example must work against a node started with no
+	// flags (here: the same node on free ports, its data dir in a
+	// temporary directory), answer what the README says it answers, and
+	// leave the checkout as it was.
+	It("answers the API examples as the README says, leaving nothing in the checkout", func(ctx SpecContext) {
+		root := repoRoot()
+		script := readmeSection(filepath.Join(root, "README.md"), "### The API, with examples", "### A 3-node cluster on one machine")
+		Expect(script).To(ContainSubstring("/v1/query/nearest"), "the API examples were not found in README.md")
+		b := freePortBlock()
+		client, peer := "127.0.0.1:"+strconv.Itoa(b*10), "127.0.0.1:"+strconv.Itoa(b*10+1)
+		script = strings.ReplaceAll(script, "127.0.0.1:7070", client)
+
+		node := exec.Command(bins.TidalServer, "run", "--client-addr", client, "--peer-addr", peer,
+			"--data-dir", filepath.Join(GinkgoT().TempDir(), "tidal-data"))
+		node.Stdout, node.Stderr = GinkgoWriter, GinkgoWriter
+		Expect(node.Start()).To(Succeed())
+		exited := make(chan error, 1)
+		go func() { exited <- node.Wait() }()
+		DeferCleanup(func() {
+			_ = node.Process.Kill()
+			<-exited
+		})
+		Eventually(func() (int, error) {
+			resp, err := http.Get("http://" + client + "/readyz")
+			if err != nil {
+				return 0, err
+			}
+			defer resp.Body.Close()
+			_, _ = io.Copy(io.Discard, resp.Body)
+			return resp.StatusCode, nil
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(100*time.Millisecond).Should(Equal(http.StatusOK), "the node never became ready")
+
+		before := checkoutStatus(root)
+		out := runReadmeScript(ctx, root, script)
+		for _, want := range []string{
+			"HTTP/1.1 204 No Content",
+			`{"results":[{"entity":42,"score":1}]}`,
+			`{"results":[{"entity":42,"score":1},{"entity":43,"score":1}]}`,
+			`{"id":"ev-1","index":3,"term":2,"entity":42,"signal":"view"}`,
+			`{"error":{"code":"invalid_argument","message":"expected a number, found a string","field":"events[1].weight"}}`,
+		} {
+			Expect(out).To(ContainSubstring(want), "the README promises this answer")
+		}
+		Expect(checkoutStatus(root)).To(Equal(before), "the API examples left files in the checkout")
+	}, SpecTimeout(5*time.Minute))
 })
+
+// runReadmeScript runs script in one bash in root, as a reader pasting it
+// would, and returns its output. -e: the first command that fails ends it,
+// naming itself. Background jobs stay in bash's process group, which is
+// killed (by its id) when the spec ends, whatever state the script died in.
+func runReadmeScript(ctx SpecContext, root, script string) string {
+	prelude := "set -e\n" +
+		"trap 'echo \"README script: exit status $? from: $BASH_COMMAND\" >&2' ERR\n"
+	cmd := exec.Command("bash", "-c", prelude+script+"\necho readme-script-done\n")
+	cmd.Dir = root
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Background jobs inherit the output pipe; do not wait on it for ever
+	// once bash has exited.
+	cmd.WaitDelay = 10 * time.Second
+	Expect(cmd.Start()).To(Succeed())
+	pgid := cmd.Process.Pid
+	DeferCleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		<-done
+		Fail(fmt.Sprintf("the README script did not finish before the spec's timeout; its output:\n%s", out.String()))
+	}
+	GinkgoWriter.Println(out.String())
+	Expect(err).NotTo(HaveOccurred(), "the README script failed; its output:\n%s", out.String())
+	Expect(out.String()).To(ContainSubstring("readme-script-done"))
+	return out.String()
+}
 
 // repoRoot is the checkout this suite runs in.
 func repoRoot() string {
@@ -102,10 +156,19 @@ func moveReadmePorts(script string) string {
 	return script
 }
 
-// freePortBlock returns a four-digit b with the ports b0 … b9 free now.
+// freePortBlock returns a four-digit b with the ports b0 … b9 free now and
+// outside the kernel's ephemeral range. The walkthrough binds some of them
+// many seconds after this check, and a port inside that range can be taken
+// meanwhile as the source port of any outgoing connection (its own nodes'
+// connections to each other included): node 4 once failed to start with
+// "address already in use" that way.
 func freePortBlock() int {
+	low, high := ephemeralPorts()
 	for range 200 {
-		b := 2000 + rand.IntN(4000) // ports 20000-59999
+		b := 1100 + rand.IntN(5400) // ports 11000-64999
+		if b*10+9 >= low && b*10 <= high {
+			continue
+		}
 		var held []net.Listener
 		for d := range 10 {
 			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(b*10+d))
@@ -122,8 +185,28 @@ func freePortBlock() int {
 			return b
 		}
 	}
-	Fail("found no block of ten free ports")
+	Fail("found no block of ten free ports outside the ephemeral range")
 	return 0
+}
+
+// ephemeralPorts is the range the kernel picks source ports from (Linux's
+// default when it cannot be read).
+func ephemeralPorts() (low, high int) {
+	low, high = 32768, 60999
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return low, high
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return low, high
+	}
+	l, err1 := strconv.Atoi(f[0])
+	h, err2 := strconv.Atoi(f[1])
+	if err1 != nil || err2 != nil {
+		return low, high
+	}
+	return l, h
 }
 
 // checkoutStatus lists every file in the checkout that git does not track
