@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -92,13 +93,16 @@ var _ = Describe("the README", func() {
 // would, and returns its output. -e: the first command that fails ends it,
 // naming itself. Background jobs stay in bash's process group, which is
 // killed (by its id) when the spec ends, whatever state the script died in.
+// A background node that fails to start prints "error: ..." and exits while
+// the script waits for it in an until loop for ever: that line ends the
+// script at once.
 func runReadmeScript(ctx SpecContext, root, script string) string {
 	prelude := "set -e\n" +
 		"trap 'echo \"README script: exit status $? from: $BASH_COMMAND\" >&2' ERR\n"
 	cmd := exec.Command("bash", "-c", prelude+script+"\necho readme-script-done\n")
 	cmd.Dir = root
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// Background jobs inherit the output pipe; do not wait on it for ever
 	// once bash has exited.
@@ -108,18 +112,49 @@ func runReadmeScript(ctx SpecContext, root, script string) string {
 	DeferCleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
+	watch := time.NewTicker(250 * time.Millisecond)
+	defer watch.Stop()
 	var err error
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		<-done
-		Fail(fmt.Sprintf("the README script did not finish before the spec's timeout; its output:\n%s", out.String()))
+wait:
+	for {
+		select {
+		case err = <-done:
+			break wait
+		case <-watch.C:
+			if strings.Contains("\n"+out.String(), "\nerror: ") {
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				<-done
+				Fail(fmt.Sprintf("a process of the README script failed; its output:\n%s", out.String()))
+			}
+		case <-ctx.Done():
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			<-done
+			Fail(fmt.Sprintf("the README script did not finish before the spec's timeout; its output:\n%s", out.String()))
+		}
 	}
 	GinkgoWriter.Println(out.String())
 	Expect(err).NotTo(HaveOccurred(), "the README script failed; its output:\n%s", out.String())
 	Expect(out.String()).To(ContainSubstring("readme-script-done"))
 	return out.String()
+}
+
+// lockedBuffer holds a script's output: its processes write it while the
+// spec watches it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // repoRoot is the checkout this suite runs in.
