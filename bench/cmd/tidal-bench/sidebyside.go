@@ -252,7 +252,8 @@ func clusterCPUSeconds(c storeCluster) (float64, error) {
 // client count (and, for tidal, the batched run), and stops the cluster.
 func storeRoundOf(ctx context.Context, so sbsOptions, clients []int, system string, round int, etcdBin, bin, dir string) (rd storeRound, err error) {
 	rd = storeRound{System: system, Round: round, LoadStart: loadAvg()}
-	fmt.Printf("tidal-bench: round %d, %s (load %s)\n", round, system, rd.LoadStart)
+	label := roundName(sbsConfig{TLSAB: so.tlsAB, Baseline: so.baseline}, system)
+	fmt.Printf("tidal-bench: round %d, %s (load %s)\n", round, label, rd.LoadStart)
 	var c storeCluster
 	var secure *clusterCerts
 	loadSystem := system
@@ -303,7 +304,7 @@ func storeRoundOf(ctx context.Context, so sbsOptions, clients []int, system stri
 		}
 		rec.ServerCPUSeconds = cpu1 - cpu0
 		fmt.Printf("tidal-bench:   %s %3d clients × %d events: %s writes/s, p50 %s p99 %s p99.9 %s, %d errors; CPU µs/write: servers %.0f, load tool %.0f\n",
-			system, r.clients, r.batch, fmtRate(rec.OpsPerSec), ms(rec.Latency.P50), ms(rec.Latency.P99), ms(rec.Latency.P999), rec.Errors,
+			label, r.clients, r.batch, fmtRate(rec.OpsPerSec), ms(rec.Latency.P50), ms(rec.Latency.P99), ms(rec.Latency.P999), rec.Errors,
 			1e6*rec.CPUPerOp(rec.ServerCPUSeconds), 1e6*rec.CPUPerOp(rec.ToolCPUSeconds))
 		rd.Runs = append(rd.Runs, rec)
 	}
