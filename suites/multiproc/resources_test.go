@@ -9,12 +9,14 @@ package multiproc
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -28,6 +30,7 @@ import (
 	"github.com/tidaldb/tidal/harness/process"
 	"github.com/tidaldb/tidal/harness/stress"
 	"github.com/tidaldb/tidal/suites/fixture"
+	"github.com/tidaldb/tidal/tidal-server/certs"
 	"github.com/tidaldb/tidal/tidal-server/client"
 )
 
@@ -40,6 +43,7 @@ type directNode struct {
 	addr string
 	proc *process.Process
 	dir  string
+	tls  *tls.Config // a secured node: trusts its CA, presents the writer's certificate; nil: plaintext
 }
 
 // startSingleNode starts a one-node cluster with flags and waits until it
@@ -48,10 +52,37 @@ func startSingleNode(name string, flags ...string) *directNode {
 	return startDirectNodes(name, 1, flags...)[0]
 }
 
+// startSecuredSingleNode starts a one-node cluster with --certs-dir (a CA,
+// the node's certificate and a writer's, made with the CLI as README's
+// secure cluster does) and flags; the node is reached over TLS as the
+// writer.
+func startSecuredSingleNode(name string, flags ...string) *directNode {
+	dir, err := fixture.SpecDir("multiproc", name+"-certs")
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(os.RemoveAll, dir)
+	for _, args := range [][]string{
+		{"certs", "create-ca", "--certs-dir", dir},
+		{"certs", "create-node", "--id", "1", "--host", "127.0.0.1", "--certs-dir", dir},
+		{"certs", "create-client", "writer", "--role", "writer", "--certs-dir", dir},
+	} {
+		out, err := exec.Command(bins.TidalServer, args...).CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), "tidal-server %s: %s", strings.Join(args, " "), out)
+	}
+	cfg, err := certs.ClientTLS(dir, "writer")
+	Expect(err).NotTo(HaveOccurred())
+	return startDirectNodesWith(name, 1, cfg, append([]string{"--certs-dir", dir}, flags...)...)[0]
+}
+
 // startDirectNodes starts an n-node cluster whose nodes talk to each
 // other directly, and waits until every node is ready. A port taken
 // between choosing and binding it is retried on fresh ports.
 func startDirectNodes(name string, n int, flags ...string) []*directNode {
+	return startDirectNodesWith(name, n, nil, flags...)
+}
+
+// startDirectNodesWith is startDirectNodes reaching the nodes with
+// tlsCfg (nil: plaintext).
+func startDirectNodesWith(name string, n int, tlsCfg *tls.Config, flags ...string) []*directNode {
 	dir, err := fixture.SpecDir("multiproc", name)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() {
@@ -81,7 +112,7 @@ func startDirectNodes(name string, n int, flags ...string) []*directNode {
 				LogPath: filepath.Join(nodeDir, "stdout.log")}, reg)
 			Expect(err).NotTo(HaveOccurred())
 			DeferCleanup(p.Kill)
-			nodes = append(nodes, &directNode{name: fmt.Sprintf("n%d", i+1), addr: clientAddrs[i], proc: p, dir: nodeDir})
+			nodes = append(nodes, &directNode{name: fmt.Sprintf("n%d", i+1), addr: clientAddrs[i], proc: p, dir: nodeDir, tls: tlsCfg})
 		}
 		var failed error
 		var log []byte
@@ -117,15 +148,37 @@ func freeAddrs(n int) []string {
 	return out
 }
 
+// baseURL is the node's client plane: https:// when it is secured.
+func (n *directNode) baseURL() string {
+	if n.tls != nil {
+		return "https://" + n.addr
+	}
+	return "http://" + n.addr
+}
+
+// client is a tidal client of the node (over TLS as the writer when it is
+// secured).
+func (n *directNode) client(opts ...client.Option) *client.Client {
+	if n.tls != nil {
+		opts = append(opts, client.WithTLS(n.tls))
+	}
+	return client.New(n.addr, opts...)
+}
+
 func (n *directNode) waitReady(within time.Duration) error {
 	hc := &http.Client{Timeout: 2 * time.Second}
+	if n.tls != nil {
+		tr := &http.Transport{TLSClientConfig: n.tls.Clone(), ForceAttemptHTTP2: true}
+		defer tr.CloseIdleConnections()
+		hc.Transport = tr
+	}
 	deadline := time.Now().Add(within)
 	var last error
 	for time.Now().Before(deadline) {
 		if !n.proc.Running() {
 			return fmt.Errorf("exited: %v", n.proc.ExitErr())
 		}
-		resp, err := hc.Get("http://" + n.addr + "/readyz")
+		resp, err := hc.Get(n.baseURL() + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -189,18 +242,29 @@ type bodyAttack struct {
 
 // bodyOutcome is how the server ended one attack.
 type bodyOutcome struct {
-	status int           // the answer's status; 0 when the connection closed without one
-	ended  time.Duration // since the attack began
-	open   bool          // still open when the spec stopped waiting
+	status   int           // the answer's status; 0 when the connection closed without one
+	ended    time.Duration // since the attack began
+	open     bool          // still open when the spec stopped waiting
+	noDialIn bool          // the connection (or its TLS handshake) failed: no attack was made
 }
 
 var spaces = []byte(strings.Repeat(" ", 64<<10))
 
-func (a bodyAttack) run(addr string, giveUp time.Time) bodyOutcome {
+// run makes the attack on addr: in plaintext, or with tlsCfg over TLS
+// (HTTP/1.1 by ALPN, the client certificate tlsCfg presents).
+func (a bodyAttack) run(addr string, tlsCfg *tls.Config, giveUp time.Time) bodyOutcome {
 	start := time.Now()
-	conn, err := net.Dial("tcp", addr)
+	var conn net.Conn
+	var err error
+	if tlsCfg != nil {
+		cfg := tlsCfg.Clone()
+		cfg.NextProtos = []string{"http/1.1"}
+		conn, err = tls.DialWithDialer(&net.Dialer{Deadline: giveUp}, "tcp", addr, cfg)
+	} else {
+		conn, err = net.Dial("tcp", addr)
+	}
 	if err != nil {
-		return bodyOutcome{ended: time.Since(start)}
+		return bodyOutcome{ended: time.Since(start), noDialIn: true}
 	}
 	defer conn.Close()
 	stopWriting := make(chan struct{})
@@ -270,64 +334,84 @@ func raiseFileLimit() uint64 {
 var _ = Describe("bounded resources", func() {
 	// Regression (issue 10 item 4): 60 connections each trickling a 7 MiB
 	// body took a node from 166 MB to 909 MB, and slow bodies never timed
-	// out.
-	It("cuts trickled and slow bodies at their deadline and keeps the node's memory bounded", func(ctx SpecContext) {
-		const bodyTimeout = 10 * time.Second
-		n := startSingleNode("slow-bodies", "--http-read-timeout="+bodyTimeout.String())
-		base, err := rssBytes(n.proc.PID())
-		Expect(err).NotTo(HaveOccurred())
-		stopRSS := watchRSS(n.proc.PID())
-
-		var attacks []bodyAttack
-		for i := 0; i < 60; i++ { // most of 7 MiB at once, then 100 bytes a second
-			attacks = append(attacks, bodyAttack{declared: 7 << 20, fast: 7<<20 - 64<<10, trickle: 100})
+	// out. The same attack on a secured node (TLS, HTTP/1.1, as a writer:
+	// the role that may send bodies) holds a TLS session per connection
+	// besides.
+	for _, secured := range []bool{false, true} {
+		plane := "plaintext"
+		if secured {
+			plane = "TLS"
 		}
-		for i := 0; i < 300; i++ { // 10 bytes a second from the start
-			attacks = append(attacks, bodyAttack{declared: 64 << 10, trickle: 10})
-		}
-		// Every attack is over once the body deadline has passed; the
-		// margin is for a loaded machine. Without the bounds, none ends.
-		giveUp := time.Now().Add(bodyTimeout + 40*time.Second)
-		outcomes := make([]bodyOutcome, len(attacks))
-		var wg sync.WaitGroup
-		for i, a := range attacks {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				outcomes[i] = a.run(n.addr, giveUp)
-			}()
-		}
-		wg.Wait()
-		peak := stopRSS()
-
-		byStatus := map[int]int{}
-		var open int
-		var slowest time.Duration
-		for _, o := range outcomes {
-			if o.open {
-				open++
-				continue
+		It("cuts trickled and slow bodies at their deadline and keeps the node's memory bounded ("+plane+")", func(ctx SpecContext) {
+			const bodyTimeout = 10 * time.Second
+			var n *directNode
+			if secured {
+				n = startSecuredSingleNode("slow-bodies-tls", "--http-read-timeout="+bodyTimeout.String())
+			} else {
+				n = startSingleNode("slow-bodies", "--http-read-timeout="+bodyTimeout.String())
 			}
-			byStatus[o.status]++
-			slowest = max(slowest, o.ended)
-		}
-		AddReportEntry("slow bodies", fmt.Sprintf("RSS %d MB before, peak %d MB; outcomes by status (0 = closed unanswered) %v; still open %d; last closed after %v",
-			base>>20, peak>>20, byStatus, open, slowest.Round(time.Millisecond)))
-		GinkgoWriter.Printf("RSS %d MB before, peak %d MB during; by status %v; open %d; last closed after %v\n",
-			base>>20, peak>>20, byStatus, open, slowest.Round(time.Millisecond))
+			base, err := rssBytes(n.proc.PID())
+			Expect(err).NotTo(HaveOccurred())
+			stopRSS := watchRSS(n.proc.PID())
 
-		Expect(open).To(BeZero(), "expected every slow or trickled body to be cut, found %d connections still open after %v", open, bodyTimeout+40*time.Second)
-		Expect(byStatus[http.StatusRequestTimeout]).To(BeNumerically(">", 0), "expected bodies cut with 408, found %v", byStatus)
-		Expect(byStatus[http.StatusServiceUnavailable]).To(BeNumerically(">", 0), "expected bodies refused by the in-flight byte budget (503), found %v", byStatus)
-		// 60 x 7 MiB unbounded reached ~900 MB; the budget is 64 MiB.
-		Expect(peak).To(BeNumerically("<", 300<<20), "expected peak RSS under 300 MB, found %d MB (%d MB before)", peak>>20, base>>20)
+			var attacks []bodyAttack
+			for i := 0; i < 60; i++ { // most of 7 MiB at once, then 100 bytes a second
+				attacks = append(attacks, bodyAttack{declared: 7 << 20, fast: 7<<20 - 64<<10, trickle: 100})
+			}
+			for i := 0; i < 300; i++ { // 10 bytes a second from the start
+				attacks = append(attacks, bodyAttack{declared: 64 << 10, trickle: 10})
+			}
+			// Every attack is over once the body deadline has passed; the
+			// margin is for a loaded machine. Without the bounds, none ends.
+			giveUp := time.Now().Add(bodyTimeout + 40*time.Second)
+			outcomes := make([]bodyOutcome, len(attacks))
+			var wg sync.WaitGroup
+			for i, a := range attacks {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					outcomes[i] = a.run(n.addr, n.tls, giveUp)
+				}()
+			}
+			wg.Wait()
+			peak := stopRSS()
 
-		// The node took no harm.
-		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		_, err = client.New(n.addr, client.WithRetries(3)).WriteSignals(wctx, []client.Event{{ID: "after-slow-bodies", Entity: 1, Signal: "view"}})
-		Expect(err).NotTo(HaveOccurred())
-	}, SpecTimeout(3*time.Minute))
+			byStatus := map[int]int{}
+			var open, noDialIn int
+			var slowest time.Duration
+			for _, o := range outcomes {
+				switch {
+				case o.noDialIn:
+					noDialIn++
+					continue
+				case o.open:
+					open++
+					continue
+				}
+				byStatus[o.status]++
+				slowest = max(slowest, o.ended)
+			}
+			summary := fmt.Sprintf("%s: RSS %d MB before, peak %d MB; outcomes by status (0 = closed unanswered) %v; still open %d; not connected %d; last closed after %v",
+				plane, base>>20, peak>>20, byStatus, open, noDialIn, slowest.Round(time.Millisecond))
+			AddReportEntry("slow bodies", summary)
+			GinkgoWriter.Println(summary)
+
+			Expect(noDialIn).To(BeZero(), "expected every attack to connect (TCP and TLS), found %d that did not", noDialIn)
+			Expect(open).To(BeZero(), "expected every slow or trickled body to be cut, found %d connections still open after %v", open, bodyTimeout+40*time.Second)
+			Expect(byStatus[http.StatusRequestTimeout]).To(BeNumerically(">", 0), "expected bodies cut with 408, found %v", byStatus)
+			Expect(byStatus[http.StatusServiceUnavailable]).To(BeNumerically(">", 0), "expected bodies refused by the in-flight byte budget (503), found %v", byStatus)
+			// 60 x 7 MiB unbounded reached ~900 MB; the budget is 64 MiB.
+			Expect(peak).To(BeNumerically("<", 300<<20), "expected peak RSS under 300 MB, found %d MB (%d MB before)", peak>>20, base>>20)
+
+			// The node took no harm.
+			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			c := n.client(client.WithRetries(3))
+			defer c.CloseIdleConnections()
+			_, err = c.WriteSignals(wctx, []client.Event{{ID: "after-slow-bodies", Entity: 1, Signal: "view"}})
+			Expect(err).NotTo(HaveOccurred())
+		}, SpecTimeout(3*time.Minute))
+	}
 
 	// Regression (issue 10 item 4): with admission by count alone, 6,000
 	// connections of overload ended in 3,000+ 504s (outcome unknown) a run
