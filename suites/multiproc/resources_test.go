@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,37 +53,46 @@ func startSingleNode(name string, flags ...string) *directNode {
 	return startDirectNodes(name, 1, flags...)[0]
 }
 
-// startSecuredSingleNode starts a one-node cluster with --certs-dir (a CA,
-// the node's certificate and a writer's, made with the CLI as README's
-// secure cluster does) and flags; the node is reached over TLS as the
-// writer.
-func startSecuredSingleNode(name string, flags ...string) *directNode {
+// startSecuredNodes starts an n-node cluster with --certs-dir on every
+// node (a CA, each node's certificate for its member id and a writer's,
+// made with the CLI as README's secure cluster does) and flags; the
+// nodes are reached over TLS as the writer.
+func startSecuredNodes(name string, n int, flags ...string) []*directNode {
 	dir, err := fixture.SpecDir("multiproc", name+"-certs")
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(os.RemoveAll, dir)
-	for _, args := range [][]string{
-		{"certs", "create-ca", "--certs-dir", dir},
-		{"certs", "create-node", "--id", "1", "--host", "127.0.0.1", "--certs-dir", dir},
-		{"certs", "create-client", "writer", "--role", "writer", "--certs-dir", dir},
-	} {
+	cli := func(args ...string) {
 		out, err := exec.Command(bins.TidalServer, args...).CombinedOutput()
 		Expect(err).NotTo(HaveOccurred(), "tidal-server %s: %s", strings.Join(args, " "), out)
 	}
-	cfg, err := certs.ClientTLS(dir, "writer")
+	clients, caKey := filepath.Join(dir, "clients"), filepath.Join(dir, "ca.key")
+	cli("certs", "create-ca", "--certs-dir", clients, "--ca-key", caKey)
+	cli("certs", "create-client", "writer", "--role", "writer", "--certs-dir", clients, "--ca-key", caKey)
+	ca, err := os.ReadFile(filepath.Join(clients, certs.CACertFile))
 	Expect(err).NotTo(HaveOccurred())
-	return startDirectNodesWith(name, 1, cfg, append([]string{"--certs-dir", dir}, flags...)...)[0]
+	var nodeCerts []string
+	for i := range n {
+		nd := filepath.Join(dir, fmt.Sprintf("n%d", i+1))
+		Expect(os.MkdirAll(nd, 0o700)).To(Succeed())
+		Expect(os.WriteFile(filepath.Join(nd, certs.CACertFile), ca, 0o644)).To(Succeed())
+		cli("certs", "create-node", "--id", strconv.Itoa(i+1), "--host", "127.0.0.1", "--certs-dir", nd, "--ca-key", caKey)
+		nodeCerts = append(nodeCerts, nd)
+	}
+	cfg, err := certs.ClientTLS(clients, "writer")
+	Expect(err).NotTo(HaveOccurred())
+	return startDirectNodesWith(name, n, cfg, func(i int) []string { return []string{"--certs-dir", nodeCerts[i]} }, flags...)
 }
 
 // startDirectNodes starts an n-node cluster whose nodes talk to each
 // other directly, and waits until every node is ready. A port taken
 // between choosing and binding it is retried on fresh ports.
 func startDirectNodes(name string, n int, flags ...string) []*directNode {
-	return startDirectNodesWith(name, n, nil, flags...)
+	return startDirectNodesWith(name, n, nil, nil, flags...)
 }
 
 // startDirectNodesWith is startDirectNodes reaching the nodes with
-// tlsCfg (nil: plaintext).
-func startDirectNodesWith(name string, n int, tlsCfg *tls.Config, flags ...string) []*directNode {
+// tlsCfg (nil: plaintext), node i (from 0) also given own(i) when set.
+func startDirectNodesWith(name string, n int, tlsCfg *tls.Config, own func(i int) []string, flags ...string) []*directNode {
 	dir, err := fixture.SpecDir("multiproc", name)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() {
@@ -108,6 +118,9 @@ func startDirectNodesWith(name string, n int, tlsCfg *tls.Config, flags ...strin
 				"--client-addr", clientAddrs[i], "--peer-addr", peerAddrs[i],
 				"--data-dir", filepath.Join(nodeDir, "data"), "--log-file", filepath.Join(nodeDir, "node.log"),
 				"--wal-segment-size", "4194304"}, flags...)
+			if own != nil {
+				args = append(args, own(i)...)
+			}
 			p, err := process.Start(process.Spec{Name: fmt.Sprintf("n%d", i+1), Binary: bins.TidalServer, Args: args, Dir: nodeDir,
 				LogPath: filepath.Join(nodeDir, "stdout.log")}, reg)
 			Expect(err).NotTo(HaveOccurred())
@@ -346,7 +359,7 @@ var _ = Describe("bounded resources", func() {
 			const bodyTimeout = 10 * time.Second
 			var n *directNode
 			if secured {
-				n = startSecuredSingleNode("slow-bodies-tls", "--http-read-timeout="+bodyTimeout.String())
+				n = startSecuredNodes("slow-bodies-tls", 1, "--http-read-timeout="+bodyTimeout.String())[0]
 			} else {
 				n = startSingleNode("slow-bodies", "--http-read-timeout="+bodyTimeout.String())
 			}
@@ -416,86 +429,121 @@ var _ = Describe("bounded resources", func() {
 	// Regression (issue 10 item 4): with admission by count alone, 6,000
 	// connections of overload ended in 3,000+ 504s (outcome unknown) a run
 	// instead of 503s: writes queued past their deadline.
-	It("answers open-loop overload from thousands of connections with 503s, not 504s", func(ctx SpecContext) {
-		limit := raiseFileLimit()
-		// This process holds every connection; leave room for the rest.
-		conns := min(6000, int(limit)-1000)
-		Expect(conns).To(BeNumerically(">=", 1000), "open-file limit %d is too low for an overload test", limit)
-		// A short write timeout makes the failure mode cheap to reach on a
-		// small machine: admitted writes that queue past it end as 504
-		// (with admission by count alone, 17-27% of answers here). Raft
-		// keeps production's timing (1s election timeout), not the suite's
-		// fast one: on a 2-core machine the load generator saturates,
-		// 500ms of starved heartbeats is an election, and an election is
-		// an unknown outcome for every write in flight — a 504 no
-		// admission rule can prevent. The nodes talk directly: relays in
-		// this process would starve next to the generator.
-		nodes := startDirectNodes("overload", 3, "--write-timeout=1500ms")
-		var targets []string
-		for _, node := range nodes {
-			targets = append(targets, node.addr)
+	// The same on a secured cluster: every connection a TLS session
+	// (HTTP/1.1, so that each is a connection, as a writer), and mutual
+	// TLS between the nodes.
+	for _, secured := range []bool{false, true} {
+		plane := "plaintext"
+		if secured {
+			plane = "TLS"
 		}
-		perTarget := (conns + len(targets) - 1) / len(targets)
-		var dialed atomic.Int64
-		tr := stress.NewTransport(perTarget)
-		dial := tr.DialContext
-		tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			conn, err := dial(ctx, network, addr)
-			if err == nil {
-				dialed.Add(1)
+		It("answers open-loop overload from thousands of connections with 503s, not 504s ("+plane+")", func(ctx SpecContext) {
+			limit := raiseFileLimit()
+			// This process holds every connection; leave room for the rest.
+			conns := min(6000, int(limit)-1000)
+			Expect(conns).To(BeNumerically(">=", 1000), "open-file limit %d is too low for an overload test", limit)
+			// A short write timeout makes the failure mode cheap to reach on a
+			// small machine: admitted writes that queue past it end as 504
+			// (with admission by count alone, 17-27% of answers here). Raft
+			// keeps production's timing (1s election timeout), not the suite's
+			// fast one: on a 2-core machine the load generator saturates,
+			// 500ms of starved heartbeats is an election, and an election is
+			// an unknown outcome for every write in flight — a 504 no
+			// admission rule can prevent. The nodes talk directly: relays in
+			// this process would starve next to the generator.
+			var nodes []*directNode
+			if secured {
+				nodes = startSecuredNodes("overload-tls", 3, "--write-timeout=1500ms")
+			} else {
+				nodes = startDirectNodes("overload", 3, "--write-timeout=1500ms")
 			}
-			return conn, err
-		}
-		defer tr.CloseIdleConnections()
-		hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-
-		// Open every connection first, so the nodes hold them all.
-		var wg sync.WaitGroup
-		var warmFailed atomic.Int64
-		for i := 0; i < perTarget*len(targets); i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				resp, err := hc.Get("http://" + targets[i%len(targets)] + "/healthz")
-				if err != nil {
-					warmFailed.Add(1)
-					return
+			var targets []string
+			for _, node := range nodes {
+				targets = append(targets, node.addr)
+			}
+			perTarget := (conns + len(targets) - 1) / len(targets)
+			var dialed atomic.Int64
+			tr := stress.NewTransport(perTarget)
+			var tlsCfg *tls.Config
+			if secured {
+				tlsCfg = nodes[0].tls.Clone()
+				tlsCfg.NextProtos = []string{"http/1.1"}
+				tr.TLSClientConfig = tlsCfg
+			}
+			dial := tr.DialContext
+			tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				conn, err := dial(ctx, network, addr)
+				if err == nil {
+					dialed.Add(1)
 				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}()
-		}
-		wg.Wait()
-		GinkgoWriter.Printf("opened %d connections (%d warm-up requests failed)\n", dialed.Load(), warmFailed.Load())
+				return conn, err
+			}
+			defer tr.CloseIdleConnections()
+			hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
 
-		termBefore := maxTerm(ctx, nodes)
-		res, err := stress.Run(ctx, stress.Config{
-			Targets: targets, Client: hc, MaxInFlight: perTarget * len(targets), Connections: perTarget,
-			Timeout: 20 * time.Second, Entities: 1000,
-		}, []stress.Stage{{Rate: 15000, Duration: 15 * time.Second}})
-		Expect(err).NotTo(HaveOccurred())
-		st := res.Stages[0]
-		e := st.Errors
-		answers := st.OK + e.Unavailable + e.Unknown + e.OtherStatus
-		Expect(answers).To(BeNumerically(">=", 1000), "expected at least 1000 answers to judge, found %d (%+v)", answers, e)
-		share504 := float64(e.Unknown) / float64(answers)
-		refusals := e.Unavailable + e.Unknown
-		termAfter := maxTerm(ctx, nodes)
-		summary := fmt.Sprintf("raft term %d -> %d; %d connections; offered %.0f/s for %v; answers %d: ok %d, 503 %d, 504 %d (%.2f%% of answers), other %d; client timeouts %d, transport errors %d, generator-shed %d",
-			termBefore, termAfter, dialed.Load(), st.OfferedRate, st.Duration, answers, st.OK, e.Unavailable, e.Unknown, 100*share504, e.OtherStatus, e.Timeout, e.Transport, e.Shed)
-		AddReportEntry("overload", summary)
-		GinkgoWriter.Println(summary)
-		for _, node := range nodes {
-			GinkgoWriter.Printf("%s: %s\n", node.name, admissionMetrics(hc, node.addr))
-		}
+			// Open every connection first, so the nodes hold them all.
+			var wg sync.WaitGroup
+			var warmFailed atomic.Int64
+			var warmErrs sync.Map // error text -> *atomic.Int64, for the spec's log
+			for i := 0; i < perTarget*len(targets); i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					resp, err := hc.Get(nodes[i%len(nodes)].baseURL() + "/healthz")
+					if err != nil {
+						warmFailed.Add(1)
+						n, _ := warmErrs.LoadOrStore(errorKind(err), new(atomic.Int64))
+						n.(*atomic.Int64).Add(1)
+						return
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}()
+			}
+			wg.Wait()
+			GinkgoWriter.Printf("opened %d connections (%d warm-up requests failed)\n", dialed.Load(), warmFailed.Load())
+			warmErrs.Range(func(k, v any) bool {
+				GinkgoWriter.Printf("  warm-up failure: %d x %s\n", v.(*atomic.Int64).Load(), k)
+				return true
+			})
 
-		Expect(refusals).To(BeNumerically(">", 0), "expected the nodes to be overloaded (503 or 504), found none: %s", summary)
-		Expect(float64(e.Unavailable)/float64(refusals)).To(BeNumerically(">=", 0.9),
-			"expected overload to be answered with 503 (certainly not applied), found: %s", summary)
-		Expect(share504).To(BeNumerically("<", 0.05), "expected under 5%% of answers to be 504 (outcome unknown), found: %s", summary)
-		Expect(e.OtherStatus).To(BeZero(), "expected no status but 204, 503 and 504, found %v", e.ByStatus)
-	}, SpecTimeout(3*time.Minute))
+			termBefore := maxTerm(ctx, nodes)
+			res, err := stress.Run(ctx, stress.Config{
+				Targets: targets, Client: hc, TLS: tlsCfg, HTTP1: secured, MaxInFlight: perTarget * len(targets), Connections: perTarget,
+				Timeout: 20 * time.Second, Entities: 1000,
+			}, []stress.Stage{{Rate: 15000, Duration: 15 * time.Second}})
+			Expect(err).NotTo(HaveOccurred())
+			st := res.Stages[0]
+			e := st.Errors
+			answers := st.OK + e.Unavailable + e.Unknown + e.OtherStatus
+			Expect(answers).To(BeNumerically(">=", 1000), "expected at least 1000 answers to judge, found %d (%+v)", answers, e)
+			share504 := float64(e.Unknown) / float64(answers)
+			refusals := e.Unavailable + e.Unknown
+			termAfter := maxTerm(ctx, nodes)
+			summary := fmt.Sprintf("%s: raft term %d -> %d; %d connections; offered %.0f/s for %v; answers %d: ok %d, 503 %d, 504 %d (%.2f%% of answers), other %d; client timeouts %d, transport errors %d, generator-shed %d",
+				plane, termBefore, termAfter, dialed.Load(), st.OfferedRate, st.Duration, answers, st.OK, e.Unavailable, e.Unknown, 100*share504, e.OtherStatus, e.Timeout, e.Transport, e.Shed)
+			AddReportEntry("overload", summary)
+			GinkgoWriter.Println(summary)
+			for _, node := range nodes {
+				GinkgoWriter.Printf("%s: %s\n", node.name, admissionMetrics(hc, node.baseURL()))
+			}
+
+			Expect(refusals).To(BeNumerically(">", 0), "expected the nodes to be overloaded (503 or 504), found none: %s", summary)
+			Expect(float64(e.Unavailable)/float64(refusals)).To(BeNumerically(">=", 0.9),
+				"expected overload to be answered with 503 (certainly not applied), found: %s", summary)
+			Expect(share504).To(BeNumerically("<", 0.05), "expected under 5%% of answers to be 504 (outcome unknown), found: %s", summary)
+			Expect(e.OtherStatus).To(BeZero(), "expected no status but 204, 503 and 504, found %v", e.ByStatus)
+		}, SpecTimeout(3*time.Minute))
+	}
 })
+
+// errorKind is err's text without addresses and ports, so that failures
+// of one kind count together.
+func errorKind(err error) string {
+	return addrPattern.ReplaceAllString(err.Error(), "ADDR")
+}
+
+var addrPattern = regexp.MustCompile(`\d+\.\d+\.\d+\.\d+:\d+`)
 
 // maxTerm is the highest raft term any node reports: a change across the
 // load means elections happened during it.
@@ -503,7 +551,10 @@ func maxTerm(ctx context.Context, nodes []*directNode) uint64 {
 	var term uint64
 	for _, n := range nodes {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if st, err := client.New(n.addr, client.WithRetries(2)).Status(sctx); err == nil {
+		c := n.client(client.WithRetries(2))
+		st, err := c.Status(sctx)
+		c.CloseIdleConnections()
+		if err == nil {
 			term = max(term, st.Term)
 		}
 		cancel()
@@ -513,8 +564,8 @@ func maxTerm(ctx context.Context, nodes []*directNode) uint64 {
 
 // admissionMetrics is a node's account of what it shed and why, and how
 // many writes it answered 504, for the spec's log.
-func admissionMetrics(hc *http.Client, addr string) string {
-	resp, err := hc.Get("http://" + addr + "/metrics")
+func admissionMetrics(hc *http.Client, base string) string {
+	resp, err := hc.Get(base + "/metrics")
 	if err != nil {
 		return err.Error()
 	}
