@@ -61,6 +61,13 @@ type options struct {
 	jsonPath   string
 	nonceSeed  uint64
 	signalName string
+	// certsDir, when set, makes the tidal writes HTTPS: trust
+	// certsDir/ca.crt and present client.<certName>.crt (a secured
+	// cluster, issue 10); http1 keeps them on HTTP/1.1 over TLS, one
+	// connection per worker, instead of HTTP/2's one multiplexed one.
+	certsDir string
+	certName string
+	http1    bool
 }
 
 func main() {
@@ -80,6 +87,9 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Second, "bound on each write (a write past it counts as an error)")
 	flag.StringVar(&o.jsonPath, "json", "", "write the result here instead of standard output")
 	flag.StringVar(&o.signalName, "signal", "view", "signal type of every event")
+	flag.StringVar(&o.certsDir, "certs-dir", "", "tidal only: speak HTTPS trusting DIR/ca.crt and presenting DIR/client.NAME.crt (-cert-name); HTTP/2 unless -http1")
+	flag.StringVar(&o.certName, "cert-name", "writer", "with -certs-dir: the client certificate to present")
+	flag.BoolVar(&o.http1, "http1", false, "with -certs-dir: HTTP/1.1 over TLS, one connection per worker (default HTTP/2, one connection)")
 	flag.Parse()
 	o.endpoints = splitList(endpoints)
 	o.nonceSeed = rand.Uint64()
@@ -108,6 +118,9 @@ func run(ctx context.Context, o options) error {
 	if o.batch < 1 {
 		return fmt.Errorf("-batch: expected at least 1, found %d", o.batch)
 	}
+	if o.system != "tidal" && (o.certsDir != "" || o.http1) {
+		return fmt.Errorf("-certs-dir and -http1: for -system tidal only, found -system %q", o.system)
+	}
 	var t target
 	events := newEvents(o.nonceSeed, o.entities, o.signalName)
 	switch o.system {
@@ -121,7 +134,11 @@ func run(ctx context.Context, o options) error {
 		}
 		t = &etcdTarget{endpoints: o.endpoints, conns: conns, timeout: o.timeout, events: events}
 	case "tidal":
-		t = &tidalTarget{endpoints: o.endpoints, timeout: o.timeout, batch: o.batch, events: events}
+		opts, err := tidalCredentials(o)
+		if err != nil {
+			return err
+		}
+		t = &tidalTarget{endpoints: o.endpoints, timeout: o.timeout, batch: o.batch, events: events, opts: opts, http1: o.http1}
 	default:
 		return fmt.Errorf("-system: expected etcd or tidal, found %q", o.system)
 	}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tidaldb/tidal/tidal-server/auth"
+	"github.com/tidaldb/tidal/tidal-server/certs"
 	"github.com/tidaldb/tidal/tidal-server/client"
 )
 
@@ -53,6 +55,47 @@ func TestRunRefusesBadFlags(t *testing.T) {
 	} {
 		if err := run(t.Context(), o); err == nil {
 			t.Errorf("%s: expected an error", name)
+		}
+	}
+}
+
+// TestTidalCredentials: plaintext has no options; -http1 without
+// -certs-dir is refused; -certs-dir presents the client certificate over
+// TLS, on HTTP/2 by default (one shared connection) and with -http1 on
+// HTTP/1.1 only (one connection per worker), which the record's
+// connection count says.
+func TestTidalCredentials(t *testing.T) {
+	if opts, err := tidalCredentials(options{}); err != nil || len(opts) != 0 {
+		t.Fatalf("plaintext: expected no options and no error, found %d, %v", len(opts), err)
+	}
+	if _, err := tidalCredentials(options{http1: true}); err == nil || !strings.Contains(err.Error(), "-certs-dir") {
+		t.Fatalf("-http1 alone: expected an error naming -certs-dir, found %v", err)
+	}
+	if _, err := tidalCredentials(options{certsDir: t.TempDir(), certName: "writer"}); err == nil || !strings.Contains(err.Error(), "-certs-dir") {
+		t.Fatalf("an empty certs dir: expected an error naming -certs-dir, found %v", err)
+	}
+	dir := t.TempDir()
+	if _, err := certs.CreateCA(certs.CreateOptions{CertsDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := certs.CreateClient(certs.CreateOptions{CertsDir: dir}, "writer", auth.Writer); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		http1       bool
+		options     int
+		connections int
+	}{{false, 1, 1}, {true, 2, 64}} {
+		opts, err := tidalCredentials(options{certsDir: dir, certName: "writer", http1: tc.http1})
+		if err != nil || len(opts) != tc.options {
+			t.Fatalf("http1=%v: expected %d options, found %d, %v", tc.http1, tc.options, len(opts), err)
+		}
+		tt := &tidalTarget{opts: opts, http1: tc.http1, workers: 64}
+		if got := tt.connections(); got != tc.connections {
+			t.Errorf("http1=%v: expected %d connections recorded for 64 workers, found %d", tc.http1, tc.connections, got)
+		}
+		if c := client.New("127.0.0.1:1", opts...); !strings.HasPrefix(c.Addr(), "https://") {
+			t.Errorf("http1=%v: expected an https:// base, found %s", tc.http1, c.Addr())
 		}
 	}
 }

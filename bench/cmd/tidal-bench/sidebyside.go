@@ -52,7 +52,16 @@ type sbsOptions struct {
 	// tidalFlags are extra tidal-server flags of the measured build (not
 	// the baseline's), e.g. "--pack-proposals".
 	tidalFlags string
+	// tlsAB measures this build twice: plaintext in etcd's place and
+	// secured (--certs-dir on every node, storeload over TLS with a
+	// writer certificate) in tidal's: the cost of TLS (issue 10).
+	// tlsHTTP1 keeps the secured clients on HTTP/1.1.
+	tlsAB    bool
+	tlsHTTP1 bool
 }
+
+// abBaseline reports whether etcd's place holds a tidal-server (an A/B).
+func (so sbsOptions) abBaseline() bool { return so.baseline != "" || so.tlsAB }
 
 // sharedMachineNote goes into every side-by-side file.
 const sharedMachineNote = "the machine is shared with other engineers' builds and tests and is noisy: " +
@@ -83,6 +92,12 @@ func runSideBySide(ctx context.Context, o options) (err error) {
 	if so.rounds < 1 {
 		return fmt.Errorf("-rounds: expected at least 1, found %d", so.rounds)
 	}
+	switch {
+	case so.tlsAB && so.baseline != "":
+		return errors.New("-tls-ab and -baseline: expected one, found both (-tls-ab compares this build with itself)")
+	case so.tlsHTTP1 && !so.tlsAB:
+		return errors.New("-tls-http1: needs -tls-ab")
+	}
 	repo, err := filepath.Abs(o.repo)
 	if err != nil {
 		return err
@@ -108,7 +123,7 @@ func runSideBySide(ctx context.Context, o options) (err error) {
 
 	started := time.Now()
 	res := &sideBySide{Schema: 1, Kind: sideBySideKind, Time: started.UTC(), Quick: o.quick, Note: sharedMachineNote,
-		Config: sbsConfig{TidalFlags: so.tidalFlags, Baseline: so.baseline, Rounds: so.rounds, Clients: clients, Warmup: so.warmup, Duration: so.duration, OpTimeout: so.opTimeout,
+		Config: sbsConfig{TidalFlags: so.tidalFlags, Baseline: so.baseline, TLSAB: so.tlsAB, TLSHTTP1: so.tlsHTTP1, Rounds: so.rounds, Clients: clients, Warmup: so.warmup, Duration: so.duration, OpTimeout: so.opTimeout,
 			EtcdConns: so.etcdConns, BatchClients: so.batchClients, BatchSize: so.batchSize, RelayDuration: so.relayDuration}}
 	if res.Env, err = environment(ctx, repo); err != nil {
 		return err
@@ -129,7 +144,14 @@ func runSideBySide(ctx context.Context, o options) (err error) {
 
 	if !so.skipStores {
 		var etcdBin string
-		if so.baseline != "" {
+		if so.tlsAB {
+			etcdBin = filepath.Join(bin, "tidal-server")
+			res.EtcdVersion = "plaintext tidal-server (this build)"
+			stem += "-tls"
+			if so.tlsHTTP1 {
+				stem += "-h1"
+			}
+		} else if so.baseline != "" {
 			if etcdBin, err = filepath.Abs(so.baseline); err != nil {
 				return err
 			}
@@ -230,18 +252,26 @@ func clusterCPUSeconds(c storeCluster) (float64, error) {
 // client count (and, for tidal, the batched run), and stops the cluster.
 func storeRoundOf(ctx context.Context, so sbsOptions, clients []int, system string, round int, etcdBin, bin, dir string) (rd storeRound, err error) {
 	rd = storeRound{System: system, Round: round, LoadStart: loadAvg()}
-	fmt.Printf("tidal-bench: round %d, %s (load %s)\n", round, system, rd.LoadStart)
+	label := roundName(sbsConfig{TLSAB: so.tlsAB, Baseline: so.baseline}, system)
+	fmt.Printf("tidal-bench: round %d, %s (load %s)\n", round, label, rd.LoadStart)
 	var c storeCluster
+	var secure *clusterCerts
 	loadSystem := system
 	switch {
-	case system == "etcd" && so.baseline != "":
-		// The A/B baseline: another tidal-server build in etcd's slot.
-		c, err = startCluster(ctx, etcdBin, dir, 3)
+	case system == "etcd" && so.abBaseline():
+		// The A/B baseline: another tidal-server build, or this one in
+		// plaintext, in etcd's slot.
+		c, err = startCluster(ctx, etcdBin, dir, 3, nil)
 		loadSystem = "tidal"
 	case system == "etcd":
 		c, err = startEtcd(ctx, etcdBin, dir, 3)
 	default:
-		c, err = startCluster(ctx, filepath.Join(bin, "tidal-server"), dir, 3, strings.Fields(so.tidalFlags)...)
+		if so.tlsAB {
+			if secure, err = makeClusterCerts(filepath.Join(dir, "certs"), 3); err != nil {
+				return rd, err
+			}
+		}
+		c, err = startCluster(ctx, filepath.Join(bin, "tidal-server"), dir, 3, secure, strings.Fields(so.tidalFlags)...)
 	}
 	if err != nil {
 		return rd, err
@@ -256,7 +286,7 @@ func storeRoundOf(ctx context.Context, so sbsOptions, clients []int, system stri
 	for _, n := range clients {
 		runs = append(runs, run{n, 1})
 	}
-	if (system == "tidal" || so.baseline != "") && so.batchClients > 0 {
+	if (system == "tidal" || so.abBaseline()) && so.batchClients > 0 {
 		runs = append(runs, run{so.batchClients, so.batchSize})
 	}
 	for _, r := range runs {
@@ -264,7 +294,7 @@ func storeRoundOf(ctx context.Context, so sbsOptions, clients []int, system stri
 		if err != nil {
 			return rd, err
 		}
-		rec, err := storeload(ctx, so, filepath.Join(bin, "storeload"), loadSystem, c.endpoints(), r.clients, r.batch, dir)
+		rec, err := storeload(ctx, so, filepath.Join(bin, "storeload"), loadSystem, c.endpoints(), r.clients, r.batch, dir, secure)
 		if err != nil {
 			return rd, err
 		}
@@ -274,7 +304,7 @@ func storeRoundOf(ctx context.Context, so sbsOptions, clients []int, system stri
 		}
 		rec.ServerCPUSeconds = cpu1 - cpu0
 		fmt.Printf("tidal-bench:   %s %3d clients × %d events: %s writes/s, p50 %s p99 %s p99.9 %s, %d errors; CPU µs/write: servers %.0f, load tool %.0f\n",
-			system, r.clients, r.batch, fmtRate(rec.OpsPerSec), ms(rec.Latency.P50), ms(rec.Latency.P99), ms(rec.Latency.P999), rec.Errors,
+			label, r.clients, r.batch, fmtRate(rec.OpsPerSec), ms(rec.Latency.P50), ms(rec.Latency.P99), ms(rec.Latency.P999), rec.Errors,
 			1e6*rec.CPUPerOp(rec.ServerCPUSeconds), 1e6*rec.CPUPerOp(rec.ToolCPUSeconds))
 		rd.Runs = append(rd.Runs, rec)
 	}
@@ -283,7 +313,7 @@ func storeRoundOf(ctx context.Context, so sbsOptions, clients []int, system stri
 }
 
 // storeload runs the load tool once and reads its record.
-func storeload(ctx context.Context, so sbsOptions, bin, system string, endpoints []string, clients, batch int, dir string) (closedloop.Record, error) {
+func storeload(ctx context.Context, so sbsOptions, bin, system string, endpoints []string, clients, batch int, dir string, secure *clusterCerts) (closedloop.Record, error) {
 	var rec closedloop.Record
 	label := fmt.Sprintf("storeload-c%d-b%d", clients, batch)
 	jsonPath := filepath.Join(dir, label+".json")
@@ -293,6 +323,12 @@ func storeload(ctx context.Context, so sbsOptions, bin, system string, endpoints
 		"-json", jsonPath}
 	if system == "etcd" {
 		args = append(args, "-etcd-conns", strconv.Itoa(so.etcdConns))
+	}
+	if secure != nil {
+		args = append(args, "-certs-dir", secure.clientDir, "-cert-name", benchClientName)
+		if so.tlsHTTP1 {
+			args = append(args, "-http1")
+		}
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
 	var stderr bytes.Buffer

@@ -50,8 +50,12 @@ type sbsConfig struct {
 	RelayDuration time.Duration `json:"relay_duration_ns"`
 	// TidalFlags are the measured tidal-server's extra flags; Baseline,
 	// when set, the other tidal-server build measured in etcd's place.
-	TidalFlags   string   `json:"tidal_flags,omitempty"`
-	Baseline     string   `json:"baseline,omitempty"`
+	TidalFlags string `json:"tidal_flags,omitempty"`
+	Baseline   string `json:"baseline,omitempty"`
+	// TLSAB: etcd's place held this build in plaintext, tidal's the same
+	// build secured (--certs-dir); TLSHTTP1: its clients spoke HTTP/1.1.
+	TLSAB        bool     `json:"tls_ab,omitempty"`
+	TLSHTTP1     bool     `json:"tls_http1,omitempty"`
 	ToxiproxyEnv []string `json:"toxiproxy_env,omitempty"`
 }
 
@@ -210,7 +214,13 @@ func sideBySideSummary(r *sideBySide) string {
 	if r.Config.TidalFlags != "" {
 		p("- tidal-server nodes ran with the extra flags `%s`\n", r.Config.TidalFlags)
 	}
-	if r.Config.Baseline != "" {
+	if r.Config.TLSAB {
+		proto := "TLS 1.3 with HTTP/2 (tidal-server/client's default: one connection, multiplexed)"
+		if r.Config.TLSHTTP1 {
+			proto = "TLS 1.3 with HTTP/1.1 (one keep-alive connection per client, as in plaintext)"
+		}
+		p("- **Plaintext against TLS, one build** (issue 10): the \"plaintext\" columns below are this build without `--certs-dir` (plaintext, HTTP/1.1, one keep-alive connection per client), the \"TLS\" columns the same build with `--certs-dir` on every node: mutual TLS between the nodes, and to the clients %s presenting a writer certificate (the JSON keeps the etcd and tidal slots: etcd is plaintext, tidal is TLS)\n", proto)
+	} else if r.Config.Baseline != "" {
 		p("- **A/B of two tidal-server builds**: every \"etcd\" column below is the baseline build %s, every \"tidal\" column this commit\n", r.Config.Baseline)
 	} else if r.EtcdVersion != "" {
 		p("- etcd: %s\n", r.EtcdVersion)
@@ -225,12 +235,24 @@ func sideBySideSummary(r *sideBySide) string {
 	}
 
 	if len(r.Stores) > 0 {
-		p("\n## Replicated writes: etcd and tidal-server, 3 members each on loopback\n\n")
-		p("Closed loop, every client one write in flight, single-event writes sent to the leader; ")
-		p("both systems fsync every commit (their defaults); a fresh cluster per system and round, rounds alternating etcd, tidal, etcd, tidal… ")
-		p("One load tool (bench/storeload) drives both with the same loop and clock; etcd's workers share %s, tidal's use one HTTP/1.1 keep-alive connection each. ", etcdConnsText(c.EtcdConns))
-		p("Writes/s and percentiles are medians over the rounds (the range of writes/s in brackets); ratio = tidal / etcd.\n\n")
-		p("| clients | etcd writes/s | tidal writes/s | ratio | p50 etcd / tidal | p99 etcd / tidal | p99.9 etcd / tidal | errors etcd / tidal |\n")
+		a, b := storeNames(c)
+		switch {
+		case c.TLSAB:
+			p("\n## Replicated writes: tidal-server in plaintext and with TLS, 3 members each on loopback\n\n")
+			p("Closed loop, every client one write in flight, single-event writes sent to the leader; a fresh cluster per mode and round, rounds alternating plaintext, TLS, plaintext, TLS… ")
+			p("One load tool (bench/storeload) drives both; plaintext clients use one HTTP/1.1 keep-alive connection each, TLS clients %s. ", tlsClientsText(c))
+		case c.Baseline != "":
+			p("\n## Replicated writes: two tidal-server builds, 3 members each on loopback\n\n")
+			p("Closed loop, every client one write in flight, single-event writes sent to the leader; a fresh cluster per build and round, rounds alternating baseline, this build… ")
+			p("One load tool (bench/storeload) drives both, one HTTP/1.1 keep-alive connection per client. ")
+		default:
+			p("\n## Replicated writes: etcd and tidal-server, 3 members each on loopback\n\n")
+			p("Closed loop, every client one write in flight, single-event writes sent to the leader; ")
+			p("both systems fsync every commit (their defaults); a fresh cluster per system and round, rounds alternating etcd, tidal, etcd, tidal… ")
+			p("One load tool (bench/storeload) drives both with the same loop and clock; etcd's workers share %s, tidal's use one HTTP/1.1 keep-alive connection each. ", etcdConnsText(c.EtcdConns))
+		}
+		p("Writes/s and percentiles are medians over the rounds (the range of writes/s in brackets); ratio = %s / %s.\n\n", b, a)
+		p("| clients | %[1]s writes/s | %[2]s writes/s | ratio | p50 %[1]s / %[2]s | p99 %[1]s / %[2]s | p99.9 %[1]s / %[2]s | errors %[1]s / %[2]s |\n", a, b)
 		p("|---|---|---|---|---|---|---|---|\n")
 		for _, row := range r.Stores {
 			p("| %d | %s | %s | %s | %s / %s | %s / %s | %s / %s | %s / %s |\n", row.Clients,
@@ -241,7 +263,7 @@ func sideBySideSummary(r *sideBySide) string {
 		if hasCPU(r.Stores) {
 			p("\n**CPU per write** (user + system seconds over the whole run, warm-up included, divided by the writes completed; medians over the rounds). ")
 			p("It moves far less with the machine's load than writes/s do: the servers' column is what one replicated write costs the three members together.\n\n")
-			p("| clients | servers' CPU µs/write etcd / tidal | tidal / etcd | load tool's CPU µs/write etcd / tidal |\n|---|---|---|---|\n")
+			p("| clients | servers' CPU µs/write %[1]s / %[2]s | %[2]s / %[1]s | load tool's CPU µs/write %[1]s / %[2]s |\n|---|---|---|---|\n", a, b)
 			for _, row := range r.Stores {
 				cpuRatio := "-"
 				if row.Etcd.ServerCPUus > 0 && row.Tidal.ServerCPUus > 0 {
@@ -269,7 +291,7 @@ func sideBySideSummary(r *sideBySide) string {
 		p("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, rd := range r.StoreRounds {
 			for _, run := range rd.Runs {
-				p("| %s | %d | %s → %s | %d | %d | %s | %s | %s | %s | %s | %s | %d | %v |\n", rd.System, rd.Round, rd.LoadStart, rd.LoadEnd,
+				p("| %s | %d | %s → %s | %d | %d | %s | %s | %s | %s | %s | %s | %d | %v |\n", roundName(c, rd.System), rd.Round, rd.LoadStart, rd.LoadEnd,
 					run.Clients, run.Batch, fmtRate(run.OpsPerSec), fmtRate(run.EventsPerSec),
 					ms(run.Latency.P50), ms(run.Latency.P99), ms(run.Latency.P999), ms(run.Latency.Max), run.Errors, run.LeaderChanged)
 			}
@@ -407,4 +429,33 @@ func times(a, b float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("×%.2f", a/b)
+}
+
+// storeNames are the two columns' names: etcd and tidal, or the two
+// sides of an A/B (the first held etcd's place).
+func storeNames(c sbsConfig) (a, b string) {
+	switch {
+	case c.TLSAB:
+		return "plaintext", "TLS"
+	case c.Baseline != "":
+		return "baseline", "this build"
+	}
+	return "etcd", "tidal"
+}
+
+// roundName is the name of a round's system in the report.
+func roundName(c sbsConfig, system string) string {
+	a, b := storeNames(c)
+	if system == "etcd" {
+		return a
+	}
+	return b
+}
+
+// tlsClientsText says how the TLS side's clients connect.
+func tlsClientsText(c sbsConfig) string {
+	if c.TLSHTTP1 {
+		return "HTTP/1.1 over TLS, one keep-alive connection each"
+	}
+	return "HTTP/2 over TLS, all of them multiplexed on one connection as tidal-server/client does"
 }

@@ -179,6 +179,44 @@ func TestSideBySideSummaryWithoutParallelConns(t *testing.T) {
 	}
 }
 
+// TestSideBySideSummaryOfTLSAB: a -tls-ab file names its sides plaintext
+// and TLS (etcd appears nowhere in its store section) and says how the
+// TLS clients connected; the rounds' table names the mode of each round.
+func TestSideBySideSummaryOfTLSAB(t *testing.T) {
+	rounds := sampleRounds()
+	for _, h1 := range []bool{false, true} {
+		r := &sideBySide{Schema: 1, Kind: sideBySideKind, Time: time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC), Note: sharedMachineNote,
+			Env:         env{Commit: "abc123", Cores: 2},
+			Config:      sbsConfig{TLSAB: true, TLSHTTP1: h1, Rounds: 3, Clients: []int{1, 64}, Warmup: time.Second, Duration: 5 * time.Second},
+			StoreRounds: rounds, Stores: storeRows(rounds, []int{1, 64}), EtcdVersion: "plaintext tidal-server (this build)"}
+		md := sideBySideSummary(r)
+		store := md[strings.Index(md, "## Replicated writes"):]
+		want := []string{
+			"**Plaintext against TLS, one build** (issue 10)",
+			"## Replicated writes: tidal-server in plaintext and with TLS",
+			"ratio = TLS / plaintext",
+			"| clients | plaintext writes/s | TLS writes/s | ratio | p50 plaintext / TLS |",
+			"| 1 | 200 (100–300) | 250 (150–400) | 1.25 |",
+			"| clients | servers' CPU µs/write plaintext / TLS | TLS / plaintext |",
+			"| plaintext | 1 | 5.00 6.00 7.00 → 5.50 6.00 7.00 | 1 | 1 | 100 |",
+			"| TLS | 1 |",
+		}
+		if h1 {
+			want = append(want, "TLS 1.3 with HTTP/1.1", "TLS clients HTTP/1.1 over TLS, one keep-alive connection each")
+		} else {
+			want = append(want, "TLS 1.3 with HTTP/2", "TLS clients HTTP/2 over TLS, all of them multiplexed on one connection")
+		}
+		for _, w := range want {
+			if !strings.Contains(md, w) {
+				t.Errorf("http1=%v: expected the summary to contain %q, found:\n%s", h1, w, md)
+			}
+		}
+		if strings.Contains(store, "etcd") {
+			t.Errorf("http1=%v: expected no mention of etcd in the store section of a TLS A/B, found:\n%s", h1, store)
+		}
+	}
+}
+
 // TestPreviousResultsSkipsSideBySide: the cluster benchmark compares with
 // the newest cluster results file, never with a side-by-side one (which
 // would read as a run without workloads), and -render recognises both.
