@@ -74,6 +74,10 @@ func toRunning(c *cluster.Cluster) func(int) (string, *client.Client) {
 // expectNoAckedLoss checks that every running node holds every write w saw
 // acknowledged, exactly once, and that all agree on one digest.
 func expectNoAckedLoss(ctx context.Context, c *cluster.Cluster, w *fixture.Writer) {
+	// "No acked write lost" holds for no writes and for no nodes; neither
+	// may pass for a check (issue 16 item 5).
+	Expect(w.Acked()).NotTo(BeEmpty(), "expected acknowledged writes to check, found none: %s", w.Summary())
+	Expect(c.RunningNames()).NotTo(BeEmpty(), "expected running nodes to audit, found none")
 	wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
 	Expect(c.WaitConverged(wctx)).To(Succeed())
