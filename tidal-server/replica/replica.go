@@ -254,7 +254,8 @@ type Replica struct {
 	syncq       chan syncItem
 	applyq      chan applyItem
 	snapshotReq chan chan snapshotResult
-	stopc       chan struct{} // closed by halt: every goroutine returns
+	forwardq    chan *raftpb.Message // proposals forwarded by followers (forward.go)
+	stopc       chan struct{}        // closed by halt: every goroutine returns
 	haltCtx     context.Context
 	haltCancel  context.CancelFunc
 	haltOnce    sync.Once
@@ -321,6 +322,7 @@ func Start(cfg Config) (*Replica, error) {
 		applyq:      make(chan applyItem, pipelineDepth),
 		snapq:       make(chan snapJob, 2),
 		laneq:       make(chan *raftpb.Message, pipelineDepth),
+		forwardq:    make(chan *raftpb.Message, forwardQueue),
 		promoteKick: make(chan struct{}, 1),
 		stopc:       make(chan struct{}),
 		done:        make(chan struct{}),
@@ -435,8 +437,9 @@ func Start(cfg Config) (*Replica, error) {
 			"entries", len(rec.Entries), "commit", rec.HardState.Commit, "join", cfg.Join && fresh)
 		r.node = raft.RestartNode(rc)
 	}
-	r.wg.Add(6)
+	r.wg.Add(7)
 	go r.run()
+	go r.forwardLoop()
 	go r.laneLoop()
 	go r.snapshotLoop()
 	go r.syncLoop()
@@ -662,22 +665,19 @@ func (r *Replica) ReadIndex(ctx context.Context) (uint64, error) {
 	}
 }
 
-// forwardedProposalWait bounds how long a proposal forwarded by a follower
-// may wait for raft to take it.
-const forwardedProposalWait = 100 * time.Millisecond
-
 // Receive hands a marshalled message from a peer to raft.
 //
-// A proposal forwarded by a follower (MsgProp) is stepped with a short
-// deadline and dropped if raft does not take it: raft refuses proposals
-// while it knows no leader by blocking Step, and the transport delivers a
-// peer's messages one after another on one stream. A restarted ex-leader
-// that received proposals queued for it before it died would otherwise
-// block its stream on the first one, never see the new leader's
-// heartbeats queued behind it, never learn the leader — and never take the
-// proposal: a deadlock seen in the chaos suite. A dropped forwarded
-// proposal is safe: its proposer times out with an unknown outcome and the
-// client retries with the same ids.
+// A proposal forwarded by a follower (MsgProp) never blocks here: raft
+// refuses proposals while it knows no leader by blocking Step, and the
+// transport delivers a peer's messages one after another on one stream. A
+// restarted ex-leader that received proposals queued for it before it
+// died would otherwise block its stream on the first one, never see the
+// new leader's heartbeats queued behind it, never learn the leader — and
+// never take the proposal: a deadlock seen in the chaos suite. So it is
+// queued for the forward loop (forward.go), which waits for raft to take
+// it apart from the stream. A forwarded proposal dropped in the end is
+// safe: its proposer times out with an unknown outcome and the client
+// retries with the same ids.
 func (r *Replica) Receive(ctx context.Context, data []byte) error {
 	m := &raftpb.Message{}
 	if err := proto.Unmarshal(data, m); err != nil {
@@ -692,15 +692,16 @@ func (r *Replica) Receive(ctx context.Context, data []byte) error {
 	return r.node.Step(ctx, m)
 }
 
-func (r *Replica) stepForwarded(ctx context.Context, m *raftpb.Message) error {
-	pctx, cancel := context.WithTimeout(ctx, forwardedProposalWait)
-	defer cancel()
-	err := r.node.Step(pctx, m)
-	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+// stepForwarded hands a proposal forwarded by a follower to the forward
+// loop (forward.go), never blocking the transport's inbound goroutine.
+func (r *Replica) stepForwarded(_ context.Context, m *raftpb.Message) error {
+	select {
+	case r.forwardq <- m:
+	default:
+		// The loop is that far behind: drop, as raft would, and count it.
 		r.metrics.ProposalsDropped.Inc()
-		return nil
 	}
-	return err
+	return nil
 }
 
 // holdForwarded keeps a proposal forwarded to this node while it hands
@@ -778,13 +779,26 @@ func (r *Replica) TransferLeader(ctx context.Context, to uint64) error {
 		defer r.releaseHeld()
 	}
 	r.node.TransferLeadership(ctx, lead, to)
+	// raft abandons a transfer the target did not complete within an
+	// election timeout (a target still catching up on a busy leader), and
+	// says nothing: ask again each election timeout, of whichever node
+	// leads then, until leadership is where it was asked to go or ctx
+	// ends. Asking while a transfer to the same node is under way is a
+	// no-op in raft.
+	again := time.Duration(r.cfg.ElectionTicks) * r.cfg.TickInterval
+	asked := time.Now()
 	t := time.NewTicker(r.cfg.TickInterval / 2)
 	defer t.Stop()
 	for {
 		select {
 		case <-t.C:
-			if r.leader.Load() == to {
+			now := r.leader.Load()
+			if now == to {
 				return nil
+			}
+			if now != raft.None && time.Since(asked) >= again {
+				r.node.TransferLeadership(ctx, now, to)
+				asked = time.Now()
 			}
 		case <-ctx.Done():
 			return fmt.Errorf("leadership did not move from %d to %d: %w", lead, to, ctx.Err())
