@@ -578,6 +578,19 @@ func collect(ctx context.Context, c *cluster.Cluster, alive func(string) bool, r
 			return err
 		})
 	}
+	digests, notes := digestsAtOneIndex(ctx, digests, digestRounds,
+		func(ctx context.Context) error {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			return c.WaitConverged(wctx)
+		},
+		func(ctx context.Context, n string) (checker.DigestSample, error) {
+			d, err := c.AdminClient(n).Digest(ctx)
+			return checker.DigestSample{AppliedIndex: d.AppliedIndex, Digest: d.Digest}, err
+		})
+	for _, note := range notes {
+		fmt.Fprintf(out, "  %s\n", note)
+	}
 	if err := run.WriteDigests(digests); err != nil {
 		fmt.Fprintf(out, "  warning: digests: %v\n", err)
 	}
