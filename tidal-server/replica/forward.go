@@ -21,6 +21,10 @@ const forwardQueue = 4096
 // is what unknown allows.
 const forwardedProposalWait = 5 * time.Second
 
+// confChangeStepWait bounds how long a forwarded configuration change
+// waits for raft to take it (raft blocks it while it knows no leader).
+const confChangeStepWait = 100 * time.Millisecond
+
 // forwardLoop puts the proposals followers forwarded here into raft, in
 // the order they arrived, off the transport's inbound goroutine.
 //
@@ -48,15 +52,21 @@ func (r *Replica) forwardLoop() {
 }
 
 func (r *Replica) forward(m *raftpb.Message) {
-	ctx, cancel := context.WithTimeout(r.haltCtx, forwardedProposalWait)
-	defer cancel()
 	if !allNormal(m.GetEntries()) {
-		// Configuration changes keep raft's own path: stepped as sent.
-		if err := r.node.Step(ctx, m); err != nil && r.haltCtx.Err() == nil {
+		// Configuration changes keep raft's own path, stepped as sent
+		// (the marker entry and the change must stay one MsgProp, at
+		// consecutive indexes: confchange.go) and as briefly as before; a
+		// dropped one leaves its proposer waiting to its deadline, as
+		// before.
+		sctx, cancel := context.WithTimeout(r.haltCtx, confChangeStepWait)
+		defer cancel()
+		if err := r.node.Step(sctx, m); err != nil && r.haltCtx.Err() == nil {
 			r.metrics.ProposalsDropped.Inc()
 		}
 		return
 	}
+	ctx, cancel := context.WithTimeout(r.haltCtx, forwardedProposalWait)
+	defer cancel()
 	for _, e := range m.GetEntries() {
 		if err := r.proposeForwarded(ctx, e.GetData()); err != nil {
 			if r.haltCtx.Err() == nil {
