@@ -434,7 +434,10 @@ func LedgerCovering(ops []history.Op, audits map[string][]AuditEntry, applied ma
 	}
 
 	valid := Valid
-	if d.Unreplicated.Count > 0 {
+	// "Every acknowledged write survived" holds for none: a run whose
+	// writes were never acknowledged has nothing of durability to vouch
+	// for (issue 16 item 5).
+	if d.Unreplicated.Count > 0 || d.Acked == 0 {
 		valid = Unknown
 	}
 	if missingValid != Valid {
@@ -489,6 +492,10 @@ func ledgerSummary(d *LedgerDetails) string {
 	if d.Unexp.Count > 0 {
 		e := d.Unexp.Examples[0]
 		parts = append(parts, fmt.Sprintf("%d ids applied that no client sent; first: %s at index %d", d.Unexp.Count, e.ID, e.Index))
+	}
+	if len(parts) == 0 && d.Acked == 0 {
+		return fmt.Sprintf("no write was acknowledged: nothing to check (%d ids sent; %d info writes recovered, %d not applied)",
+			d.IDs, d.Recovered.Count, d.NotLanded)
 	}
 	if len(parts) == 0 {
 		s := fmt.Sprintf("all %d acknowledged ids present once on %s; %d info writes recovered, %d not applied",

@@ -351,3 +351,23 @@ func TestLedgerAtTellsUnreplicatedFromLost(t *testing.T) {
 		t.Fatalf("lost %d unreplicated %d, want 1 and 0", d.Lost.Count, d.Unreplicated.Count)
 	}
 }
+
+// Regression (issue 16 item 5): the ledger said true over a run in which
+// no write was acknowledged ("all 0 acknowledged ids present"): every
+// acked write survived because there were none. It is unknown now, and
+// still invalid when something no client sent, or a failed write, landed.
+func TestLedgerWithNoAcknowledgedWriteIsUnknown(t *testing.T) {
+	h := newHist(t)
+	h.write(0, "w1", "n1", history.Info, 0)
+	h.write(1, "w2", "n2", history.Fail, 0)
+	audits := map[string][]AuditEntry{"n1": nil, "n2": nil, "n3": nil}
+	r := Ledger(h.ops, audits, nil)
+	mustValid(t, r, Unknown)
+	if !strings.Contains(r.Summary, "no write was acknowledged") {
+		t.Fatalf("expected the summary to say no write was acknowledged, found %q", r.Summary)
+	}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		audits[n] = []AuditEntry{entry("w2", 10)}
+	}
+	mustValid(t, Ledger(h.ops, audits, nil), Invalid)
+}

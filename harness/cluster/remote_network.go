@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -149,7 +150,24 @@ func call[T any](f func(context.Context) (T, error)) (T, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), remoteCallTimeout)
 	defer cancel()
 	v, err := f(ctx)
+	if notSent(err) {
+		return v, fmt.Errorf("%w: %w", ErrNotSent, err)
+	}
 	return v, sentinel(err)
+}
+
+// ErrNotSent says a control request never reached the relay: no
+// connection to its control API could be made, so the change it asked
+// for certainly did not happen (the nemesis records such a fault as
+// failed, not as of unknown outcome). A request that was sent and then
+// failed — a timeout, a 500 — may have acted, and is not ErrNotSent.
+var ErrNotSent = errors.New("remote mesh: control request not sent")
+
+// notSent reports whether err is a failure to connect: the request was
+// never written.
+func notSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // sentinel restores the mesh and relay errors the API flattened into

@@ -209,8 +209,9 @@ func (p partition) Inject(_ context.Context, c Cluster, v *history.FaultValue) (
 	default:
 		return time.Time{}, NotApplied(fmt.Errorf("partition: unknown shape %q", p.shape))
 	}
-	if errors.Is(err, mesh.ErrBadShape) || errors.Is(err, mesh.ErrUnknownNode) {
-		// Rejected before any relay was touched.
+	if errors.Is(err, mesh.ErrBadShape) || errors.Is(err, mesh.ErrUnknownNode) || errors.Is(err, cluster.ErrNotSent) {
+		// Rejected before any relay was touched, or never reached the
+		// relay's control API at all.
 		return time.Time{}, NotApplied(err)
 	}
 	if err != nil {

@@ -163,6 +163,27 @@ func (s Schedule) Requested() []checker.FaultKind {
 	return out
 }
 
+// RequestedOf is Requested for a run asked for the fault list named (its
+// --nemesis), plus every kind named there by itself (not through a group)
+// that the schedule was generated to draw from but never drew: a run
+// asked for isolate-one whose draws all fell on partition-halves
+// exercised nothing of isolate-one, and checker.Faults must say so
+// (issue 16 item 1). Kinds reached only through a group ("partition",
+// "all") are not each required: a group asks for some of its kinds.
+func (s Schedule) RequestedOf(named []string) []checker.FaultKind {
+	out := s.Requested()
+	scheduled := s.Kinds()
+	for _, name := range named {
+		k, ok := LookupKind(name)
+		if !ok || slices.Contains(scheduled, name) || !slices.Contains(s.Config.Mix, name) {
+			continue
+		}
+		scheduled = append(scheduled, name)
+		out = append(out, k.Recorded())
+	}
+	return out
+}
+
 // groups are shorthand names in --nemesis lists; a group expands to its
 // kinds that fit the cluster size.
 type group struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -587,6 +588,62 @@ func TestRecordedMatchesWhatTheRunnerRecords(t *testing.T) {
 			res := checker.Faults(readHistory(t, rec, path), []checker.FaultKind{k.Recorded()})
 			if res.Valid != checker.Valid {
 				t.Fatalf("%s: expected the checker to find it took effect and was healed, found %s: %s", k.Name, res.Valid, res.Summary)
+			}
+		})
+	}
+}
+
+// unreachableRelay is a standalone relay's control API nothing listens
+// on: every request fails to connect.
+func unreachableRelay(t *testing.T, nodes []string) cluster.Network {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there any more
+	info := control.MeshInfo{Nodes: map[string]control.MeshNode{}}
+	for _, n := range nodes {
+		info.Nodes[n] = control.MeshNode{}
+	}
+	return cluster.NewRemoteNetwork(control.NewClient(addr, &http.Client{Timeout: 5 * time.Second}), info, nil)
+}
+
+// Regression (issue 16 item 1, found by the audit): a partition whose
+// control request could not even connect to the relay was recorded info
+// (outcome unknown), so its window stayed open to the end of the run and
+// widened the faults the other checkers blame anomalies on. Nothing was
+// sent, so nothing happened: it is recorded fail, with no window. A
+// relay that answered (500) may have acted, and stays info.
+func TestPartitionThatNeverReachedTheRelayFailed(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		network func(*testing.T, []string) cluster.Network
+		want    string
+		windows int
+	}{
+		{"unreachable", unreachableRelay, "fail partition", 0},
+		{"answers 500", brokenRelay, "info partition", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake(t, 3)
+			f.network = tc.network(t, f.Names())
+			rec, path := newRecorder(t)
+			r := NewRunner(f, rec, nil)
+			if err := r.Inject(ctx, Step{Kind: "isolate-one", Targets: []string{"n2"}}); err == nil {
+				t.Fatal("expected the injection to fail")
+			}
+			ops := readHistory(t, rec, path)
+			got := summary(ops)
+			if last := got[len(got)-1]; !strings.HasPrefix(last, tc.want) {
+				t.Fatalf("expected the partition's completion %q..., found %v", tc.want, got)
+			}
+			ws, err := checker.FaultWindows(ops)
+			must(t, err)
+			if len(ws) != tc.windows {
+				t.Fatalf("expected %d fault window(s), found %v", tc.windows, ws)
 			}
 		})
 	}

@@ -584,6 +584,19 @@ func collect(ctx context.Context, c *cluster.Cluster, alive func(string) bool, r
 			return err
 		})
 	}
+	digests, notes := digestsAtOneIndex(ctx, digests, digestRounds,
+		func(ctx context.Context) error {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			return c.WaitConverged(wctx)
+		},
+		func(ctx context.Context, n string) (checker.DigestSample, error) {
+			d, err := c.AdminClient(n).Digest(ctx)
+			return checker.DigestSample{AppliedIndex: d.AppliedIndex, Digest: d.Digest}, err
+		})
+	for _, note := range notes {
+		fmt.Fprintf(out, "  %s\n", note)
+	}
 	if err := run.WriteDigests(digests); err != nil {
 		fmt.Fprintf(out, "  warning: digests: %v\n", err)
 	}
@@ -732,7 +745,7 @@ func faultsResult(run *report.Run, cfg Config, ops []history.Op) (checker.Result
 	case len(schedule.Steps) == 0:
 		return checker.Result{}, false
 	}
-	return checker.Faults(ops, schedule.Requested()), true
+	return checker.Faults(ops, schedule.RequestedOf(cfg.Nemesis)), true
 }
 
 func nodeNames(n int) []string {

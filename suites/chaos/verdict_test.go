@@ -2,8 +2,10 @@ package chaos
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"slices"
@@ -52,6 +54,26 @@ func withUnreachableRelay(o *runner.Options) {
 		}
 		api := control.NewClient(addr, &http.Client{Timeout: 5 * time.Second})
 		return unreachableRelay{Cluster: c, mesh: cluster.NewRemoteNetwork(api, info, nil)}
+	}
+}
+
+// withWedgedRelay has the nemesis act through a relay control API that
+// answers every request 500, as a wedged or misconfigured tcp-relay does:
+// every partition, link fault, heal and reset is refused, so no fault can
+// take effect and no heal is confirmed.
+func withWedgedRelay(o *runner.Options) {
+	o.Nemesis = func(c nemesis.Cluster) nemesis.Cluster {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprintf(w, `{"error":{"code":"internal","message":"%s %s: relay wedged"}}`, r.Method, r.URL.Path)
+		}))
+		DeferCleanup(srv.Close)
+		info := control.MeshInfo{Nodes: map[string]control.MeshNode{}}
+		for _, n := range c.Names() {
+			info.Nodes[n] = control.MeshNode{}
+		}
+		return unreachableRelay{Cluster: c, mesh: cluster.NewRemoteNetwork(control.NewClient(srv.URL, srv.Client()), info, nil)}
 	}
 }
 
@@ -123,10 +145,10 @@ var _ = Describe("verdicts are earned", Label("verdicts"), func() {
 	// Regression (issue 16 item 1): a run whose every fault failed to
 	// inject came out VALID. It must be UNKNOWN, naming each kind, and the
 	// checks every chaos spec makes must reject it.
-	It("a nemesis whose injection always fails makes the run unknown, and a chaos spec fails on it", Label("smoke"), func(ctx SpecContext) {
-		o, s := chaosRun(ctx, runner.Config{Test: "injection-fails", Nodes: 3, Seed: 1616, Duration: runner.Duration(10 * time.Second),
+	injectionAlwaysFails := func(ctx SpecContext, test string, relay func(*runner.Options)) {
+		o, s := chaosRun(ctx, runner.Config{Test: test, Nodes: 3, Seed: 1616, Duration: runner.Duration(10 * time.Second),
 			Nemesis: []string{"partition-halves", "isolate-one"}, Interval: runner.Duration(3 * time.Second), FaultDuration: runner.Duration(time.Second),
-			Workload: workload.Config{Kind: workload.Ledger, Concurrency: 4}}, withUnreachableRelay)
+			Workload: workload.Config{Kind: workload.Ledger, Concurrency: 4}}, relay)
 		Expect(o.Results.Valid).To(Equal(checker.Unknown), "%s", s)
 		faults := resultNamed(o, "faults")
 		Expect(faults.Valid).To(Equal(checker.Unknown))
@@ -136,6 +158,10 @@ var _ = Describe("verdicts are earned", Label("verdicts"), func() {
 		for _, kind := range schedule.Kinds() {
 			Expect(faults.Summary).To(ContainSubstring(kind+" never took effect"), "%s", s)
 		}
+		// A kind asked for by name that the schedule never drew is named
+		// too (seed 1616 draws partition-halves only).
+		Expect(schedule.Kinds()).NotTo(ContainElement("isolate-one"))
+		Expect(faults.Summary).To(ContainSubstring("isolate-one was never injected"), "%s", s)
 		d := faults.Details.(checker.FaultsDetails)
 		Expect(d.FailedHeals).NotTo(BeEmpty(), "the heal-all against the unreachable relay must not be recorded ok")
 		for _, h := range d.FailedHeals {
@@ -147,6 +173,15 @@ var _ = Describe("verdicts are earned", Label("verdicts"), func() {
 		// Nothing else went wrong: the cluster itself was never faulted.
 		Expect(resultNamed(o, "nodes").Valid).To(Equal(checker.Valid), "%s", s)
 		Expect(resultNamed(o, "ledger").Valid).To(Equal(checker.Valid), "%s", s)
+	}
+	It("a nemesis whose injection always fails makes the run unknown, and a chaos spec fails on it", Label("smoke"), func(ctx SpecContext) {
+		injectionAlwaysFails(ctx, "injection-fails", withUnreachableRelay)
+	}, SpecTimeout(4*time.Minute))
+	// The same with a relay that answers every control request 500 (a
+	// wedged tcp-relay): the request arrives and is refused, rather than
+	// never connecting.
+	It("a relay control API that answers 500 makes the run unknown, and a chaos spec fails on it", func(ctx SpecContext) {
+		injectionAlwaysFails(ctx, "injection-refused", withWedgedRelay)
 	}, SpecTimeout(4*time.Minute))
 
 	// Regression (issue 9 item 10): a node that went down behind the

@@ -30,10 +30,27 @@ func BenchmarkPropose(b *testing.B) {
 	}
 }
 
-func benchPropose(b *testing.B, pack bool, clients int) {
+// BenchmarkProposeViaFollower is BenchmarkPropose with the proposals made
+// on a follower, which forwards them to the leader: the path the forward
+// loop (forward.go) takes.
+func BenchmarkProposeViaFollower(b *testing.B) {
+	for _, pack := range []bool{false, true} {
+		b.Run(fmt.Sprintf("pack=%v/clients=64", pack), func(b *testing.B) {
+			benchProposeOn(b, pack, 64, true)
+		})
+	}
+}
+
+func benchPropose(b *testing.B, pack bool, clients int) { benchProposeOn(b, pack, clients, false) }
+
+func benchProposeOn(b *testing.B, pack bool, clients int, follower bool) {
 	c := newCluster(b, 3, func(cfg *replica.Config) { cfg.PackProposals = pack })
 	lead := c.waitLeader()
-	r := c.node(lead).r
+	on := lead
+	if follower {
+		on = lead%3 + 1
+	}
+	r := c.node(on).r
 	payload := make([]byte, 100)
 	var (
 		mu   sync.Mutex

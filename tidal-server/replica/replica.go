@@ -209,13 +209,6 @@ type Replica struct {
 	// without it on the fast path.
 	transfers atomic.Int32
 	heldProps []*raftpb.Message
-	// forwarding is held for reading from the check of transfers until raft
-	// has taken a forwarded proposal, and for writing while a transfer
-	// starts: raft's loop picks between proposals and other messages at
-	// random, so a proposal checked before the transfer began could reach
-	// raft after it, be dropped, and end as 504 on the node that forwarded
-	// it (raft drops a forwarded proposal without telling anyone).
-	forwarding sync.RWMutex
 
 	appliedMu      sync.Mutex
 	applied        uint64
@@ -261,7 +254,8 @@ type Replica struct {
 	syncq       chan syncItem
 	applyq      chan applyItem
 	snapshotReq chan chan snapshotResult
-	stopc       chan struct{} // closed by halt: every goroutine returns
+	forwardq    chan *raftpb.Message // proposals forwarded by followers (forward.go)
+	stopc       chan struct{}        // closed by halt: every goroutine returns
 	haltCtx     context.Context
 	haltCancel  context.CancelFunc
 	haltOnce    sync.Once
@@ -328,6 +322,7 @@ func Start(cfg Config) (*Replica, error) {
 		applyq:      make(chan applyItem, pipelineDepth),
 		snapq:       make(chan snapJob, 2),
 		laneq:       make(chan *raftpb.Message, pipelineDepth),
+		forwardq:    make(chan *raftpb.Message, forwardQueue),
 		promoteKick: make(chan struct{}, 1),
 		stopc:       make(chan struct{}),
 		done:        make(chan struct{}),
@@ -442,8 +437,9 @@ func Start(cfg Config) (*Replica, error) {
 			"entries", len(rec.Entries), "commit", rec.HardState.Commit, "join", cfg.Join && fresh)
 		r.node = raft.RestartNode(rc)
 	}
-	r.wg.Add(6)
+	r.wg.Add(7)
 	go r.run()
+	go r.forwardLoop()
 	go r.laneLoop()
 	go r.snapshotLoop()
 	go r.syncLoop()
@@ -669,41 +665,25 @@ func (r *Replica) ReadIndex(ctx context.Context) (uint64, error) {
 	}
 }
 
-// forwardedProposalWait bounds how long a proposal forwarded by a follower
-// may wait for raft to take it while this node knows no leader;
-// forwardedProposalMaxWait bounds the wait while it knows one (raft takes
-// it as soon as its loop runs: only a starved process waits that long).
-const (
-	forwardedProposalWait    = 100 * time.Millisecond
-	forwardedProposalMaxWait = time.Second
-)
-
 // Receive hands a marshalled message from a peer to raft.
 //
-// A proposal forwarded by a follower (MsgProp) is stepped with a short
-// deadline and dropped if raft does not take it: raft refuses proposals
-// while it knows no leader by blocking Step, and the transport delivers a
-// peer's messages one after another on one stream. A restarted ex-leader
-// that received proposals queued for it before it died would otherwise
-// block its stream on the first one, never see the new leader's
-// heartbeats queued behind it, never learn the leader — and never take the
-// proposal: a deadlock seen in the chaos suite. A dropped forwarded
-// proposal is safe: its proposer times out with an unknown outcome and the
-// client retries with the same ids.
+// A proposal forwarded by a follower (MsgProp) never blocks here: raft
+// refuses proposals while it knows no leader by blocking Step, and the
+// transport delivers a peer's messages one after another on one stream. A
+// restarted ex-leader that received proposals queued for it before it
+// died would otherwise block its stream on the first one, never see the
+// new leader's heartbeats queued behind it, never learn the leader — and
+// never take the proposal: a deadlock seen in the chaos suite. So it is
+// queued for the forward loop (forward.go), which waits for raft to take
+// it apart from the stream. A forwarded proposal dropped in the end is
+// safe: its proposer times out with an unknown outcome and the client
+// retries with the same ids.
 func (r *Replica) Receive(ctx context.Context, data []byte) error {
 	m := &raftpb.Message{}
 	if err := proto.Unmarshal(data, m); err != nil {
 		return fmt.Errorf("decode raft message (%d bytes): %w", len(data), err)
 	}
-	if m.GetType() == raftpb.MsgTransferLeader && r.leader.Load() == r.cfg.ID {
-		// A transfer asked of another node: raft drops what is forwarded
-		// to this leader until it ends, as for one asked here.
-		r.beginTransfer()
-		go r.endTransferWhenSettled()
-	}
 	if m.GetType() == raftpb.MsgProp {
-		r.forwarding.RLock()
-		defer r.forwarding.RUnlock()
 		if r.holdForwarded(m) {
 			return nil
 		}
@@ -712,28 +692,16 @@ func (r *Replica) Receive(ctx context.Context, data []byte) error {
 	return r.node.Step(ctx, m)
 }
 
-// stepForwarded steps a proposal a follower forwarded. It drops it (its
-// proposer answers 504 at its deadline) only when raft would not take it:
-// while this node knows no leader, or after forwardedProposalMaxWait.
-// Raft's loop may take longer than forwardedProposalWait to get to a
-// proposal on a loaded machine even though it knows a leader, and dropping
-// it then ended a write as unknown for nothing.
-func (r *Replica) stepForwarded(ctx context.Context, m *raftpb.Message) error {
-	start := time.Now()
-	for {
-		pctx, cancel := context.WithTimeout(ctx, forwardedProposalWait)
-		err := r.node.Step(pctx, m)
-		cancel()
-		if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
-			return err
-		}
-		if r.leader.Load() == raft.None || time.Since(start) >= forwardedProposalMaxWait {
-			r.metrics.ProposalsDropped.Inc()
-			r.log.Info("dropped a proposal forwarded by a peer: raft did not take it",
-				"from", m.GetFrom(), "leader", r.leader.Load(), "waited", time.Since(start).Round(time.Millisecond))
-			return nil
-		}
+// stepForwarded hands a proposal forwarded by a follower to the forward
+// loop (forward.go), never blocking the transport's inbound goroutine.
+func (r *Replica) stepForwarded(_ context.Context, m *raftpb.Message) error {
+	select {
+	case r.forwardq <- m:
+	default:
+		// The loop is that far behind: drop, as raft would, and count it.
+		r.metrics.ProposalsDropped.Inc()
 	}
+	return nil
 }
 
 // holdForwarded keeps a proposal forwarded to this node while it hands
@@ -805,62 +773,37 @@ func (r *Replica) TransferLeader(ctx context.Context, to uint64) error {
 		return nil
 	}
 	if lead == r.cfg.ID {
-		r.beginTransfer()
+		r.mu.Lock()
+		r.transfers.Add(1)
+		r.mu.Unlock()
 		defer r.releaseHeld()
 	}
 	r.node.TransferLeadership(ctx, lead, to)
-	// raft gives a transfer up after an election timeout (the target did
-	// not catch up in time, or the request was lost on its way to the
-	// leader); ask again each time, until ctx ends.
-	reask := time.NewTicker(time.Duration(r.cfg.ElectionTicks+1) * r.cfg.TickInterval)
-	defer reask.Stop()
+	// raft abandons a transfer the target did not complete within an
+	// election timeout (a target still catching up on a busy leader), and
+	// says nothing: ask again each election timeout, of whichever node
+	// leads then, until leadership is where it was asked to go or ctx
+	// ends. Asking while a transfer to the same node is under way is a
+	// no-op in raft.
+	again := time.Duration(r.cfg.ElectionTicks) * r.cfg.TickInterval
+	asked := time.Now()
 	t := time.NewTicker(r.cfg.TickInterval / 2)
 	defer t.Stop()
 	for {
 		select {
 		case <-t.C:
-			if r.leader.Load() == to {
+			now := r.leader.Load()
+			if now == to {
 				return nil
 			}
-		case <-reask.C:
-			if now := r.leader.Load(); now != raft.None && now != to {
+			if now != raft.None && time.Since(asked) >= again {
 				r.node.TransferLeadership(ctx, now, to)
+				asked = time.Now()
 			}
 		case <-ctx.Done():
 			return fmt.Errorf("leadership did not move from %d to %d: %w", lead, to, ctx.Err())
 		case <-r.done:
 			return r.stoppedErr()
-		}
-	}
-}
-
-// beginTransfer makes this leader hold forwarded proposals until
-// releaseHeld. It waits for the forwarded proposals already past the hold
-// check to be in raft's hands, so that none reaches raft after the
-// transfer and is dropped.
-func (r *Replica) beginTransfer() {
-	r.forwarding.Lock()
-	r.mu.Lock()
-	r.transfers.Add(1)
-	r.mu.Unlock()
-	r.forwarding.Unlock()
-}
-
-// endTransferWhenSettled ends a transfer this leader did not ask for once
-// leadership has moved, or once raft has given the transfer up (it aborts
-// one that has not finished within an election timeout).
-func (r *Replica) endTransferWhenSettled() {
-	defer r.releaseHeld()
-	giveUp := time.After(time.Duration(r.cfg.ElectionTicks+1) * r.cfg.TickInterval)
-	t := time.NewTicker(r.cfg.TickInterval / 2)
-	defer t.Stop()
-	for r.leader.Load() == r.cfg.ID {
-		select {
-		case <-t.C:
-		case <-giveUp:
-			return
-		case <-r.done:
-			return
 		}
 	}
 }

@@ -21,21 +21,20 @@ func (s *Server) handOffLeadership(ctx context.Context) {
 	if s.replica.Err() != nil {
 		return
 	}
-	st := s.replica.Status()
-	if st.Role != "leader" {
-		return
-	}
-	to, match, ok := handOffTarget(st)
-	if !ok {
-		if len(st.Members) > 1 {
-			s.log.Warn("leader draining without a hand-off: no reachable voter to hand leadership to", "members", len(st.Members))
-		}
+	if s.replica.Status().Role != "leader" {
 		return
 	}
 	budget := s.handOffBudget(ctx)
 	tctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	start := time.Now()
+	st, to, match, ok := awaitHandOffTarget(tctx, s.replica.Status, s.cfg.TickInterval)
+	if !ok {
+		if st.Role == "leader" && len(st.Members) > 1 {
+			s.log.Warn("leader draining without a hand-off: no reachable voter to hand leadership to", "members", len(st.Members), "waited", time.Since(start).Round(time.Millisecond))
+		}
+		return
+	}
 	s.log.Info("leader draining: handing leadership off first", "to", to, "match", match, "commit", st.Commit, "timeout", budget)
 	if err := s.replica.TransferLeader(tctx, to); err != nil {
 		s.log.Warn("leadership hand-off failed; draining as leader", "to", to, "err", err)
@@ -86,6 +85,36 @@ func (s *Server) awaitOthersFollow(ctx context.Context, leader uint64) {
 		case <-ctx.Done():
 			s.log.Warn("members still send to this node after the hand-off; draining anyway", "leader", leader)
 			return
+		case <-t.C:
+		}
+	}
+}
+
+// awaitHandOffTarget waits, until ctx ends, for a voter to hand
+// leadership to, polling status every poll; it returns the last status
+// seen and the target, or !ok when this node stopped leading or is the
+// only member. A voter can look unreachable for a moment while it is
+// not: raft's check-quorum clears every follower's RecentActive once per
+// election timeout, and a new leader starts with them all clear; each is
+// set again by the follower's next response, a heartbeat later. A
+// SIGTERM landing in that window found "no reachable voter", drained as
+// leader, and its writes in flight ended 504 (issue 16 follow-up: the
+// lifecycle suite's rolling restart). A voter that is really down stays
+// unreachable, and the wait ends with ctx.
+func awaitHandOffTarget(ctx context.Context, status func() replica.Status, poll time.Duration) (st replica.Status, id, match uint64, ok bool) {
+	t := time.NewTicker(max(poll, time.Millisecond))
+	defer t.Stop()
+	for {
+		st = status()
+		if st.Role != "leader" || len(st.Members) <= 1 {
+			return st, 0, 0, false
+		}
+		if id, match, ok = handOffTarget(st); ok {
+			return st, id, match, true
+		}
+		select {
+		case <-ctx.Done():
+			return st, 0, 0, false
 		case <-t.C:
 		}
 	}
