@@ -46,10 +46,12 @@ func TestEventsAreUniqueAndTheSameForBothSystems(t *testing.T) {
 
 func TestRunRefusesBadFlags(t *testing.T) {
 	for name, o := range map[string]options{
-		"no endpoints": {system: "tidal", batch: 1, clients: 1},
-		"bad system":   {system: "redis", endpoints: []string{"127.0.0.1:1"}, batch: 1, clients: 1},
-		"etcd batch":   {system: "etcd", endpoints: []string{"127.0.0.1:1"}, batch: 100, clients: 1},
-		"zero batch":   {system: "tidal", endpoints: []string{"127.0.0.1:1"}, batch: 0, clients: 1},
+		"no endpoints":               {system: "tidal", batch: 1, clients: 1},
+		"bad system":                 {system: "redis", endpoints: []string{"127.0.0.1:1"}, batch: 1, clients: 1},
+		"etcd batch":                 {system: "etcd", endpoints: []string{"127.0.0.1:1"}, batch: 100, clients: 1},
+		"zero batch":                 {system: "tidal", endpoints: []string{"127.0.0.1:1"}, batch: 0, clients: 1},
+		"bad protocol":               {system: "tidal", endpoints: []string{"127.0.0.1:1"}, batch: 1, clients: 1, protocol: "quic"},
+		"grpc without its endpoints": {system: "tidal", endpoints: []string{"127.0.0.1:1"}, batch: 1, clients: 1, protocol: "grpc"},
 	} {
 		if err := run(t.Context(), o); err == nil {
 			t.Errorf("%s: expected an error", name)

@@ -22,12 +22,19 @@ type cluster struct {
 	dir     string
 	nodes   []*process.Process
 	clients []string // client addresses, host:port
+	grpc    []string // gRPC ingest addresses (--grpc-addr); nil unless asked for
 }
 
 // startCluster launches n nodes under dir and waits until they agree on a
 // leader. On error, whatever started is stopped.
 func startCluster(ctx context.Context, binary, dir string, n int, extra ...string) (_ *cluster, err error) {
-	ports, err := freePorts(2 * n)
+	return startClusterWith(ctx, binary, dir, n, false, extra...)
+}
+
+// startClusterWith is startCluster whose nodes also serve the gRPC ingest
+// stream when grpc is set.
+func startClusterWith(ctx context.Context, binary, dir string, n int, grpc bool, extra ...string) (_ *cluster, err error) {
+	ports, err := freePorts(3 * n)
 	if err != nil {
 		return nil, err
 	}
@@ -48,13 +55,19 @@ func startCluster(ctx context.Context, binary, dir string, n int, extra ...strin
 			return nil, err
 		}
 		clientAddr := fmt.Sprintf("127.0.0.1:%d", ports[i])
+		args := []string{"run", "--id", id, "--peers", strings.Join(peers, ","),
+			"--client-addr", clientAddr, "--peer-addr", fmt.Sprintf("127.0.0.1:%d", ports[n+i]),
+			"--data-dir", filepath.Join(nodeDir, "data"), "--log-file", filepath.Join(nodeDir, "node.log")}
+		if grpc {
+			grpcAddr := fmt.Sprintf("127.0.0.1:%d", ports[2*n+i])
+			args = append(args, "--grpc-addr", grpcAddr)
+			c.grpc = append(c.grpc, grpcAddr)
+		}
 		p, err := process.Start(process.Spec{
 			Name:   "n" + id,
 			Binary: binary,
-			Args: append([]string{"run", "--id", id, "--peers", strings.Join(peers, ","),
-				"--client-addr", clientAddr, "--peer-addr", fmt.Sprintf("127.0.0.1:%d", ports[n+i]),
-				"--data-dir", filepath.Join(nodeDir, "data"), "--log-file", filepath.Join(nodeDir, "node.log")}, extra...),
-			Dir: nodeDir,
+			Args:   append(args, extra...),
+			Dir:    nodeDir,
 			// The node logs to its file; this one catches what it prints
 			// before the logger is up (flag errors, panics).
 			LogPath: filepath.Join(nodeDir, "stdout.log"),

@@ -106,6 +106,9 @@ func main() {
 	flag.BoolVar(&o.sbs.skipStores, "skip-stores", false, "-side-by-side: skip etcd vs tidal")
 	flag.BoolVar(&o.sbs.skipRelay, "skip-relay", false, "-side-by-side: skip the relay comparison")
 	flag.StringVar(&o.sbs.tidalFlags, "tidal-flags", "", "-side-by-side: extra flags for the measured tidal-server's nodes (not the baseline's), e.g. --pack-proposals")
+	flag.StringVar(&o.sbs.protocol, "protocol", "http", "-side-by-side: how the measured tidal is written: http (POST /v1/signals) or grpc (the ingest stream, --grpc-addr)")
+	flag.StringVar(&o.sbs.baselineProtocol, "baseline-protocol", "http", "-side-by-side -baseline: how the baseline build is written: http or grpc")
+	flag.IntVar(&o.sbs.grpcStreams, "grpc-streams", 1, "-side-by-side -protocol grpc: ingest streams (one connection each) the workers share")
 	flag.StringVar(&o.sbs.baseline, "baseline", "", "-side-by-side: an older tidal-server binary measured in etcd's place (an A/B of two builds; the file's stem ends in -ab and its etcd columns are that build)")
 	flag.Parse()
 	if o.quick {

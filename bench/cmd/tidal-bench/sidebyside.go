@@ -52,6 +52,14 @@ type sbsOptions struct {
 	// tidalFlags are extra tidal-server flags of the measured build (not
 	// the baseline's), e.g. "--pack-proposals".
 	tidalFlags string
+	// protocol is how the measured tidal is written: http or grpc (its
+	// nodes then serve --grpc-addr); baselineProtocol the same for the
+	// baseline build. An A/B of HTTP against the ingest stream is one
+	// build in both slots: -baseline BIN -baseline-protocol http
+	// -protocol grpc.
+	protocol         string
+	baselineProtocol string
+	grpcStreams      int
 }
 
 // sharedMachineNote goes into every side-by-side file.
@@ -108,7 +116,7 @@ func runSideBySide(ctx context.Context, o options) (err error) {
 
 	started := time.Now()
 	res := &sideBySide{Schema: 1, Kind: sideBySideKind, Time: started.UTC(), Quick: o.quick, Note: sharedMachineNote,
-		Config: sbsConfig{TidalFlags: so.tidalFlags, Baseline: so.baseline, Rounds: so.rounds, Clients: clients, Warmup: so.warmup, Duration: so.duration, OpTimeout: so.opTimeout,
+		Config: sbsConfig{TidalFlags: so.tidalFlags, Baseline: so.baseline, Protocol: so.protocol, BaselineProtocol: so.baselineProtocol, GRPCStreams: so.grpcStreams, Rounds: so.rounds, Clients: clients, Warmup: so.warmup, Duration: so.duration, OpTimeout: so.opTimeout,
 			EtcdConns: so.etcdConns, BatchClients: so.batchClients, BatchSize: so.batchSize, RelayDuration: so.relayDuration}}
 	if res.Env, err = environment(ctx, repo); err != nil {
 		return err
@@ -236,12 +244,12 @@ func storeRoundOf(ctx context.Context, so sbsOptions, clients []int, system stri
 	switch {
 	case system == "etcd" && so.baseline != "":
 		// The A/B baseline: another tidal-server build in etcd's slot.
-		c, err = startCluster(ctx, etcdBin, dir, 3)
+		c, err = startClusterWith(ctx, etcdBin, dir, 3, so.baselineProtocol == "grpc")
 		loadSystem = "tidal"
 	case system == "etcd":
 		c, err = startEtcd(ctx, etcdBin, dir, 3)
 	default:
-		c, err = startCluster(ctx, filepath.Join(bin, "tidal-server"), dir, 3, strings.Fields(so.tidalFlags)...)
+		c, err = startClusterWith(ctx, filepath.Join(bin, "tidal-server"), dir, 3, so.protocol == "grpc", strings.Fields(so.tidalFlags)...)
 	}
 	if err != nil {
 		return rd, err
@@ -264,7 +272,15 @@ func storeRoundOf(ctx context.Context, so sbsOptions, clients []int, system stri
 		if err != nil {
 			return rd, err
 		}
-		rec, err := storeload(ctx, so, filepath.Join(bin, "storeload"), loadSystem, c.endpoints(), r.clients, r.batch, dir)
+		protocol := so.protocol
+		if system == "etcd" {
+			protocol = so.baselineProtocol // unused for etcd itself
+		}
+		var grpcEndpoints []string
+		if tc, ok := c.(*cluster); ok {
+			grpcEndpoints = tc.grpc
+		}
+		rec, err := storeload(ctx, so, filepath.Join(bin, "storeload"), loadSystem, protocol, c.endpoints(), grpcEndpoints, r.clients, r.batch, dir)
 		if err != nil {
 			return rd, err
 		}
@@ -283,7 +299,7 @@ func storeRoundOf(ctx context.Context, so sbsOptions, clients []int, system stri
 }
 
 // storeload runs the load tool once and reads its record.
-func storeload(ctx context.Context, so sbsOptions, bin, system string, endpoints []string, clients, batch int, dir string) (closedloop.Record, error) {
+func storeload(ctx context.Context, so sbsOptions, bin, system, protocol string, endpoints, grpcEndpoints []string, clients, batch int, dir string) (closedloop.Record, error) {
 	var rec closedloop.Record
 	label := fmt.Sprintf("storeload-c%d-b%d", clients, batch)
 	jsonPath := filepath.Join(dir, label+".json")
@@ -293,6 +309,9 @@ func storeload(ctx context.Context, so sbsOptions, bin, system string, endpoints
 		"-json", jsonPath}
 	if system == "etcd" {
 		args = append(args, "-etcd-conns", strconv.Itoa(so.etcdConns))
+	}
+	if system == "tidal" && protocol == "grpc" {
+		args = append(args, "-protocol", "grpc", "-grpc-endpoints", strings.Join(grpcEndpoints, ","), "-grpc-streams", strconv.Itoa(max(so.grpcStreams, 1)))
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
 	var stderr bytes.Buffer

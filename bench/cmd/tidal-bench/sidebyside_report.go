@@ -50,9 +50,15 @@ type sbsConfig struct {
 	RelayDuration time.Duration `json:"relay_duration_ns"`
 	// TidalFlags are the measured tidal-server's extra flags; Baseline,
 	// when set, the other tidal-server build measured in etcd's place.
-	TidalFlags   string   `json:"tidal_flags,omitempty"`
-	Baseline     string   `json:"baseline,omitempty"`
-	ToxiproxyEnv []string `json:"toxiproxy_env,omitempty"`
+	TidalFlags string `json:"tidal_flags,omitempty"`
+	Baseline   string `json:"baseline,omitempty"`
+	// Protocol is how the measured tidal was written (http, grpc: the
+	// ingest stream); BaselineProtocol the baseline build's; GRPCStreams
+	// the streams the gRPC workers shared. "" in older files: http.
+	Protocol         string   `json:"protocol,omitempty"`
+	BaselineProtocol string   `json:"baseline_protocol,omitempty"`
+	GRPCStreams      int      `json:"grpc_streams,omitempty"`
+	ToxiproxyEnv     []string `json:"toxiproxy_env,omitempty"`
 }
 
 // storeRound is one system's round: a fresh 3-member cluster, then one
@@ -206,6 +212,12 @@ func sideBySideSummary(r *sideBySide) string {
 	if r.Config.TidalFlags != "" {
 		p("- tidal-server nodes ran with the extra flags `%s`\n", r.Config.TidalFlags)
 	}
+	if r.Config.Protocol == "grpc" {
+		p("- the measured tidal-server was written on the gRPC ingest stream (%d stream(s) shared by the workers), not HTTP\n", max(r.Config.GRPCStreams, 1))
+	}
+	if r.Config.Baseline != "" && r.Config.BaselineProtocol != "" {
+		p("- the baseline build was written over %s\n", r.Config.BaselineProtocol)
+	}
 	if r.Config.Baseline != "" {
 		p("- **A/B of two tidal-server builds**: every \"etcd\" column below is the baseline build %s, every \"tidal\" column this commit\n", r.Config.Baseline)
 	} else if r.EtcdVersion != "" {
@@ -224,7 +236,11 @@ func sideBySideSummary(r *sideBySide) string {
 		p("\n## Replicated writes: etcd and tidal-server, 3 members each on loopback\n\n")
 		p("Closed loop, every client one write in flight, single-event writes sent to the leader; ")
 		p("both systems fsync every commit (their defaults); a fresh cluster per system and round, rounds alternating etcd, tidal, etcd, tidal… ")
-		p("One load tool (bench/storeload) drives both with the same loop and clock; etcd's workers share %s, tidal's use one HTTP/1.1 keep-alive connection each. ", etcdConnsText(c.EtcdConns))
+		tidalConns := "tidal's use one HTTP/1.1 keep-alive connection each"
+		if c.Protocol == "grpc" {
+			tidalConns = fmt.Sprintf("tidal's share %d gRPC ingest stream(s), one connection each", max(c.GRPCStreams, 1))
+		}
+		p("One load tool (bench/storeload) drives both with the same loop and clock; etcd's workers share %s, %s. ", etcdConnsText(c.EtcdConns), tidalConns)
 		p("Writes/s and percentiles are medians over the rounds (the range of writes/s in brackets); ratio = tidal / etcd.\n\n")
 		p("| clients | etcd writes/s | tidal writes/s | ratio | p50 etcd / tidal | p99 etcd / tidal | p99.9 etcd / tidal | errors etcd / tidal |\n")
 		p("|---|---|---|---|---|---|---|---|\n")
