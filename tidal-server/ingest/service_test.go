@@ -314,3 +314,54 @@ func contains(s, sub string) bool {
 	}
 	return false
 }
+
+// Shutdown answers what is in flight before the stream ends: a write held
+// in the write path when the drain starts is acknowledged once the node
+// moves, and Shutdown returns without cutting the stream.
+func TestShutdownAnswersWritesInFlight(t *testing.T) {
+	b := &fakeBackend{gate: make(chan struct{}), entered: make(chan struct{}, 4)}
+	_, in := api.NewWithIngest(b, api.Options{})
+	svc := New(in, Options{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go svc.Serve(lis)
+	s := dial(t, lis.Addr().String())
+	held := make(chan error, 2)
+	for _, id := range []string{"d1", "d2"} {
+		go func() {
+			_, err := s.WriteSignals(ctx(t), []client.Event{{ID: id, Entity: 1, Signal: "view"}})
+			held <- err
+		}()
+	}
+	<-b.entered
+	<-b.entered
+	stopped := make(chan struct{})
+	sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	go func() {
+		svc.Shutdown(sctx)
+		close(stopped)
+	}()
+	<-svc.drain // the drain has begun with both writes held
+	close(b.gate)
+	for range 2 {
+		if err := <-held; err != nil {
+			t.Fatalf("a write in flight at shutdown: expected its answer, found %v", err)
+		}
+	}
+	<-stopped
+	if sctx.Err() != nil {
+		t.Fatal("Shutdown waited out its deadline: the stream was cut, not drained")
+	}
+	// The node no longer takes writes; a new one fails without having
+	// been applied.
+	_, err = s.WriteSignals(ctx(t), []client.Event{{ID: "late", Entity: 1, Signal: "view"}})
+	if err == nil {
+		t.Fatal("a write after shutdown was acknowledged")
+	}
+	if w := b.writes(); len(w) != 2 {
+		t.Fatalf("expected the 2 held writes applied, found %d", len(w))
+	}
+}
