@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync/atomic"
+	"time"
 
 	"github.com/tidaldb/tidal/tidal-server/ledger"
 )
@@ -13,7 +15,21 @@ import (
 // stamping, early id check, admission (the HTTP handler's write queue and
 // byte budget, shared) and proposal, so that a write sent either way is
 // the same write. NewWithIngest returns it beside the HTTP handler.
-type Ingest struct{ h *handler }
+type Ingest struct {
+	h    *handler
+	hint atomic.Pointer[leaderHint] // LeaderHint's last answer
+}
+
+type leaderHint struct {
+	at   time.Time
+	id   uint64
+	addr string
+}
+
+// leaderHintFor is how long LeaderHint reuses its answer: asking raft for
+// its status goes through raft's own goroutine, and refusals come in
+// bursts exactly when the node is busiest.
+const leaderHintFor = 250 * time.Millisecond
 
 // Schema is the node's schema.
 func (in *Ingest) Schema() ledger.Schema { return in.h.schema }
@@ -111,11 +127,17 @@ func (in *Ingest) Outcome(err error) (*Error, string) {
 // unknown). Any node takes writes (followers forward proposals); the hint
 // lets a client go to the leader directly and save the hop.
 func (in *Ingest) LeaderHint() (uint64, string) {
+	now := in.h.opts.monotonic()
+	if h := in.hint.Load(); h != nil && now.Sub(h.at) < leaderHintFor {
+		return h.id, h.addr
+	}
 	st := in.h.b.Status()
+	h := &leaderHint{at: now, id: st.Leader}
 	for _, m := range st.Members {
 		if m.ID == st.Leader {
-			return st.Leader, m.ClientAddr
+			h.addr = m.ClientAddr
 		}
 	}
-	return st.Leader, ""
+	in.hint.Store(h)
+	return h.id, h.addr
 }
