@@ -165,6 +165,9 @@ underscores (client_addr, data_dir, ...).
 		Example: `  # one node, defaults
   tidal-server run
 
+  # one node that also serves the gRPC ingest stream (many writes in flight per stream)
+  tidal-server run --grpc-addr 127.0.0.1:7080
+
   # node 1 of a 3-node cluster on one machine
   tidal-server run --id 1 --peers 1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103 \
     --client-addr 127.0.0.1:7071 --peer-addr 127.0.0.1:7101 --data-dir n1
