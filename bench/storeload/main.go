@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/tidaldb/tidal/bench/closedloop"
+	"github.com/tidaldb/tidal/tidal-server/certs"
 	"github.com/tidaldb/tidal/tidal-server/client"
 )
 
@@ -69,6 +70,10 @@ type options struct {
 	protocol      string
 	grpcEndpoints []string
 	grpcStreams   int
+	// certsDir and certName make the tidal clients speak TLS: trust
+	// certsDir/ca.crt and present client.certName.crt (a secured cluster;
+	// HTTP then goes over HTTP/2).
+	certsDir, certName string
 }
 
 func main() {
@@ -92,6 +97,8 @@ func main() {
 	flag.StringVar(&o.protocol, "protocol", "http", "tidal only: http (POST /v1/signals, one connection per worker) or grpc (the gRPC ingest stream)")
 	flag.StringVar(&grpcEndpoints, "grpc-endpoints", "", "tidal -protocol grpc: every member's --grpc-addr, in the order of -endpoints")
 	flag.IntVar(&o.grpcStreams, "grpc-streams", 1, "tidal -protocol grpc: streams (each on its own connection) the workers share")
+	flag.StringVar(&o.certsDir, "certs-dir", "", "tidal on a secured cluster: trust DIR/ca.crt and present client.<cert-name>.crt (HTTP then over TLS with HTTP/2)")
+	flag.StringVar(&o.certName, "cert-name", "writer", "with -certs-dir: the client certificate to present")
 	flag.Parse()
 	o.endpoints = splitList(endpoints)
 	o.grpcEndpoints = splitList(grpcEndpoints)
@@ -135,6 +142,13 @@ func run(ctx context.Context, o options) error {
 		t = &etcdTarget{endpoints: o.endpoints, conns: conns, timeout: o.timeout, events: events}
 	case "tidal":
 		tt := &tidalTarget{endpoints: o.endpoints, timeout: o.timeout, batch: o.batch, events: events}
+		if o.certsDir != "" {
+			cfg, err := certs.ClientTLS(o.certsDir, o.certName)
+			if err != nil {
+				return err
+			}
+			tt.tls = []client.Option{client.WithTLS(cfg)}
+		}
 		switch o.protocol {
 		case "http", "":
 		case "grpc":

@@ -25,6 +25,7 @@ type tidalTarget struct {
 	c             *client.Client
 	streams       []*client.IngestStream
 	workers       int
+	tls           []client.Option // a secured cluster's client TLS; nil: plaintext
 }
 
 // leader asks every node for its status: the leader is the node whose own
@@ -32,7 +33,7 @@ type tidalTarget struct {
 func (t *tidalTarget) leader(ctx context.Context) (string, error) {
 	var errs []error
 	for _, ep := range t.endpoints {
-		c := client.New(ep, client.WithRetries(0), client.WithTimeout(t.timeout))
+		c := client.New(ep, append([]client.Option{client.WithRetries(0), client.WithTimeout(t.timeout)}, t.tls...)...)
 		st, err := c.Status(ctx)
 		c.CloseIdleConnections()
 		if err != nil {
@@ -53,7 +54,7 @@ type signalWriter interface {
 
 func (t *tidalTarget) connect(ctx context.Context, leader string, workers int) (func(int) closedloop.Op, error) {
 	t.workers = workers
-	t.c = client.New(leader, client.WithRetries(0), client.WithTimeout(t.timeout))
+	t.c = client.New(leader, append([]client.Option{client.WithRetries(0), client.WithTimeout(t.timeout)}, t.tls...)...)
 	if t.grpcEndpoints != nil {
 		addr := ""
 		for i, ep := range t.endpoints {
@@ -62,7 +63,7 @@ func (t *tidalTarget) connect(ctx context.Context, leader string, workers int) (
 			}
 		}
 		for range t.grpcStreams {
-			s, err := client.NewIngestStream(addr, client.WithRetries(0), client.WithTimeout(t.timeout))
+			s, err := client.NewIngestStream(addr, append([]client.Option{client.WithRetries(0), client.WithTimeout(t.timeout)}, t.tls...)...)
 			if err != nil {
 				return nil, err
 			}
