@@ -115,8 +115,10 @@ func New(in *api.Ingest, opts Options) *Service {
 	s := &Service{in: in, opts: opts, metrics: newMetrics(opts.Registry), drain: make(chan struct{})}
 	sopts := []grpc.ServerOption{
 		grpc.ForceServerCodec(rawCodec{}),
-		// A message is at most one request: --max-body-bytes, as a body.
-		grpc.MaxRecvMsgSize(int(in.MaxRequestBytes())),
+		// A request over --max-body-bytes is answered 413, as a body
+		// would be; gRPC's own limit, past which it ends the whole
+		// stream (ResourceExhausted), sits well above it.
+		grpc.MaxRecvMsgSize(recvLimit(in.MaxRequestBytes())),
 		grpc.MaxConcurrentStreams(opts.MaxStreamsPerConn),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: opts.KeepaliveTime, Timeout: opts.KeepaliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
@@ -133,6 +135,12 @@ func New(in *api.Ingest, opts Options) *Service {
 		},
 	}, struct{}{})
 	return s
+}
+
+// recvLimit is gRPC's bound on one message: twice the request limit and
+// 64 KiB, so that a request somewhat over the limit gets its own 413.
+func recvLimit(maxRequest int64) int {
+	return int(min(2*maxRequest+64<<10, 1<<30))
 }
 
 // Serve accepts connections on lis until Shutdown.
@@ -311,6 +319,9 @@ func (s *Service) dispatch(ctx context.Context, msg []byte, out chan<- []byte, i
 // handle is one request's life: admission, decoding, the write.
 func (s *Service) handle(ctx context.Context, req uint64, msg []byte) []byte {
 	start := time.Now()
+	if limit := s.in.MaxRequestBytes(); int64(len(msg)) > limit {
+		return s.answerErr(req, s.in.TooLarge("request", "request of %d bytes exceeds %d (--max-body-bytes)", len(msg), limit), start)
+	}
 	release, err := s.in.ChargeBytes(int64(len(msg)))
 	if err != nil {
 		return s.answerErr(req, err, start)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"net"
 	"path/filepath"
 	"sync"
@@ -174,6 +175,28 @@ func TestBatchOverTheLimitIsTooLarge(t *testing.T) {
 	var ae *client.APIError
 	if !errors.As(err, &ae) || ae.Status != 413 || ae.Code != client.CodeTooLarge {
 		t.Fatalf("expected 413 too_large, found %v", err)
+	}
+}
+
+// A request over --max-body-bytes is 413 naming the request, as a body
+// over it is over HTTP, and the stream carries on.
+func TestRequestOverTheByteLimitIsTooLarge(t *testing.T) {
+	b := &fakeBackend{}
+	s := dial(t, serve(t, b, api.Options{MaxBodyBytes: 1024}, Options{}))
+	var big []client.Event
+	for i := range 20 {
+		big = append(big, client.Event{ID: fmt.Sprintf("%0100d", i), Entity: 1, Signal: "view"})
+	}
+	_, err := s.WriteSignals(ctx(t), big)
+	var ae *client.APIError
+	if !errors.As(err, &ae) || ae.Status != 413 || ae.Code != client.CodeTooLarge || ae.Field != "request" || client.IsIndefinite(err) {
+		t.Fatalf("a 2 KB request over a 1 KB limit: expected a definite 413 naming the request, found %v", err)
+	}
+	if _, err := s.WriteSignals(ctx(t), big[:1]); err != nil {
+		t.Fatalf("the stream after a 413: %v", err)
+	}
+	if w := b.writes(); len(w) != 1 {
+		t.Fatalf("expected only the small write applied, found %d", len(w))
 	}
 }
 
