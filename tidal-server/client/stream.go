@@ -185,8 +185,9 @@ func (ic *ingestConn) receive() {
 	answered := false
 	for {
 		if err := ic.cs.RecvMsg(&buf); err != nil {
+			refused := len(ic.cs.Trailer().Get(refusedAtOpenTrailer)) > 0
 			ic.mu.Lock()
-			ic.err, ic.definite = streamError(err), !answered && isRefusedAtOpen(err)
+			ic.err, ic.definite = streamError(err), refused && !answered && isRefusedAtOpen(err)
 			ic.mu.Unlock()
 			close(ic.done)
 			ic.cancel()
@@ -212,11 +213,16 @@ func (ic *ingestConn) receive() {
 	}
 }
 
-// isRefusedAtOpen: the server refused the stream itself (credentials),
-// before reading any request.
+// refusedAtOpenTrailer is the trailer key with which a node marks a
+// stream it refused before reading any request (ingest.RefusedAtOpenTrailer).
+const refusedAtOpenTrailer = "tidal-refused-at-open"
+
+// isRefusedAtOpen: the server refused the stream itself (credentials, or
+// too many streams open), before reading any request; only with the
+// trailer mark, since gRPC ends streams with the same codes on its own.
 func isRefusedAtOpen(err error) bool {
 	c := grpcstatus.Code(err)
-	return c == codes.Unauthenticated || c == codes.PermissionDenied
+	return c == codes.Unauthenticated || c == codes.PermissionDenied || c == codes.ResourceExhausted
 }
 
 // streamError turns a stream's end into the error its pending writes get:
@@ -231,6 +237,10 @@ func streamError(err error) error {
 		return &APIError{Op: ingestOp, Status: http.StatusUnauthorized, Code: CodeUnauthenticated, Message: st.Message()}
 	case codes.PermissionDenied:
 		return &APIError{Op: ingestOp, Status: http.StatusForbidden, Code: CodePermissionDenied, Message: st.Message()}
+	case codes.ResourceExhausted:
+		// Too many streams open on the node (or a message past gRPC's
+		// limit, which only ends a stream after it was read).
+		return &APIError{Op: ingestOp, Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: st.Message(), RetryAfter: time.Second}
 	}
 	return err
 }
@@ -328,7 +338,7 @@ func (s *IngestStream) attempt(ctx context.Context, body []byte) (ack Ack, retry
 			serr = err
 		}
 		if ae := apiError(serr); ae != nil && definite {
-			return Ack{}, false, false, ae
+			return Ack{}, ae.Status == http.StatusServiceUnavailable, false, ae
 		}
 		return Ack{}, true, !definite, serr
 	}
@@ -360,7 +370,8 @@ func (s *IngestStream) attempt(ctx context.Context, body []byte) (ack Ack, retry
 		serr, definite := ic.err, ic.definite
 		ic.mu.Unlock()
 		if ae := apiError(serr); ae != nil && definite {
-			return Ack{}, false, false, ae // refused credentials
+			// Refused at open: credentials (final) or too many streams (retry).
+			return Ack{}, ae.Status == http.StatusServiceUnavailable, false, ae
 		}
 		return Ack{}, true, true, fmt.Errorf("stream ended before the answer: %w", serr)
 	case <-ctx.Done():

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
 )
 
@@ -96,11 +97,34 @@ func TestIngestStreamOutcomes(t *testing.T) {
 
 	// Refused at open (credentials): definite, as the HTTP API's 401.
 	addr = fakeIngestNode(t, func(ss grpc.ServerStream) error {
+		ss.SetTrailer(metadata.Pairs(refusedAtOpenTrailer, "1"))
 		return grpcstatus.Error(codes.Unauthenticated, "credentials required")
 	})
 	_, err = streamTo(t, addr).WriteSignals(ctx, oneEvent)
 	if !IsUnauthenticated(err) || IsIndefinite(err) {
 		t.Fatalf("refused at open: expected a definite 401, found %v", err)
+	}
+
+	// Too many streams, refused at open: a definite 503.
+	addr = fakeIngestNode(t, func(ss grpc.ServerStream) error {
+		ss.SetTrailer(metadata.Pairs(refusedAtOpenTrailer, "1"))
+		return grpcstatus.Error(codes.ResourceExhausted, "too many streams")
+	})
+	_, err = streamTo(t, addr).WriteSignals(ctx, oneEvent)
+	if !IsUnavailable(err) || IsIndefinite(err) {
+		t.Fatalf("refused at open, too many streams: expected a definite 503, found %v", err)
+	}
+
+	// The same code after the request was read, without the mark (gRPC's
+	// own message limit ends a stream so): the write may have been taken.
+	addr = fakeIngestNode(t, func(ss grpc.ServerStream) error {
+		var req []byte
+		ss.RecvMsg(&req)
+		return grpcstatus.Error(codes.ResourceExhausted, "message larger than max")
+	})
+	_, err = streamTo(t, addr).WriteSignals(ctx, oneEvent)
+	if err == nil || !IsIndefinite(err) {
+		t.Fatalf("ResourceExhausted after the request was read: expected an indefinite outcome, found %v", err)
 	}
 
 	// Nobody listening: nothing was sent.

@@ -69,6 +69,10 @@ type Options struct {
 	// MaxStreamsPerConn bounds concurrent streams on one connection;
 	// default 64.
 	MaxStreamsPerConn uint32
+	// MaxStreams bounds the streams open on the node, all connections
+	// together; one more is refused at open (ResourceExhausted: nothing
+	// was taken, retry later). Default 4096, as --max-conns.
+	MaxStreams int
 	// KeepaliveTime/Timeout: the server pings a silent connection after
 	// KeepaliveTime and drops it when no answer comes within
 	// KeepaliveTimeout (a client that vanished must not hold its
@@ -87,6 +91,9 @@ func (o *Options) setDefaults() {
 	if o.MaxStreamsPerConn == 0 {
 		o.MaxStreamsPerConn = 64
 	}
+	if o.MaxStreams == 0 {
+		o.MaxStreams = 4096
+	}
 	if o.KeepaliveTime == 0 {
 		o.KeepaliveTime = 30 * time.Second
 	}
@@ -104,6 +111,7 @@ type Service struct {
 	opts    Options
 	grpc    *grpc.Server
 	metrics *metrics
+	open    atomic.Int64 // streams open (MaxStreams)
 
 	drain     chan struct{} // closed by Shutdown: streams stop taking requests
 	drainOnce sync.Once
@@ -192,6 +200,15 @@ func (s *Service) authenticate(ctx context.Context) error {
 	return nil
 }
 
+// RefusedAtOpenTrailer marks, in the trailer, a stream the node refused
+// before reading any request from it (credentials, too many streams), so
+// that a client can tell "nothing was taken" from a stream that ended
+// with the same status code after requests were read (gRPC's own
+// ResourceExhausted for an oversized message, say).
+const RefusedAtOpenTrailer = "tidal-refused-at-open"
+
+var refusedAtOpen = metadata.Pairs(RefusedAtOpenTrailer, "1")
+
 // received is one message off the stream, or why the stream ended.
 type received struct {
 	msg []byte
@@ -205,8 +222,16 @@ type received struct {
 // answers sent together into one system call.
 func (s *Service) serveStream(_ any, ss grpc.ServerStream) error {
 	if err := s.authenticate(ss.Context()); err != nil {
+		ss.SetTrailer(refusedAtOpen)
 		return err
 	}
+	if n := s.open.Add(1); n > int64(s.opts.MaxStreams) {
+		s.open.Add(-1)
+		s.metrics.refusedStreams.WithLabelValues("max_streams").Inc()
+		ss.SetTrailer(refusedAtOpen)
+		return status.Error(codes.ResourceExhausted, fmt.Sprintf("%d ingest streams open on this node, the most it takes; nothing was taken, retry later or write over HTTP", s.opts.MaxStreams))
+	}
+	defer s.open.Add(-1)
 	s.metrics.streams.Inc()
 	defer s.metrics.streams.Dec()
 	ctx := ss.Context()
@@ -385,7 +410,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		shed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tidal_ingest_shed_total",
 			Help: "gRPC ingest requests refused by admission (503 + retry-after), by rule: inflight_stream, inflight_writes, expected_wait, inflight_bytes, clock, shutdown."}, []string{"reason"}),
 		refusedStreams: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tidal_ingest_streams_refused_total",
-			Help: "gRPC ingest streams refused at open: unauthenticated or permission_denied."}, []string{"reason"}),
+			Help: "gRPC ingest streams refused at open: unauthenticated, permission_denied or max_streams."}, []string{"reason"}),
 		latencyOK:  latency.WithLabelValues("ok"),
 		latencyErr: latency.WithLabelValues("error"),
 	}

@@ -200,6 +200,23 @@ func TestRequestOverTheByteLimitIsTooLarge(t *testing.T) {
 	}
 }
 
+// Past MaxStreams a new stream is refused at open: the write on it is a
+// definite 503, and the open streams carry on.
+func TestStreamsPastTheNodeBoundAreRefused(t *testing.T) {
+	addr := serve(t, &fakeBackend{}, api.Options{}, Options{MaxStreams: 1})
+	first := dial(t, addr)
+	if _, err := first.WriteSignals(ctx(t), []client.Event{{ID: "a", Entity: 1, Signal: "view"}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := dial(t, addr).WriteSignals(ctx(t), []client.Event{{ID: "b", Entity: 1, Signal: "view"}})
+	if !client.IsUnavailable(err) || client.IsIndefinite(err) {
+		t.Fatalf("a second stream on a node bounded at 1: expected a definite 503, found %v", err)
+	}
+	if _, err := first.WriteSignals(ctx(t), []client.Event{{ID: "c", Entity: 1, Signal: "view"}}); err != nil {
+		t.Fatalf("the open stream after a refusal: %v", err)
+	}
+}
+
 func tokens(t *testing.T) *auth.Tokens {
 	t.Helper()
 	mk := func(name string, role auth.Role, secret string, line int) auth.Token {
