@@ -8,7 +8,9 @@ UNIT_PKGS := ./buildinfo/... ./tidal-server/... ./tcp-relay/... ./harness/... ./
 FUZZTIME  ?= 10s
 # --version of every binary: `git describe`, or "dev" outside a checkout.
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS   := -X github.com/tidaldb/tidal/buildinfo.Version=$(VERSION)
+# The commit, linked in too: a build with -buildvcs=false embeds no VCS stamp.
+COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS   := -X github.com/tidaldb/tidal/buildinfo.Version=$(VERSION) -X github.com/tidaldb/tidal/buildinfo.Commit=$(COMMIT)
 
 .PHONY: all build test unit fuzz suites chaos runbook e2e bench lint clean
 

@@ -15,6 +15,13 @@ import (
 // `git describe`; a plain `go build` leaves "dev".
 var Version = "dev"
 
+// Commit is the commit the Makefile built from (-X ...buildinfo.Commit=,
+// from `git rev-parse`). It names the commit when the binary carries no VCS
+// stamp: Go embeds none under GOFLAGS=-buildvcs=false, which some build
+// machines set, and `--version` then said "commit unknown" (issue 9 item
+// 18). A VCS stamp, when present, wins: it also knows about local changes.
+var Commit = ""
+
 // Info is what a binary knows about its own build.
 type Info struct {
 	Version   string `json:"version"`
@@ -24,21 +31,29 @@ type Info struct {
 }
 
 // Read returns this binary's build facts. The commit comes from the VCS
-// stamp Go embeds when building inside a git checkout; "unknown" when the
-// binary was built without one (go run, -buildvcs=false).
+// stamp Go embeds when building inside a git checkout, else from Commit;
+// "unknown" when the binary has neither (go run, a plain go build with
+// -buildvcs=false).
 func Read() Info {
-	info := Info{Version: Version, Commit: "unknown", GoVersion: runtime.Version()}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
+		bi = nil
+	}
+	return read(bi, Commit)
+}
+
+func read(bi *debug.BuildInfo, linked string) Info {
+	info := Info{Version: Version, Commit: "unknown", GoVersion: runtime.Version()}
+	if linked != "" {
+		info.Commit = shortCommit(linked)
+	}
+	if bi == nil {
 		return info
 	}
 	for _, s := range bi.Settings {
 		switch s.Key {
 		case "vcs.revision":
-			info.Commit = s.Value
-			if len(info.Commit) > 12 {
-				info.Commit = info.Commit[:12]
-			}
+			info.Commit = shortCommit(s.Value)
 		case "vcs.modified":
 			info.Modified = s.Value == "true"
 		}
@@ -46,8 +61,13 @@ func Read() Info {
 	return info
 }
 
-// String is the one line `--version` prints, e.g.
-// "tidal-server v0.2.0 (commit 1a2b3c4d5e6f, go1.26.8)".
+func shortCommit(c string) string {
+	if len(c) > 12 {
+		return c[:12]
+	}
+	return c
+}
+
 func (i Info) String() string {
 	commit := i.Commit
 	if i.Modified {

@@ -203,10 +203,10 @@ func abSummary(res abResult, targets []*abTarget) string {
 			conns, conns/dconn, cpu("conns", func(m probe.Measurement) float64 { return float64(m.Conns) }))
 	}
 	if slices.ContainsFunc(res.Runs, func(r abRun) bool { return r.Phase == "conns16" }) {
-		dpar := med("direct", "conns16", func(r abRun) float64 { return r.M.ConnsPerSec })
+		dpar := med("direct", "conns16", func(r abRun) float64 { return r.M.ParallelConnsPerSec })
 		fmt.Fprintf(&b, "\n| target | conns/s, %d clients | ×direct | relay CPU µs/conn |\n|---|---|---|---|\n", probe.ParallelClients)
 		for _, t := range targets {
-			c := med(t.name, "conns16", func(r abRun) float64 { return r.M.ConnsPerSec })
+			c := med(t.name, "conns16", func(r abRun) float64 { return r.M.ParallelConnsPerSec })
 			cpu := "-"
 			if t.binary != "" {
 				cpu = fmt.Sprintf("%.1f", med(t.name, "conns16", func(r abRun) float64 { return r.CPUSec * 1e6 / max(float64(r.M.Conns), 1) }))
@@ -216,7 +216,7 @@ func abSummary(res abResult, targets []*abTarget) string {
 	}
 	b.WriteString("\n| round | phase | target | load at start | RTT p50 µs | bulk MB/s | conns/s | relay CPU s |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range res.Runs {
-		fmt.Fprintf(&b, "| %d | %s | %s | %s | %.1f | %.0f | %.0f | %.2f |\n", r.Round, r.Phase, r.Target, r.Load, r.M.RTTP50us, r.M.BulkMBps, r.M.ConnsPerSec, r.CPUSec)
+		fmt.Fprintf(&b, "| %d | %s | %s | %s | %.1f | %.0f | %.0f | %.2f |\n", r.Round, r.Phase, r.Target, r.Load, r.M.RTTP50us, r.M.BulkMBps, max(r.M.ConnsPerSec, r.M.ParallelConnsPerSec), r.CPUSec)
 	}
 	return b.String()
 }

@@ -37,7 +37,6 @@ import (
 	"time"
 
 	"github.com/tidaldb/tidal/bench/closedloop"
-	"github.com/tidaldb/tidal/tidal-server/certs"
 	"github.com/tidaldb/tidal/tidal-server/client"
 )
 
@@ -70,10 +69,14 @@ type options struct {
 	protocol      string
 	grpcEndpoints []string
 	grpcStreams   int
-	// certsDir and certName make the tidal clients speak TLS: trust
-	// certsDir/ca.crt and present client.certName.crt (a secured cluster;
-	// HTTP then goes over HTTP/2).
-	certsDir, certName string
+	// certsDir, when set, makes the tidal writes TLS: trust
+	// certsDir/ca.crt and present client.<certName>.crt (a secured
+	// cluster, issue 10), over HTTPS or on the ingest stream; http1 keeps
+	// HTTPS on HTTP/1.1, one connection per worker, instead of HTTP/2's
+	// one multiplexed one (the stream is always HTTP/2).
+	certsDir string
+	certName string
+	http1    bool
 }
 
 func main() {
@@ -97,8 +100,9 @@ func main() {
 	flag.StringVar(&o.protocol, "protocol", "http", "tidal only: http (POST /v1/signals, one connection per worker) or grpc (the gRPC ingest stream)")
 	flag.StringVar(&grpcEndpoints, "grpc-endpoints", "", "tidal -protocol grpc: every member's --grpc-addr, in the order of -endpoints")
 	flag.IntVar(&o.grpcStreams, "grpc-streams", 1, "tidal -protocol grpc: streams (each on its own connection) the workers share")
-	flag.StringVar(&o.certsDir, "certs-dir", "", "tidal on a secured cluster: trust DIR/ca.crt and present client.<cert-name>.crt (HTTP then over TLS with HTTP/2)")
+	flag.StringVar(&o.certsDir, "certs-dir", "", "tidal only: speak TLS trusting DIR/ca.crt and presenting DIR/client.NAME.crt (-cert-name), over HTTPS (HTTP/2 unless -http1) or on the ingest stream (-protocol grpc)")
 	flag.StringVar(&o.certName, "cert-name", "writer", "with -certs-dir: the client certificate to present")
+	flag.BoolVar(&o.http1, "http1", false, "with -certs-dir and -protocol http: HTTP/1.1 over TLS, one connection per worker (default HTTP/2, one connection)")
 	flag.Parse()
 	o.endpoints = splitList(endpoints)
 	o.grpcEndpoints = splitList(grpcEndpoints)
@@ -128,6 +132,9 @@ func run(ctx context.Context, o options) error {
 	if o.batch < 1 {
 		return fmt.Errorf("-batch: expected at least 1, found %d", o.batch)
 	}
+	if o.system != "tidal" && (o.certsDir != "" || o.http1) {
+		return fmt.Errorf("-certs-dir and -http1: for -system tidal only, found -system %q", o.system)
+	}
 	var t target
 	events := newEvents(o.nonceSeed, o.entities, o.signalName)
 	switch o.system {
@@ -141,17 +148,18 @@ func run(ctx context.Context, o options) error {
 		}
 		t = &etcdTarget{endpoints: o.endpoints, conns: conns, timeout: o.timeout, events: events}
 	case "tidal":
-		tt := &tidalTarget{endpoints: o.endpoints, timeout: o.timeout, batch: o.batch, events: events}
-		if o.certsDir != "" {
-			cfg, err := certs.ClientTLS(o.certsDir, o.certName)
-			if err != nil {
-				return err
-			}
-			tt.tls = []client.Option{client.WithTLS(cfg)}
+		opts, err := tidalCredentials(o)
+		if err != nil {
+			return err
 		}
+		tt := &tidalTarget{endpoints: o.endpoints, timeout: o.timeout, batch: o.batch, events: events, opts: opts, http1: o.http1}
 		switch o.protocol {
 		case "http", "":
 		case "grpc":
+			if o.http1 {
+				// The stream is gRPC, which is HTTP/2 only.
+				return errors.New("-http1 and -protocol grpc: expected one, found both (the ingest stream is always HTTP/2)")
+			}
 			if len(o.grpcEndpoints) != len(o.endpoints) {
 				return fmt.Errorf("-grpc-endpoints: expected one address per -endpoints address (%d), found %d", len(o.endpoints), len(o.grpcEndpoints))
 			}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/tidaldb/tidal/bench/closedloop"
+	"github.com/tidaldb/tidal/tidal-server/certs"
 	"github.com/tidaldb/tidal/tidal-server/client"
 )
 
@@ -25,7 +27,39 @@ type tidalTarget struct {
 	c             *client.Client
 	streams       []*client.IngestStream
 	workers       int
-	tls           []client.Option // a secured cluster's client TLS; nil: plaintext
+	// opts are the credentials of a secured cluster (none: plaintext),
+	// for HTTP and the stream alike; http1 keeps HTTPS on HTTP/1.1 (see
+	// connections).
+	opts  []client.Option
+	http1 bool
+}
+
+// tidalCredentials are the client options -certs-dir and -http1 ask for:
+// none for plaintext; TLS with the client certificate, over HTTP/2 as
+// tidal-server/client speaks it by default, or over HTTP/1.1 through a
+// transport that offers only http/1.1 by ALPN.
+func tidalCredentials(o options) ([]client.Option, error) {
+	if o.certsDir == "" {
+		if o.http1 {
+			return nil, errors.New("-http1: needs -certs-dir (plaintext is always HTTP/1.1)")
+		}
+		return nil, nil
+	}
+	cfg, err := certs.ClientTLS(o.certsDir, o.certName)
+	if err != nil {
+		return nil, fmt.Errorf("-certs-dir: %w", err)
+	}
+	opts := []client.Option{client.WithTLS(cfg)}
+	if o.http1 {
+		h1 := cfg.Clone()
+		h1.NextProtos = []string{"http/1.1"}
+		opts = append(opts, client.WithHTTPClient(&http.Client{Transport: &http.Transport{
+			TLSClientConfig:     h1,
+			MaxIdleConnsPerHost: 1024,
+			DisableCompression:  true,
+		}}))
+	}
+	return opts, nil
 }
 
 // leader asks every node for its status: the leader is the node whose own
@@ -33,7 +67,7 @@ type tidalTarget struct {
 func (t *tidalTarget) leader(ctx context.Context) (string, error) {
 	var errs []error
 	for _, ep := range t.endpoints {
-		c := client.New(ep, append([]client.Option{client.WithRetries(0), client.WithTimeout(t.timeout)}, t.tls...)...)
+		c := client.New(ep, append([]client.Option{client.WithRetries(0), client.WithTimeout(t.timeout)}, t.opts...)...)
 		st, err := c.Status(ctx)
 		c.CloseIdleConnections()
 		if err != nil {
@@ -54,7 +88,7 @@ type signalWriter interface {
 
 func (t *tidalTarget) connect(ctx context.Context, leader string, workers int) (func(int) closedloop.Op, error) {
 	t.workers = workers
-	t.c = client.New(leader, append([]client.Option{client.WithRetries(0), client.WithTimeout(t.timeout)}, t.tls...)...)
+	t.c = client.New(leader, append([]client.Option{client.WithRetries(0), client.WithTimeout(t.timeout)}, t.opts...)...)
 	if t.grpcEndpoints != nil {
 		addr := ""
 		for i, ep := range t.endpoints {
@@ -63,7 +97,7 @@ func (t *tidalTarget) connect(ctx context.Context, leader string, workers int) (
 			}
 		}
 		for range t.grpcStreams {
-			s, err := client.NewIngestStream(addr, append([]client.Option{client.WithRetries(0), client.WithTimeout(t.timeout)}, t.tls...)...)
+			s, err := client.NewIngestStream(addr, append([]client.Option{client.WithRetries(0), client.WithTimeout(t.timeout)}, t.opts...)...)
 			if err != nil {
 				return nil, err
 			}
@@ -89,12 +123,18 @@ func (t *tidalTarget) connect(ctx context.Context, leader string, workers int) (
 	}, nil
 }
 
-// connections is the number of workers over HTTP (HTTP/1.1 has one
-// request in flight per connection, and the client keeps them alive), the
-// number of streams (one connection each) over gRPC.
+// connections is the number of streams (one connection each) over gRPC;
+// over HTTP the number of workers: HTTP/1.1 has one request in flight
+// per connection, and the client keeps them alive. Over TLS with HTTP/2
+// every worker shares one connection (Go's transport opens more only past
+// the server's stream limit, 250 by default, above any client count the
+// benchmark uses).
 func (t *tidalTarget) connections() int {
 	if len(t.streams) > 0 {
 		return len(t.streams)
+	}
+	if len(t.opts) > 0 && !t.http1 {
+		return 1
 	}
 	return t.workers
 }

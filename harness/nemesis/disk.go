@@ -58,7 +58,7 @@ type DiskCluster interface {
 	Revive(name string) (bool, error)
 }
 
-func (l live) Disk(name string) (NodeDisk, error) {
+func (l LiveCluster) Disk(name string) (NodeDisk, error) {
 	d, err := l.Cluster.Disk(name)
 	if err != nil {
 		return nil, err
@@ -66,7 +66,7 @@ func (l live) Disk(name string) (NodeDisk, error) {
 	return d, nil
 }
 
-var _ DiskCluster = live{}
+var _ DiskCluster = LiveCluster{}
 
 // Fault names (history f) of the disk kinds.
 const (

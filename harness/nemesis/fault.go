@@ -59,12 +59,22 @@ type Cluster interface {
 	TransferLeader(ctx context.Context, from, to string) error
 }
 
-// Live adapts a running cluster for the nemesis.
-func Live(c *cluster.Cluster) Cluster { return live{c} }
+// Live adapts a running cluster for the nemesis. It returns the concrete
+// type, so that a holder that embeds it keeps every method of the
+// cluster (the disk and clock faults' DiskCluster and ClockSetter too),
+// not only those of the Cluster interface.
+func Live(c *cluster.Cluster) LiveCluster { return LiveCluster{c} }
 
-type live struct{ *cluster.Cluster }
+// LiveCluster is a running cluster as the nemesis acts on it: a Cluster,
+// a DiskCluster and a ClockSetter.
+type LiveCluster struct{ *cluster.Cluster }
 
-func (l live) TransferLeader(ctx context.Context, from, to string) error {
+var (
+	_ Cluster     = LiveCluster{}
+	_ ClockSetter = LiveCluster{}
+)
+
+func (l LiveCluster) TransferLeader(ctx context.Context, from, to string) error {
 	for _, n := range l.Nodes() {
 		if n.Name == to {
 			return l.AdminClient(from).TransferLeader(ctx, n.ID)

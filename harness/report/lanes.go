@@ -59,11 +59,11 @@ var laneColors = map[string]string{
 // laneLegend is the legend's order.
 var laneLegend = []string{"up", "down", "paused", "power-cut", "removed", "restart", "crashed", "isolated", "cut", "slow", "disk", "clock"}
 
-// diskKinds are the disk fault kinds as recorded (history f "disk", kind
-// one of these); power cuts are f "power-cut".
-var diskKinds = []string{"fsync-error", "disk-full", "slow-disk", "corrupt-read"}
-
-// nodeSpans turns fault windows into lane spans for the given nodes.
+// nodeSpans turns fault windows into lane spans for the given nodes. It
+// matches a window by its history f, the constants package nemesis
+// records its kinds with (history.FKill, history.FPowerCut, ...), never by
+// a kind's name: every kind of an f gets its lane, and a new or renamed
+// kind of a known f cannot lose it (TestEveryNemesisKindHasALane).
 func nodeSpans(windows []checker.FaultWindow, values []history.FaultValue, nodes []string) []laneSpan {
 	var out []laneSpan
 	for i, w := range windows {
@@ -85,7 +85,7 @@ func nodeSpans(windows []checker.FaultWindow, values []history.FaultValue, nodes
 			for _, n := range targets {
 				add(n, bandProcess, "paused", "paused")
 			}
-		case w.F == "power-cut" || strings.HasPrefix(v.Kind, "power-cut"):
+		case w.F == history.FPowerCut:
 			for _, n := range targets {
 				add(n, bandProcess, "power-cut", "power cut")
 			}
@@ -126,7 +126,7 @@ func nodeSpans(windows []checker.FaultWindow, values []history.FaultValue, nodes
 			for _, n := range slowed {
 				add(n, bandNetwork, "slow", "slow links ("+v.Kind+")")
 			}
-		case w.F == "disk" || slices.Contains(diskKinds, v.Kind):
+		case w.F == history.FDisk:
 			for _, n := range targets {
 				add(n, bandDisk, "disk", v.Kind)
 			}

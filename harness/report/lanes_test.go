@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tidaldb/tidal/harness/checker"
 	"github.com/tidaldb/tidal/harness/history"
+	"github.com/tidaldb/tidal/harness/nemesis"
 	"golang.org/x/net/html"
 )
 
@@ -43,8 +45,8 @@ func laneHistory(t *testing.T) []history.Op {
 		{2, 4, history.FKill, history.FaultValue{Kind: "one", Targets: []string{"n2"}}},
 		{5, 6, history.FPause, history.FaultValue{Kind: "one", Targets: []string{"n3"}}},
 		{7, 8, history.FPartition, history.FaultValue{Kind: "isolate-one", Targets: []string{"n1"}, Grudge: map[string][]string{"n1": {"n2", "n3"}, "n2": {"n1"}, "n3": {"n1"}}}},
-		{9, 11, "power-cut", history.FaultValue{Kind: "one", Targets: []string{"n2"}}},
-		{10, 13, "disk", history.FaultValue{Kind: "fsync-error", Targets: []string{"n3"}}},
+		{9, 11, history.FPowerCut, history.FaultValue{Kind: "one", Targets: []string{"n2"}}},
+		{10, 13, history.FDisk, history.FaultValue{Kind: "fsync-error", Targets: []string{"n3"}}},
 		{14, 16, history.FClock, history.FaultValue{Kind: "jump", Targets: []string{"n1"}, Params: clock}},
 		{17, 18, history.FSlow, history.FaultValue{Kind: "latency"}},
 		{19, 19.2, history.FRestart, history.FaultValue{Kind: "one", Targets: []string{"n3"}, Instant: true}},
@@ -310,5 +312,49 @@ func TestCrashMarkedInLanes(t *testing.T) {
 	svg := lanesChart([]string{"n1", "n2", "n3"}, spans, nil, nil, 10)
 	if !strings.Contains(svg, `data-state="crashed"`) {
 		t.Errorf("expected the crash drawn in the lanes")
+	}
+}
+
+// Every fault kind the nemesis has gets a lane state when it is recorded
+// as the nemesis records it (its f and sub-kind): the lanes match by the
+// history f constants package nemesis records with, so a kind added or
+// renamed cannot silently lose its colour. Leadership kinds are drawn on
+// the leader lane (from the lag samples), not on a node's.
+func TestEveryNemesisKindHasALane(t *testing.T) {
+	bands := map[nemesis.Class][]int{
+		nemesis.Network: {bandNetwork},
+		nemesis.Links:   {bandNetwork},
+		nemesis.Process: {bandProcess},
+		nemesis.Disk:    {bandProcess, bandDisk}, // a power cut stops the process
+		nemesis.Clock:   {bandClock},
+	}
+	nodes := []string{"n1", "n2", "n3"}
+	for _, k := range nemesis.Kinds() {
+		w := checker.FaultWindow{F: k.F, Kind: k.Sub, Targets: []string{"n2"}, Start: int64(time.Second), Effective: int64(time.Second), End: int64(2 * time.Second), Healed: true}
+		v := history.FaultValue{Kind: k.Sub, Targets: []string{"n2"}, Instant: k.Instant}
+		spans := nodeSpans([]checker.FaultWindow{w}, []history.FaultValue{v}, nodes)
+		if k.Class == nemesis.Leadership {
+			if len(spans) != 0 {
+				t.Errorf("%s: leadership kinds belong on the leader lane, found node spans %+v", k.Name, spans)
+			}
+			continue
+		}
+		want, ok := bands[k.Class]
+		if !ok {
+			t.Errorf("%s: class %q has no lane band in this test; give it one in nodeSpans and here", k.Name, k.Class)
+			continue
+		}
+		if len(spans) == 0 {
+			t.Errorf("%s (f %q, kind %q): no lane span; nodeSpans does not know its f", k.Name, k.F, k.Sub)
+			continue
+		}
+		for _, s := range spans {
+			if _, ok := laneColors[s.state]; !ok || s.state == "up" {
+				t.Errorf("%s: lane state %q has no colour of its own", k.Name, s.state)
+			}
+			if !slices.Contains(want, s.band) {
+				t.Errorf("%s: drawn on band %d, expected one of %v for class %s", k.Name, s.band, want, k.Class)
+			}
+		}
 	}
 }

@@ -10,38 +10,8 @@ import (
 )
 
 // Outage is a stretch of history time during which clients were trying to
-// write and no write succeeded: from the first moment after an
-// acknowledged write (or the start) at which a write was in flight, to
-// the next acknowledged write.
-type Outage struct {
-	Start int64 `json:"start"` // history ns
-	End   int64 `json:"end"`
-	// Attempts counts the writes invoked during the outage, and Failed
-	// those of them that ended fail or info.
-	Attempts int `json:"attempts"`
-	Failed   int `json:"failed"`
-	// Open: no write succeeded after it; it ends with the history's last
-	// write operation.
-	Open bool `json:"open,omitempty"`
-	// During names the runbook steps (nemesis ops) that overlapped it.
-	During []string `json:"during,omitempty"`
-}
-
-// Length is the outage's duration.
-func (o Outage) Length() time.Duration { return time.Duration(o.End - o.Start) }
-
-func (o Outage) String() string {
-	s := fmt.Sprintf("%s from %s to %s (%d writes attempted, %d failed", o.Length().Round(time.Millisecond),
-		history.FormatTime(o.Start), history.FormatTime(o.End), o.Attempts, o.Failed)
-	if o.Open {
-		s += ", none succeeded after it"
-	}
-	s += ")"
-	if len(o.During) > 0 {
-		s += fmt.Sprintf(" during %q", o.During)
-	}
-	return s
-}
+// write and no write succeeded (checker.Outages over the writes).
+type Outage = checker.Outage
 
 // isWrite reports whether a client op writes: ledger writes, counter adds
 // and embedding puts.
@@ -49,55 +19,9 @@ func isWrite(op history.Op) bool {
 	return op.Process.IsClient() && (op.F == history.FWrite || op.F == history.FAdd || op.F == history.FPutEmbedding)
 }
 
-// WriteOutages returns every outage of a history in time order. Between
-// two acknowledged writes there is an outage only if some write was in
-// flight in between, and it starts when the first one was (the time
-// before it, when no client was trying, is not unavailability). A failed
-// attempt keeps the outage going until a write succeeds: a client backing
-// off between attempts is still waiting to write. Gaps between
-// acknowledgements of a healthy cluster are outages too, of milliseconds;
-// the budget judges the longest.
-func WriteOutages(ops []history.Op) []Outage {
-	var out []Outage
-	pending := 0
-	var cur *Outage
-	var lastWrite int64
-	for _, op := range ops {
-		if !isWrite(op) {
-			continue
-		}
-		lastWrite = op.Time
-		switch {
-		case op.Type == history.Invoke:
-			if cur == nil {
-				cur = &Outage{Start: op.Time}
-			}
-			cur.Attempts++
-			pending++
-		case op.Type == history.OK:
-			pending--
-			if cur != nil {
-				cur.End = op.Time
-				out = append(out, *cur)
-			}
-			cur = nil
-			if pending > 0 {
-				// Writes still in flight: the next outage, if any, starts now.
-				cur = &Outage{Start: op.Time}
-			}
-		case op.Type.IsCompletion():
-			pending--
-			if cur != nil {
-				cur.Failed++
-			}
-		}
-	}
-	if cur != nil {
-		cur.End, cur.Open = lastWrite, true
-		out = append(out, *cur)
-	}
-	return out
-}
+// WriteOutages returns every write outage of a history in time order
+// (checker.Outages): the budget judges the longest.
+func WriteOutages(ops []history.Op) []Outage { return checker.Outages(ops, isWrite) }
 
 // AvailabilityDetails is the Details of an availability result.
 type AvailabilityDetails struct {

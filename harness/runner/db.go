@@ -44,6 +44,9 @@ func openDB(cfg Config) (db.DB, error) {
 		if e.Rate == 0 {
 			e.Rate = cfg.Workload.Rate
 		}
+		if e.SampleInterval == 0 {
+			e.SampleInterval = etcd.Duration(cfg.SampleInterval.D())
+		}
 		return etcd.New(e)
 	}
 	return nil, fmt.Errorf("db: expected %s or %s, found %q", DBTidal, DBEtcd, cfg.DB)

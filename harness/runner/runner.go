@@ -60,6 +60,12 @@ type Config struct {
 	// SLO for the lag checker.
 	LagP99     Duration `json:"lag_p99"`
 	LagCatchUp Duration `json:"lag_catch_up"`
+	// Bounds of the availability checker (checker.AvailabilitySLO; zero:
+	// its defaults): the longest stretch without an ok client op before
+	// any fault, and the fault-free time clients may go without one after
+	// a fault began.
+	AvailabilityStall    Duration `json:"availability_stall,omitempty"`
+	AvailabilityRecovery Duration `json:"availability_recovery,omitempty"`
 	// LinearizableTimeout bounds porcupine (past it: unknown).
 	LinearizableTimeout Duration `json:"linearizable_timeout"`
 	// SampleInterval is how often /cluster/status is polled for lag.
@@ -674,6 +680,7 @@ func Analyze(run *report.Run, cfg Config) (checker.Results, error) {
 		return checker.Results{}, err
 	}
 	rs = append(rs, d.Check(db.CheckInput{Run: run, Ops: ops, Evidence: ev, Audit: auditCov, Digest: digestCov})...)
+	rs = append(rs, timelineResults(run, cfg, ops)...)
 	res := checker.NewResults(rs...)
 	rr := run.NewResults(res, time.Now())
 	if err := run.WriteResults(rr); err != nil {
@@ -683,6 +690,28 @@ func Analyze(run *report.Run, cfg Config) (checker.Results, error) {
 		return res, fmt.Errorf("report.html: %w", err)
 	}
 	return res, nil
+}
+
+// timelineResults are the checkers of every DB that judge the run over
+// time against its fault windows: replication lag, from the status
+// samples the DB's Observe took (lag.jsonl), and availability, from the
+// clients' ops.
+func timelineResults(run *report.Run, cfg Config, ops []history.Op) []checker.Result {
+	windows, err := checker.FaultWindows(ops)
+	if err != nil {
+		return []checker.Result{
+			{Name: "lag", Valid: checker.Unknown, Summary: "fault windows: " + err.Error()},
+			{Name: "availability", Valid: checker.Unknown, Summary: "fault windows: " + err.Error()},
+		}
+	}
+	var rs []checker.Result
+	if samples, err := run.ReadLag(); err != nil {
+		rs = append(rs, checker.Result{Name: "lag", Valid: checker.Unknown, Summary: "lag samples unreadable: " + err.Error()})
+	} else {
+		rs = append(rs, checker.Lag(samples, windows, checker.SLO{P99: cfg.LagP99.D(), CatchUp: cfg.LagCatchUp.D()}))
+	}
+	rs = append(rs, checker.Availability(ops, windows, checker.AvailabilitySLO{Stall: cfg.AvailabilityStall.D(), Recovery: cfg.AvailabilityRecovery.D()}))
+	return rs
 }
 
 // faultsResult judges whether the faults the run asked for happened

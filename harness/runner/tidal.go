@@ -3,7 +3,6 @@ package runner
 import (
 	"context"
 	"fmt"
-	"github.com/tidaldb/tidal/harness/faultfs"
 	"io"
 	"path/filepath"
 	"time"
@@ -20,7 +19,8 @@ import (
 // tidalDB is tidal-server as a db.DB: the cluster of package cluster on
 // the process or docker backend, the workloads of package workload, the
 // lag sampler, and the ledger, counter, linearizable, aggregates,
-// embeddings, convergence and lag checkers. Everything the runner did for
+// embeddings and convergence checkers (lag and availability are the
+// runner's, for every DB: Analyze). Everything the runner did for
 // tidal-server before the adapter interface (issue 15) it still does,
 // here.
 type tidalDB struct{ cfg Config }
@@ -76,7 +76,7 @@ func (t tidalDB) Setup(ctx context.Context, env db.Env) (db.Cluster, error) {
 		c.Close()
 		return nil, fmt.Errorf("cluster did not come up (logs in %s): %w", env.NodesDir, err)
 	}
-	return &tidalCluster{Cluster: nemesis.Live(c), c: c, cfg: cfg}, nil
+	return &tidalCluster{LiveCluster: nemesis.Live(c), c: c, cfg: cfg}, nil
 }
 
 // Check implements db.DB: the checkers of tidal-server's workloads.
@@ -111,47 +111,21 @@ func (t tidalDB) Check(in db.CheckInput) []checker.Result {
 	} else {
 		rs = append(rs, checker.Result{Name: "convergence", Valid: checker.Unknown, Summary: "digests unreadable: " + digestErr.Error()})
 	}
-	samples, err := run.ReadLag()
-	if err != nil {
-		rs = append(rs, checker.Result{Name: "lag", Valid: checker.Unknown, Summary: "lag samples unreadable: " + err.Error()})
-	} else {
-		windows, err := checker.FaultWindows(ops)
-		if err != nil {
-			rs = append(rs, checker.Result{Name: "lag", Valid: checker.Unknown, Summary: "fault windows: " + err.Error()})
-		} else {
-			rs = append(rs, checker.Lag(samples, windows, checker.SLO{P99: cfg.LagP99.D(), CatchUp: cfg.LagCatchUp.D()}))
-		}
-	}
 	return rs
 }
 
-// tidalCluster is a running tidal cluster as a db.Cluster.
+// tidalCluster is a running tidal cluster as a db.Cluster. It embeds
+// the concrete nemesis.LiveCluster, so the disk and clock faults reach
+// the cluster's own methods (the nemesis' DiskCluster and ClockSetter)
+// without forwarding.
 type tidalCluster struct {
-	nemesis.Cluster
+	nemesis.LiveCluster
 	c   *cluster.Cluster
 	cfg Config
 }
 
-// The disk and clock faults reach the cluster through these (the nemesis'
-// DiskCluster and ClockSetter): the embedded interface would hide them.
-
-func (t *tidalCluster) HasDisks() bool { return t.c.HasDisks() }
-
-func (t *tidalCluster) Disk(name string) (nemesis.NodeDisk, error) {
-	return t.Cluster.(nemesis.DiskCluster).Disk(name)
-}
-
-func (t *tidalCluster) PowerCut(names []string, o faultfs.PowerCutOptions) (map[string]faultfs.PowerCutReport, error) {
-	return t.c.PowerCut(names, o)
-}
-
-func (t *tidalCluster) Revive(name string) (bool, error) { return t.c.Revive(name) }
-
-func (t *tidalCluster) SetClockOffset(ctx context.Context, node string, offset time.Duration) (time.Time, error) {
-	return t.c.SetClockOffset(ctx, node, offset)
-}
-
 var (
+	_ db.Cluster          = (*tidalCluster)(nil)
 	_ nemesis.DiskCluster = (*tidalCluster)(nil)
 	_ nemesis.ClockSetter = (*tidalCluster)(nil)
 )

@@ -70,8 +70,9 @@ func slowFsyncEverywhere(lat time.Duration) func(nemesis.Cluster) nemesis.Cluste
 	}
 }
 
-// run runs dd's configuration against server, its power cuts made
-// instantaneous (powercut_test.go).
+// run runs dd's configuration against server. Its power cuts are the
+// cluster's own (cluster.PowerCut): instantaneous, every target frozen,
+// every disk cut at once, then killed (docs/planted-bugs.md).
 func (dd diskDefect) run(ctx SpecContext, server string, cfg runner.Config) (*runner.Outcome, string, bool) {
 	var also []func(nemesis.Cluster) nemesis.Cluster
 	if dd.slowFsync > 0 {
@@ -82,9 +83,23 @@ func (dd diskDefect) run(ctx SpecContext, server string, cfg runner.Config) (*ru
 		schedule = untornSchedule(cfg)
 	}
 	return plantedRun(ctx, server, dd.name, cfg, func(o *runner.Options) {
-		o.Nemesis = instantPowerCuts(also...)
+		o.Nemesis = onFaultFS(also...)
 		o.Schedule = schedule
 	})
+}
+
+// onFaultFS applies the other wrappers to the nemesis' cluster and checks
+// that the nodes' data dirs are on faultfs (else a power cut drops
+// nothing and no disk defect could be caught).
+func onFaultFS(also ...func(nemesis.Cluster) nemesis.Cluster) func(nemesis.Cluster) nemesis.Cluster {
+	return func(c nemesis.Cluster) nemesis.Cluster {
+		for _, w := range also {
+			c = w(c)
+		}
+		dc, ok := c.(nemesis.DiskCluster)
+		Expect(ok && dc.HasDisks()).To(BeTrue(), "expected the nodes' data dirs on faultfs")
+		return c
+	}
 }
 
 // untornSchedule is the schedule the runner would generate for cfg, with
@@ -121,8 +136,8 @@ var diskDefects = []diskDefect{
 	{
 		// Under load the writer is nearly always inside an fdatasync
 		// whose group was already acknowledged: a cut then loses acked
-		// writes, if the cut comes while the fsync runs (the cut is
-		// made instantaneous, see powercut_test.go; one node, as on
+		// writes, if the cut comes while the fsync runs (the
+		// cluster's cut is instantaneous, see cluster.PowerCut; one node, as on
 		// three a durable copy on any node hides the loss) and
 		// the fsync outlasts the ack's way to the client (commit, apply,
 		// HTTP). faultfs on the local disk syncs in under a millisecond,

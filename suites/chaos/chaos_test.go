@@ -46,6 +46,10 @@ func chaosRun(ctx context.Context, cfg runner.Config, opts ...func(*runner.Optio
 	Expect(err).NotTo(HaveOccurred())
 	report.Summary(&out, o.Results, o.Run)
 	GinkgoWriter.Println(out.String())
+	if !cfg.Insecure {
+		// Issue 10 item 6: every chaos run is on the secured plane.
+		Expect(startLinesSecured(o.Run.NodesDir(), cfg.Nodes)).To(Succeed(), "run store: %s", o.Run.Dir())
+	}
 	DeferCleanup(func() {
 		if CurrentSpecReport().Failed() {
 			GinkgoWriter.Printf("run store (history, results, report.html, node logs): %s\n", o.Run.Dir())

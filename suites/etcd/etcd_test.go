@@ -54,7 +54,7 @@ func etcdRun(ctx context.Context, nemesisList []string, e etcd.Config) *runner.O
 // judged expects every checker of the workload to have run and given a
 // verdict, and the faults (when any were asked for) to have taken effect.
 func judged(o *runner.Outcome, workload string, faults bool, summary string) {
-	want := []string{"stats", "nodes", "convergence"}
+	want := []string{"stats", "nodes", "convergence", "lag", "availability"}
 	switch workload {
 	case etcd.Append:
 		want = append(want, "ledger", "watch")
@@ -78,6 +78,10 @@ func judged(o *runner.Outcome, workload string, faults bool, summary string) {
 		Expect(got["faults"].Valid).To(Equal(checker.Valid), "the faults asked for must take effect:\n%s", summary)
 	}
 	Expect(got["nodes"].Valid).To(Equal(checker.Valid), "every etcd node must be running and serving after the heal:\n%s", summary)
+	// The lag checker judged etcd's own status samples (Observe), not an
+	// empty file.
+	lag, ok := got["lag"].Details.(checker.LagDetails)
+	Expect(ok && len(lag.Followers) > 0).To(BeTrue(), "the lag checker must have judged etcd's followers from status samples:\n%s", summary)
 	Expect(filepath.Join(o.Run.Dir(), "report.html")).To(BeAnExistingFile())
 	ops, err := o.Run.ReadHistory()
 	Expect(err).NotTo(HaveOccurred())
@@ -158,6 +162,45 @@ var _ = Describe("etcd under faults", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(res.Valid).To(Equal(checker.Invalid), "the planted read must make the run invalid")
 	}, SpecTimeout(3*time.Minute))
+	It("says false of a stored etcd run once its clients are no longer served", func(ctx SpecContext) {
+		o := etcdRun(ctx, nil, register)
+		// Plant: from 5 s into the workload on, no client op succeeds
+		// (every ok becomes fail), with no fault to excuse it: a stall of
+		// the rest of the run, over the 10 s bound.
+		ops, err := o.Run.ReadHistory()
+		Expect(err).NotTo(HaveOccurred())
+		from := int64(-1)
+		failed := 0
+		for i := range ops {
+			if !ops[i].Process.IsClient() {
+				continue
+			}
+			if from < 0 {
+				from = ops[i].Time + int64(5*time.Second)
+			}
+			if ops[i].Time >= from && ops[i].Type == history.OK {
+				ops[i].Type = history.Fail
+				failed++
+			}
+		}
+		Expect(failed).To(BeNumerically(">", 0))
+		Expect(rewriteHistory(o.Run, ops)).To(Succeed())
+		var cfg runner.Config
+		Expect(o.Run.ReadConfig(&cfg)).To(Succeed())
+		res, err := runner.Analyze(o.Run, cfg)
+		Expect(err).NotTo(HaveOccurred())
+		found := false
+		for _, r := range res.Results {
+			if r.Name == "availability" {
+				found = true
+				Expect(r.Valid).To(Equal(checker.Invalid), "the planted stall must be an availability anomaly: %s", r.Summary)
+				Expect(r.Summary).To(ContainSubstring("before any fault, over the stall bound"))
+			}
+		}
+		Expect(found).To(BeTrue(), "the availability checker must run on etcd runs")
+		Expect(res.Valid).To(Equal(checker.Invalid))
+	}, SpecTimeout(3*time.Minute))
+
 	It("says false of a stored etcd append run once a watch event is dropped from it", func(ctx SpecContext) {
 		o := etcdRun(ctx, nil, appendSet)
 		path := filepath.Join(o.Run.NodeDir("n1"), etcd.WatchFile)

@@ -721,4 +721,39 @@ var _ = Describe("a node whose clock is off", Label("lifecycle"), func() {
 		Expect(c.admin[skewed].Ready(ctx)).To(Succeed())
 		c.expectWorks(w)
 	})
+
+	// Issue 10 item 5: "resumes when it is back in bounds" without a
+	// restart: the same process, its (test-only) offset file moved from
+	// 5m back to 0s, takes writes again and is ready, and says so once.
+	It("refuses writes while its offset file says 5m, and takes them again in the same process once it says 0s", func() {
+		const skewed = uint64(2)
+		offsetFile := filepath.Join(specDir("clock-resume-offset"), "offset")
+		Expect(os.WriteFile(offsetFile, []byte("5m\n"), 0o644)).To(Succeed())
+		c := newPeerCluster("clock-resume", true, nil, map[uint64][]string{skewed: {"--test-clock-offset-file", offsetFile}})
+		m := c.member(skewed)
+		pid := m.pid()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+
+		var refused error
+		Eventually(func() bool {
+			_, refused = c.writer[skewed].WriteSignals(ctx, []client.Event{{ID: "while-skewed", Entity: 7, Signal: "view"}})
+			return client.IsUnavailable(refused) && strings.Contains(refused.Error(), "--max-clock-skew")
+		}).WithTimeout(60*time.Second).WithPolling(250*time.Millisecond).Should(BeTrue(), "a write through the skewed member: %v", refused)
+		Expect(c.admin[skewed].Ready(ctx)).To(MatchError(ContainSubstring("--max-clock-skew")), "the skewed member says it is ready")
+
+		Expect(os.WriteFile(offsetFile, []byte("0s\n"), 0o644)).To(Succeed())
+		var err error
+		Eventually(func() error {
+			_, err = c.writer[skewed].WriteSignals(ctx, []client.Event{{ID: "back-in-bounds", Entity: 7, Signal: "view"}})
+			return err
+		}).WithTimeout(90*time.Second).WithPolling(250*time.Millisecond).Should(Succeed(), "the member whose offset went back to 0s: %v", err)
+		Expect(c.admin[skewed].Ready(ctx)).To(Succeed())
+		Expect(m.pid()).To(Equal(pid), "the member was restarted")
+		Expect(m.proc.exited).NotTo(BeClosed(), "the member exited")
+		Expect(logLines(m, regexp.MustCompile(`clock out of bounds: refusing writes`))).To(Equal(1))
+		Expect(logLines(m, regexp.MustCompile(`clock back within bounds: taking writes again`))).To(Equal(1))
+		_, err = c.writer[skewed].EventLocation(ctx, "while-skewed")
+		Expect(client.IsNotFound(err)).To(BeTrue(), "the refused write landed: %v", err)
+	})
 })

@@ -68,7 +68,7 @@ func (p *pump) copyLoop() bool {
 			return true
 		case copyEOF:
 			p.sawEOF()
-			_ = p.dst.CloseWrite()
+			p.closeWrite()
 			return false
 		case copyFailed:
 			p.fail(p.cp.err)

@@ -31,3 +31,6 @@ func errno(err error) syscall.Errno {
 	}
 	return syscall.EIO
 }
+
+// closeWrite sends the FIN on to the destination.
+func (p *pump) closeWrite() { _ = p.dst.CloseWrite() }

@@ -35,7 +35,7 @@ type pump struct {
 	dir      Direction
 	src, dst *net.TCPConn
 	bytes    *atomic.Uint64
-	rng      *rand.Rand
+	rng      *rand.Rand // created on first use (random): most connections never meet a fault
 
 	snap  *snapshot
 	flows []liveFlow // flows of snap acting on this direction of c, in install order
@@ -60,8 +60,7 @@ type liveFlow struct {
 }
 
 func newPump(c *conn, dir Direction, src, dst *net.TCPConn, bytes *atomic.Uint64) (*pump, error) {
-	p := &pump{c: c, dir: dir, src: src, dst: dst, bytes: bytes,
-		rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+	p := &pump{c: c, dir: dir, src: src, dst: dst, bytes: bytes}
 	p.onReadable, p.onWritable = p.readable, p.writable
 	var err error
 	if p.srcRaw, err = src.SyscallConn(); err != nil {
@@ -71,6 +70,15 @@ func newPump(c *conn, dir Direction, src, dst *net.TCPConn, bytes *atomic.Uint64
 		return nil, fmt.Errorf("relay %s: raw %s destination: %w", c.r.cfg.Name, dir, err)
 	}
 	return p, nil
+}
+
+// random is the pump's generator, created on first use; only the pump's
+// goroutine calls it.
+func (p *pump) random() *rand.Rand {
+	if p.rng == nil {
+		p.rng = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+	return p.rng
 }
 
 // guardedRead runs read (a non-blocking syscall on src's descriptor)
@@ -202,7 +210,7 @@ func (p *pump) sync() {
 			}
 		}
 		if fl == nil {
-			if fl = f.Toxic.open(since, p.rng); fl == nil {
+			if fl = f.Toxic.open(since, p.random()); fl == nil {
 				continue // connection-level toxic
 			}
 		}
@@ -241,7 +249,7 @@ func (p *pump) step() bool {
 		wake = earlier(wake, retry)
 	}
 	if p.eof && len(p.pending) == 0 {
-		_ = p.dst.CloseWrite()
+		p.closeWrite()
 		return false
 	}
 	if hold && !p.eof {
@@ -288,7 +296,7 @@ func (p *pump) step() bool {
 
 // hold queues data just read for the fault-aware loop.
 func (p *pump) hold(data []byte) {
-	p.pending = append(p.pending, chunk{readAt: time.Now(), seed: 2*p.rng.Float64() - 1, data: data})
+	p.pending = append(p.pending, chunk{readAt: time.Now(), seed: 2*p.random().Float64() - 1, data: data})
 	p.pendingBytes += len(data)
 }
 

@@ -121,6 +121,8 @@ type Relay struct {
 	active          atomic.Int64
 
 	wg sync.WaitGroup // accept loop and connection goroutines
+
+	dialer net.Dialer // the upstream dial's, set once in Listen
 }
 
 // Listen binds cfg.Listen and starts forwarding to cfg.Upstream.
@@ -140,7 +142,7 @@ func Listen(cfg Config) (*Relay, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	lc := net.ListenConfig{Control: tuneSocket}
+	lc := net.ListenConfig{Control: tuneListener, KeepAlive: listenerKeepAlive}
 	ln, err := lc.Listen(context.Background(), "tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("relay %s: listen on %s: %w", cfg.Name, cfg.Listen, err)
@@ -153,6 +155,7 @@ func Listen(cfg Config) (*Relay, error) {
 		ctx:    ctx,
 		cancel: cancel,
 	}
+	r.dialer = net.Dialer{Timeout: cfg.DialTimeout, Control: dialControl}
 	r.snap.Store(&snapshot{changed: make(chan struct{})})
 	r.wg.Add(1)
 	go r.accept()
@@ -329,8 +332,7 @@ func (r *Relay) accept() {
 // serve runs one connection to its end.
 func (r *Relay) serve(client *net.TCPConn) {
 	defer r.wg.Done()
-	c := &conn{r: r, client: client, done: make(chan struct{}), hits: make(map[uint64]hit),
-		rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+	c := &conn{r: r, client: client, done: make(chan struct{})}
 	for _, f := range r.snap.Load().faults {
 		if _, ok := f.Toxic.(Reject); ok {
 			if on, _ := c.affected(f); on {
@@ -340,8 +342,7 @@ func (r *Relay) serve(client *net.TCPConn) {
 			}
 		}
 	}
-	d := net.Dialer{Timeout: r.cfg.DialTimeout, Control: tuneSocket}
-	sc, err := d.DialContext(r.ctx, "tcp", r.cfg.Upstream)
+	sc, err := r.dialUpstream()
 	if err != nil {
 		// An unreachable upstream looks to the client like a refused
 		// connection, not like a server that accepted and hung up.
@@ -350,7 +351,7 @@ func (r *Relay) serve(client *net.TCPConn) {
 		_ = client.Close()
 		return
 	}
-	c.server = sc.(*net.TCPConn)
+	c.server = sc
 
 	r.conns.Store(c, struct{}{})
 	if r.closed.Load() {
@@ -393,6 +394,18 @@ func (r *Relay) serve(client *net.TCPConn) {
 	r.active.Add(-1)
 }
 
+// dialUpstream connects to the upstream for one accepted connection.
+// (Dialer.DialTCP with a parsed address would skip the resolver, but it
+// always binds a local address after the Control function, where the
+// socket is already connected: see dial_linux.go.)
+func (r *Relay) dialUpstream() (*net.TCPConn, error) {
+	c, err := r.dialer.DialContext(r.ctx, "tcp", r.cfg.Upstream)
+	if err != nil {
+		return nil, err
+	}
+	return c.(*net.TCPConn), nil
+}
+
 // hit is a connection's toxicity decision for one installed fault.
 type hit struct {
 	on    bool
@@ -406,8 +419,8 @@ type conn struct {
 	done           chan struct{}
 	once           sync.Once
 
-	mu   sync.Mutex // guards hits, rng
-	hits map[uint64]hit
+	mu   sync.Mutex     // guards hits, rng
+	hits map[uint64]hit // created on first use, as rng: most connections meet no fault
 	rng  *rand.Rand
 
 	// clientEOF is set once the client's FIN was read (upstream pump).
@@ -455,7 +468,13 @@ func (c *conn) affected(f installed) (bool, time.Time) {
 	defer c.mu.Unlock()
 	h, ok := c.hits[f.id]
 	if !ok {
+		if f.Toxicity < 1 && c.rng == nil {
+			c.rng = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+		}
 		h = hit{on: f.Toxicity >= 1 || c.rng.Float64() < f.Toxicity, since: time.Now()}
+		if c.hits == nil {
+			c.hits = make(map[uint64]hit)
+		}
 		c.hits[f.id] = h
 	}
 	return h.on, h.since

@@ -166,7 +166,7 @@ func (p *pump) afterRead(n int, stale bool, err error) (more, ok bool) {
 		return false, false
 	case n == 0:
 		p.sawEOF()
-		_ = p.dst.CloseWrite()
+		p.closeWrite()
 		return false, false
 	}
 	return true, true

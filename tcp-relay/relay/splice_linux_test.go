@@ -167,3 +167,46 @@ func TestRelaySocketsAvoidPacedCongestionControl(t *testing.T) {
 		t.Fatalf("expected the accepted and the upstream socket on %s, found %v", *want, found)
 	}
 }
+
+// The accepted sockets keep Go's keep-alive probing (15 s idle, 15 s
+// interval, 9 probes) now that they inherit it from the listener instead
+// of Go setting it on each (keepalive_linux.go).
+func TestAcceptedSocketsKeepGoKeepAlive(t *testing.T) {
+	s := startServer(t, false)
+	r := startRelay(t, s.addr())
+	c := dial(t, r)
+	mustEcho(t, c)
+	checked := 0
+	r.conns.Range(func(k, _ any) bool {
+		rc := k.(*conn)
+		raw, err := rc.client.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw.Control(func(fd uintptr) {
+			for _, o := range []struct {
+				name       string
+				level, opt int
+				want       int
+			}{
+				{"SO_KEEPALIVE", unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1},
+				{"TCP_KEEPIDLE", unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, 15},
+				{"TCP_KEEPINTVL", unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, 15},
+				{"TCP_KEEPCNT", unix.IPPROTO_TCP, unix.TCP_KEEPCNT, 9},
+			} {
+				v, err := unix.GetsockoptInt(int(fd), o.level, o.opt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v != o.want {
+					t.Errorf("accepted socket: expected %s %d, found %d", o.name, o.want, v)
+				}
+			}
+		})
+		checked++
+		return true
+	})
+	if checked != 1 {
+		t.Fatalf("expected 1 relayed connection, found %d", checked)
+	}
+}

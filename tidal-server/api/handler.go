@@ -143,6 +143,50 @@ type handler struct {
 	vectorCheck *vectors.Store
 }
 
+// metricsPattern is the Prometheus route, served by promhttp.
+const metricsPattern = "GET /metrics"
+
+// apiRoute is one route of the API and its handler.
+type apiRoute struct {
+	pattern string
+	fn      func(http.ResponseWriter, *http.Request) error
+}
+
+// routes is the API's route table (besides GET /metrics and the "/"
+// catch-all that answers 404 and 405).
+func (h *handler) routes() []apiRoute {
+	return []apiRoute{
+		{"POST /v1/signals", h.postSignals},
+		{"PUT /v1/entities/{entity}/embedding", h.putEmbedding},
+		{"GET /v1/entities/{entity}", h.getEntity},
+		{"POST /v1/query/nearest", h.nearest},
+		{"GET /v1/top", h.top},
+		{"GET /v1/events/{id...}", h.eventLocation},
+		{"GET /v1/audit/events", h.auditEvents},
+		{"GET /v1/audit/digest", h.digest},
+		{"GET /cluster/status", h.status},
+		{"POST /admin/members", h.addMember},
+		{"DELETE /admin/members/{id}", h.removeMember},
+		{"POST /admin/transfer-leader", h.transferLeader},
+		{"POST /admin/snapshot", h.snapshot},
+		{"GET /admin/backup", h.backup},
+		{"GET /healthz", h.healthz},
+		{"GET /readyz", h.readyz},
+	}
+}
+
+// Patterns are the ServeMux patterns of every route New serves (the "/"
+// catch-all aside): what the client plane's authorization policy
+// (auth.DefaultRules) must give a rule each, which a test of the server
+// package checks.
+func Patterns() []string {
+	var out []string
+	for _, r := range (&handler{}).routes() {
+		out = append(out, r.pattern)
+	}
+	return append(out, metricsPattern)
+}
+
 // New returns the HTTP handler serving every route over b.
 func New(b Backend, opts Options) http.Handler {
 	h, _ := NewWithIngest(b, opts)
@@ -166,23 +210,10 @@ func NewWithIngest(b Backend, opts Options) (http.Handler, *Ingest) {
 	route := func(pattern string, fn func(http.ResponseWriter, *http.Request) error) {
 		mux.Handle(pattern, h.instrument(pattern, fn))
 	}
-	route("POST /v1/signals", h.postSignals)
-	route("PUT /v1/entities/{entity}/embedding", h.putEmbedding)
-	route("GET /v1/entities/{entity}", h.getEntity)
-	route("POST /v1/query/nearest", h.nearest)
-	route("GET /v1/top", h.top)
-	route("GET /v1/events/{id...}", h.eventLocation)
-	route("GET /v1/audit/events", h.auditEvents)
-	route("GET /v1/audit/digest", h.digest)
-	route("GET /cluster/status", h.status)
-	route("POST /admin/members", h.addMember)
-	route("DELETE /admin/members/{id}", h.removeMember)
-	route("POST /admin/transfer-leader", h.transferLeader)
-	route("POST /admin/snapshot", h.snapshot)
-	route("GET /admin/backup", h.backup)
-	route("GET /healthz", h.healthz)
-	route("GET /readyz", h.readyz)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{}))
+	for _, r := range h.routes() {
+		route(r.pattern, r.fn)
+	}
+	mux.Handle(metricsPattern, promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{}))
 	// The catch-all pattern shadows ServeMux's own 405, so a known path
 	// asked with the wrong method is told which methods it has.
 	route("/", func(w http.ResponseWriter, r *http.Request) error {

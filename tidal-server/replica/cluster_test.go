@@ -406,6 +406,16 @@ func (n *network) deliver(l link, item queued) {
 		n.report(item.ep, item.m, false)
 		return
 	}
+	// As the peer plane does: a member refuses a removed sender and tells
+	// it so (the leader stops sending to a removed node, which may never
+	// apply its own removal and would campaign on forever).
+	if _, removed := dst.MemberStatus(l.from); removed {
+		n.dropped.Add(1)
+		if src := item.ep.replica.Load(); src != nil {
+			src.ReportRemoved(l.to)
+		}
+		return
+	}
 	if err := dst.Receive(n.ctx, item.m.Data); err != nil {
 		n.dropped.Add(1)
 		n.report(item.ep, item.m, false)

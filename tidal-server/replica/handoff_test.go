@@ -18,6 +18,14 @@ import (
 // outcome). The leader now holds them and steps them once the transfer
 // ends, which forwards them to the new leader: each is applied once.
 func TestProposalsForwardedDuringATransferAreKept(t *testing.T) {
+	t.Run("asked of the leader", func(t *testing.T) { testProposalsKeptDuringTransfer(t, false) })
+	// Regression (issue 9 item 9): asked of a follower, the transfer
+	// reaches the leader's raft as a message; the leader's replica did not
+	// know of it and raft dropped the proposals forwarded meanwhile.
+	t.Run("asked of a follower", func(t *testing.T) { testProposalsKeptDuringTransfer(t, true) })
+}
+
+func testProposalsKeptDuringTransfer(t *testing.T, viaFollower bool) {
 	c := newCluster(t, 3, nil)
 	lead := c.waitLeader()
 	var others []uint64
@@ -66,10 +74,14 @@ func TestProposalsForwardedDuringATransferAreKept(t *testing.T) {
 		return count() >= 200, fmt.Sprint(count())
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	err := c.node(lead).r.TransferLeader(ctx, target)
+	asked := lead
+	if viaFollower {
+		asked = others[1]
+	}
+	err := c.node(asked).r.TransferLeader(ctx, target)
 	cancel()
 	if err != nil {
-		t.Fatalf("TransferLeader(%d) on leader %d: %v", target, lead, err)
+		t.Fatalf("TransferLeader(%d) on %d (leader %d): %v", target, asked, lead, err)
 	}
 	before := count()
 	waitFor(t, 30*time.Second, "writes acknowledged after the transfer", func() (bool, string) {
@@ -78,6 +90,16 @@ func TestProposalsForwardedDuringATransferAreKept(t *testing.T) {
 	stop.Store(true)
 	wg.Wait()
 	if len(unknown) > 0 {
+		st := c.waitConverged()
+		for _, u := range unknown {
+			n := 0
+			for _, e := range st.Entries {
+				if e.Data == u {
+					n++
+				}
+			}
+			t.Logf("%q (outcome unknown to its proposer) was applied %d times: 0 means raft dropped it", u, n)
+		}
 		t.Fatalf("%d proposal(s) made on the followers during the transfer ended with an unknown outcome, e.g. %q", len(unknown), unknown[0])
 	}
 	st := c.waitConverged()

@@ -209,6 +209,13 @@ type Replica struct {
 	// without it on the fast path.
 	transfers atomic.Int32
 	heldProps []*raftpb.Message
+	// forwarding is held for reading from the check of transfers until raft
+	// has taken a forwarded proposal, and for writing while a transfer
+	// starts: raft's loop picks between proposals and other messages at
+	// random, so a proposal checked before the transfer began could reach
+	// raft after it, be dropped, and end as 504 on the node that forwarded
+	// it (raft drops a forwarded proposal without telling anyone).
+	forwarding sync.RWMutex
 
 	appliedMu      sync.Mutex
 	applied        uint64
@@ -663,8 +670,13 @@ func (r *Replica) ReadIndex(ctx context.Context) (uint64, error) {
 }
 
 // forwardedProposalWait bounds how long a proposal forwarded by a follower
-// may wait for raft to take it.
-const forwardedProposalWait = 100 * time.Millisecond
+// may wait for raft to take it while this node knows no leader;
+// forwardedProposalMaxWait bounds the wait while it knows one (raft takes
+// it as soon as its loop runs: only a starved process waits that long).
+const (
+	forwardedProposalWait    = 100 * time.Millisecond
+	forwardedProposalMaxWait = time.Second
+)
 
 // Receive hands a marshalled message from a peer to raft.
 //
@@ -683,7 +695,15 @@ func (r *Replica) Receive(ctx context.Context, data []byte) error {
 	if err := proto.Unmarshal(data, m); err != nil {
 		return fmt.Errorf("decode raft message (%d bytes): %w", len(data), err)
 	}
+	if m.GetType() == raftpb.MsgTransferLeader && r.leader.Load() == r.cfg.ID {
+		// A transfer asked of another node: raft drops what is forwarded
+		// to this leader until it ends, as for one asked here.
+		r.beginTransfer()
+		go r.endTransferWhenSettled()
+	}
 	if m.GetType() == raftpb.MsgProp {
+		r.forwarding.RLock()
+		defer r.forwarding.RUnlock()
 		if r.holdForwarded(m) {
 			return nil
 		}
@@ -692,15 +712,28 @@ func (r *Replica) Receive(ctx context.Context, data []byte) error {
 	return r.node.Step(ctx, m)
 }
 
+// stepForwarded steps a proposal a follower forwarded. It drops it (its
+// proposer answers 504 at its deadline) only when raft would not take it:
+// while this node knows no leader, or after forwardedProposalMaxWait.
+// Raft's loop may take longer than forwardedProposalWait to get to a
+// proposal on a loaded machine even though it knows a leader, and dropping
+// it then ended a write as unknown for nothing.
 func (r *Replica) stepForwarded(ctx context.Context, m *raftpb.Message) error {
-	pctx, cancel := context.WithTimeout(ctx, forwardedProposalWait)
-	defer cancel()
-	err := r.node.Step(pctx, m)
-	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-		r.metrics.ProposalsDropped.Inc()
-		return nil
+	start := time.Now()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, forwardedProposalWait)
+		err := r.node.Step(pctx, m)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+			return err
+		}
+		if r.leader.Load() == raft.None || time.Since(start) >= forwardedProposalMaxWait {
+			r.metrics.ProposalsDropped.Inc()
+			r.log.Info("dropped a proposal forwarded by a peer: raft did not take it",
+				"from", m.GetFrom(), "leader", r.leader.Load(), "waited", time.Since(start).Round(time.Millisecond))
+			return nil
+		}
 	}
-	return err
 }
 
 // holdForwarded keeps a proposal forwarded to this node while it hands
@@ -772,12 +805,15 @@ func (r *Replica) TransferLeader(ctx context.Context, to uint64) error {
 		return nil
 	}
 	if lead == r.cfg.ID {
-		r.mu.Lock()
-		r.transfers.Add(1)
-		r.mu.Unlock()
+		r.beginTransfer()
 		defer r.releaseHeld()
 	}
 	r.node.TransferLeadership(ctx, lead, to)
+	// raft gives a transfer up after an election timeout (the target did
+	// not catch up in time, or the request was lost on its way to the
+	// leader); ask again each time, until ctx ends.
+	reask := time.NewTicker(time.Duration(r.cfg.ElectionTicks+1) * r.cfg.TickInterval)
+	defer reask.Stop()
 	t := time.NewTicker(r.cfg.TickInterval / 2)
 	defer t.Stop()
 	for {
@@ -786,10 +822,45 @@ func (r *Replica) TransferLeader(ctx context.Context, to uint64) error {
 			if r.leader.Load() == to {
 				return nil
 			}
+		case <-reask.C:
+			if now := r.leader.Load(); now != raft.None && now != to {
+				r.node.TransferLeadership(ctx, now, to)
+			}
 		case <-ctx.Done():
 			return fmt.Errorf("leadership did not move from %d to %d: %w", lead, to, ctx.Err())
 		case <-r.done:
 			return r.stoppedErr()
+		}
+	}
+}
+
+// beginTransfer makes this leader hold forwarded proposals until
+// releaseHeld. It waits for the forwarded proposals already past the hold
+// check to be in raft's hands, so that none reaches raft after the
+// transfer and is dropped.
+func (r *Replica) beginTransfer() {
+	r.forwarding.Lock()
+	r.mu.Lock()
+	r.transfers.Add(1)
+	r.mu.Unlock()
+	r.forwarding.Unlock()
+}
+
+// endTransferWhenSettled ends a transfer this leader did not ask for once
+// leadership has moved, or once raft has given the transfer up (it aborts
+// one that has not finished within an election timeout).
+func (r *Replica) endTransferWhenSettled() {
+	defer r.releaseHeld()
+	giveUp := time.After(time.Duration(r.cfg.ElectionTicks+1) * r.cfg.TickInterval)
+	t := time.NewTicker(r.cfg.TickInterval / 2)
+	defer t.Stop()
+	for r.leader.Load() == r.cfg.ID {
+		select {
+		case <-t.C:
+		case <-giveUp:
+			return
+		case <-r.done:
+			return
 		}
 	}
 }

@@ -1113,3 +1113,38 @@ func TestSnapshotOnDemand(t *testing.T) {
 	c.net.detach(1)
 	c.nodes[1].r = nil
 }
+
+// Regression (issue 12 item 4, a make test flake of TestRemoveMember): a
+// node that never heard its removal commit (the leader stops sending to it
+// once it applies the removal) learns it from the first member it reaches,
+// which refuses it as removed, and stops with ErrRemoved instead of
+// campaigning forever. The in-process network now answers as the peer
+// plane does.
+func TestRemovedNodeThatMissedItsRemovalIsTold(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	lead := c.waitLeader()
+	victim := uint64(3)
+	if victim == lead {
+		victim = 2
+	}
+	c.mustPropose(lead, "before-remove")
+	for _, id := range []uint64{1, 2, 3} {
+		if id != victim {
+			c.net.cutLink(id, victim) // it hears nothing more, its removal included
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := retrying(func() error { return c.node(lead).r.RemoveMember(ctx, victim) }); err != nil {
+		t.Fatalf("RemoveMember(%d): %v", victim, err)
+	}
+	removed := c.node(victim).r
+	select {
+	case <-removed.Done():
+	case <-time.After(time.Minute):
+		t.Fatalf("removed node %d, cut off from its removal, still running a minute later; Err() = %v", victim, removed.Err())
+	}
+	if err := removed.Err(); !errors.Is(err, replica.ErrRemoved) {
+		t.Fatalf("removed node %d: Err() = %v, expected ErrRemoved", victim, err)
+	}
+}

@@ -134,6 +134,13 @@ func (sec security) describe() string {
 	} else {
 		parts = append(parts, "client plane: plaintext")
 	}
+	// Both planes, so a node's log shows how it ran (the chaos suite
+	// checks its runs were secured by this line).
+	if sec.peerTLS {
+		parts = append(parts, "peer plane: mutual TLS")
+	} else {
+		parts = append(parts, "peer plane: plaintext")
+	}
 	switch {
 	case sec.auth && sec.tokens != nil && sec.clientTLS:
 		parts = append(parts, fmt.Sprintf("authentication: client certificates and %d bearer tokens", sec.tokens.Len()))

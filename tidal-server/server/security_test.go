@@ -303,3 +303,22 @@ type nopSender struct{}
 func (nopSender) Send([]replica.Outbound) {}
 func (nopSender) SetPeer(uint64, string)  {}
 func (nopSender) RemovePeer(uint64)       {}
+
+// Regression (issue 10 item 6): the start-up line names both planes, so
+// a run's node logs show that it ran secured (the chaos smoke spec reads
+// it); it used to describe the client plane only, and a peer plane left
+// plaintext under --certs-dir said so in a warning alone.
+func TestStartLineNamesBothPlanes(t *testing.T) {
+	for _, tc := range []struct {
+		sec  security
+		want string
+	}{
+		{security{clientTLS: true, peerTLS: true, auth: true}, "client plane: TLS (h2, http/1.1); peer plane: mutual TLS; authentication: client certificates"},
+		{security{clientTLS: true, auth: true}, "client plane: TLS (h2, http/1.1); peer plane: plaintext; authentication: client certificates"},
+		{security{}, "client plane: plaintext; peer plane: plaintext; insecure: no authentication"},
+	} {
+		if got := tc.sec.describe(); got != tc.want {
+			t.Errorf("%+v: expected %q, found %q", tc.sec, tc.want, got)
+		}
+	}
+}

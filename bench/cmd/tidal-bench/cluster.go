@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/tidaldb/tidal/harness/process"
+	"github.com/tidaldb/tidal/tidal-server/auth"
+	"github.com/tidaldb/tidal/tidal-server/certs"
 	"github.com/tidaldb/tidal/tidal-server/client"
 )
 
@@ -21,19 +23,72 @@ import (
 type cluster struct {
 	dir     string
 	nodes   []*process.Process
-	clients []string // client addresses, host:port
-	grpc    []string // gRPC ingest addresses (--grpc-addr); nil unless asked for
+	clients []string        // client addresses, host:port
+	grpc    []string        // gRPC ingest addresses (--grpc-addr); nil unless asked for
+	opts    []client.Option // how to reach a secured cluster (none: plaintext)
 }
 
-// startCluster launches n nodes under dir and waits until they agree on a
-// leader. On error, whatever started is stopped.
-func startCluster(ctx context.Context, binary, dir string, n int, extra ...string) (_ *cluster, err error) {
-	return startClusterWith(ctx, binary, dir, n, false, extra...)
+// nodeOptions are how startCluster runs its nodes beyond the defaults.
+type nodeOptions struct {
+	// secure: every node runs with its --certs-dir and the cluster is
+	// reached over TLS with the writer's certificate (nil: plaintext).
+	secure *clusterCerts
+	// grpc: every node also serves the gRPC ingest stream (--grpc-addr,
+	// over TLS too when secure).
+	grpc bool
+	// extra are more tidal-server flags for every node.
+	extra []string
 }
 
-// startClusterWith is startCluster whose nodes also serve the gRPC ingest
-// stream when grpc is set.
-func startClusterWith(ctx context.Context, binary, dir string, n int, grpc bool, extra ...string) (_ *cluster, err error) {
+// benchClientName is the client certificate the benchmark presents to a
+// secured cluster: a writer, what an ingesting application would be.
+const benchClientName = "writer"
+
+// clusterCerts are a secured cluster's certificates: one CA, a directory
+// per member (ca.crt, node.crt/key naming the member, as README's secure
+// cluster makes them) and the clients' directory (ca.crt and
+// client.writer.crt/key).
+type clusterCerts struct {
+	clientDir string
+	nodeDirs  []string
+}
+
+// makeClusterCerts makes a CA and the certificates of n members on
+// 127.0.0.1 and of the benchmark's writer under dir, with the same
+// package `tidal-server certs` uses.
+func makeClusterCerts(dir string, n int) (*clusterCerts, error) {
+	cc := &clusterCerts{clientDir: filepath.Join(dir, "clients")}
+	caKey := filepath.Join(dir, "ca.key")
+	if _, err := certs.CreateCA(certs.CreateOptions{CertsDir: cc.clientDir, CAKey: caKey}); err != nil {
+		return nil, err
+	}
+	caCert, err := os.ReadFile(filepath.Join(cc.clientDir, certs.CACertFile))
+	if err != nil {
+		return nil, err
+	}
+	for i := range n {
+		nd := filepath.Join(dir, "n"+strconv.Itoa(i+1))
+		if err := os.MkdirAll(nd, 0o700); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(nd, certs.CACertFile), caCert, 0o644); err != nil {
+			return nil, err
+		}
+		if _, err := certs.CreateNode(certs.CreateOptions{CertsDir: nd, CAKey: caKey}, uint64(i+1), []string{"127.0.0.1", "localhost"}); err != nil {
+			return nil, err
+		}
+		cc.nodeDirs = append(cc.nodeDirs, nd)
+	}
+	if _, err := certs.CreateClient(certs.CreateOptions{CertsDir: cc.clientDir, CAKey: caKey}, benchClientName, auth.Writer); err != nil {
+		return nil, err
+	}
+	return cc, nil
+}
+
+// startCluster launches n nodes under dir, as no asks, and waits until
+// they agree on a leader. On error, whatever started is stopped.
+func startCluster(ctx context.Context, binary, dir string, n int, no nodeOptions) (_ *cluster, err error) {
+	secure := no.secure
 	ports, err := freePorts(3 * n)
 	if err != nil {
 		return nil, err
@@ -43,6 +98,16 @@ func startClusterWith(ctx context.Context, binary, dir string, n int, grpc bool,
 		peers = append(peers, fmt.Sprintf("%d=127.0.0.1:%d", i+1, ports[n+i]))
 	}
 	c := &cluster{dir: dir}
+	if secure != nil {
+		if len(secure.nodeDirs) != n {
+			return nil, fmt.Errorf("expected certificates for %d members, found %d", n, len(secure.nodeDirs))
+		}
+		tlsCfg, err := certs.ClientTLS(secure.clientDir, benchClientName)
+		if err != nil {
+			return nil, err
+		}
+		c.opts = []client.Option{client.WithTLS(tlsCfg)}
+	}
 	defer func() {
 		if err != nil {
 			c.stop()
@@ -58,15 +123,18 @@ func startClusterWith(ctx context.Context, binary, dir string, n int, grpc bool,
 		args := []string{"run", "--id", id, "--peers", strings.Join(peers, ","),
 			"--client-addr", clientAddr, "--peer-addr", fmt.Sprintf("127.0.0.1:%d", ports[n+i]),
 			"--data-dir", filepath.Join(nodeDir, "data"), "--log-file", filepath.Join(nodeDir, "node.log")}
-		if grpc {
+		if no.grpc {
 			grpcAddr := fmt.Sprintf("127.0.0.1:%d", ports[2*n+i])
 			args = append(args, "--grpc-addr", grpcAddr)
 			c.grpc = append(c.grpc, grpcAddr)
 		}
+		if secure != nil {
+			args = append(args, "--certs-dir", secure.nodeDirs[i])
+		}
 		p, err := process.Start(process.Spec{
 			Name:   "n" + id,
 			Binary: binary,
-			Args:   append(args, extra...),
+			Args:   append(args, no.extra...),
 			Dir:    nodeDir,
 			// The node logs to its file; this one catches what it prints
 			// before the logger is up (flag errors, panics).
@@ -92,7 +160,7 @@ func (c *cluster) waitForLeader(ctx context.Context, within time.Duration) error
 			if !c.nodes[i].Running() {
 				return fmt.Errorf("node %s exited while starting: %v (logs in %s)", c.nodes[i].Name(), c.nodes[i].ExitErr(), c.dir)
 			}
-			cl := client.New(addr, client.WithRetries(0), client.WithTimeout(time.Second))
+			cl := client.New(addr, append([]client.Option{client.WithRetries(0), client.WithTimeout(time.Second)}, c.opts...)...)
 			st, err := cl.Status(ctx)
 			cl.CloseIdleConnections()
 			if err != nil {

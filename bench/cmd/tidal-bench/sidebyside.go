@@ -60,6 +60,43 @@ type sbsOptions struct {
 	protocol         string
 	baselineProtocol string
 	grpcStreams      int
+	// tlsAB measures this build twice: plaintext in etcd's place and
+	// secured (--certs-dir on every node, storeload over TLS with a
+	// writer certificate) in tidal's: the cost of TLS (issue 10).
+	// Both are written with protocol (-tls-ab -protocol grpc: the stream
+	// in plaintext against the stream over TLS). tlsHTTP1 keeps the
+	// secured HTTP clients on HTTP/1.1.
+	tlsAB    bool
+	tlsHTTP1 bool
+}
+
+// abBaseline reports whether etcd's place holds a tidal-server (an A/B).
+func (so sbsOptions) abBaseline() bool { return so.baseline != "" || so.tlsAB }
+
+// protocolOf is how the tidal-server in system's slot is written: the
+// measured build (tidal's slot) with -protocol; etcd's slot, holding a
+// tidal-server in an A/B, with -baseline-protocol for -baseline and with
+// -protocol for -tls-ab (the same build and transport, only TLS differs).
+func (so sbsOptions) protocolOf(system string) string {
+	if system == "etcd" && !so.tlsAB {
+		return so.baselineProtocol
+	}
+	return so.protocol
+}
+
+// checkProtocols refuses transports that do not exist and combinations
+// that cannot be measured as asked.
+func (so sbsOptions) checkProtocols() error {
+	for _, f := range []struct{ name, value string }{{"-protocol", so.protocol}, {"-baseline-protocol", so.baselineProtocol}} {
+		if f.value != "http" && f.value != "grpc" {
+			return fmt.Errorf("%s: expected http or grpc, found %q", f.name, f.value)
+		}
+	}
+	if so.tlsHTTP1 && so.protocol == "grpc" {
+		// gRPC is HTTP/2 only: the stream cannot be moved to HTTP/1.1.
+		return errors.New("-tls-http1 and -protocol grpc: expected one, found both (the ingest stream is always HTTP/2)")
+	}
+	return nil
 }
 
 // sharedMachineNote goes into every side-by-side file.
@@ -91,6 +128,15 @@ func runSideBySide(ctx context.Context, o options) (err error) {
 	if so.rounds < 1 {
 		return fmt.Errorf("-rounds: expected at least 1, found %d", so.rounds)
 	}
+	switch {
+	case so.tlsAB && so.baseline != "":
+		return errors.New("-tls-ab and -baseline: expected one, found both (-tls-ab compares this build with itself)")
+	case so.tlsHTTP1 && !so.tlsAB:
+		return errors.New("-tls-http1: needs -tls-ab")
+	}
+	if err := so.checkProtocols(); err != nil {
+		return err
+	}
 	repo, err := filepath.Abs(o.repo)
 	if err != nil {
 		return err
@@ -116,7 +162,8 @@ func runSideBySide(ctx context.Context, o options) (err error) {
 
 	started := time.Now()
 	res := &sideBySide{Schema: 1, Kind: sideBySideKind, Time: started.UTC(), Quick: o.quick, Note: sharedMachineNote,
-		Config: sbsConfig{TidalFlags: so.tidalFlags, Baseline: so.baseline, Protocol: so.protocol, BaselineProtocol: so.baselineProtocol, GRPCStreams: so.grpcStreams, Rounds: so.rounds, Clients: clients, Warmup: so.warmup, Duration: so.duration, OpTimeout: so.opTimeout,
+		Config: sbsConfig{TidalFlags: so.tidalFlags, Baseline: so.baseline, TLSAB: so.tlsAB, TLSHTTP1: so.tlsHTTP1,
+			Protocol: so.protocol, BaselineProtocol: so.protocolOf("etcd"), GRPCStreams: so.grpcStreams, Rounds: so.rounds, Clients: clients, Warmup: so.warmup, Duration: so.duration, OpTimeout: so.opTimeout,
 			EtcdConns: so.etcdConns, BatchClients: so.batchClients, BatchSize: so.batchSize, RelayDuration: so.relayDuration}}
 	if res.Env, err = environment(ctx, repo); err != nil {
 		return err
@@ -137,7 +184,17 @@ func runSideBySide(ctx context.Context, o options) (err error) {
 
 	if !so.skipStores {
 		var etcdBin string
-		if so.baseline != "" {
+		if so.tlsAB {
+			etcdBin = filepath.Join(bin, "tidal-server")
+			res.EtcdVersion = "plaintext tidal-server (this build)"
+			stem += "-tls"
+			if so.tlsHTTP1 {
+				stem += "-h1"
+			}
+			if so.protocol == "grpc" {
+				stem += "-grpc"
+			}
+		} else if so.baseline != "" {
 			if etcdBin, err = filepath.Abs(so.baseline); err != nil {
 				return err
 			}
@@ -238,18 +295,27 @@ func clusterCPUSeconds(c storeCluster) (float64, error) {
 // client count (and, for tidal, the batched run), and stops the cluster.
 func storeRoundOf(ctx context.Context, so sbsOptions, clients []int, system string, round int, etcdBin, bin, dir string) (rd storeRound, err error) {
 	rd = storeRound{System: system, Round: round, LoadStart: loadAvg()}
-	fmt.Printf("tidal-bench: round %d, %s (load %s)\n", round, system, rd.LoadStart)
+	label := roundName(sbsConfig{TLSAB: so.tlsAB, Baseline: so.baseline}, system)
+	fmt.Printf("tidal-bench: round %d, %s (load %s)\n", round, label, rd.LoadStart)
 	var c storeCluster
+	var secure *clusterCerts
 	loadSystem := system
 	switch {
-	case system == "etcd" && so.baseline != "":
-		// The A/B baseline: another tidal-server build in etcd's slot.
-		c, err = startClusterWith(ctx, etcdBin, dir, 3, so.baselineProtocol == "grpc")
+	case system == "etcd" && so.abBaseline():
+		// The A/B baseline: another tidal-server build, or this one in
+		// plaintext, in etcd's slot.
+		c, err = startCluster(ctx, etcdBin, dir, 3, nodeOptions{grpc: so.protocolOf(system) == "grpc"})
 		loadSystem = "tidal"
 	case system == "etcd":
 		c, err = startEtcd(ctx, etcdBin, dir, 3)
 	default:
-		c, err = startClusterWith(ctx, filepath.Join(bin, "tidal-server"), dir, 3, so.protocol == "grpc", strings.Fields(so.tidalFlags)...)
+		if so.tlsAB {
+			if secure, err = makeClusterCerts(filepath.Join(dir, "certs"), 3); err != nil {
+				return rd, err
+			}
+		}
+		c, err = startCluster(ctx, filepath.Join(bin, "tidal-server"), dir, 3,
+			nodeOptions{secure: secure, grpc: so.protocolOf(system) == "grpc", extra: strings.Fields(so.tidalFlags)})
 	}
 	if err != nil {
 		return rd, err
@@ -264,7 +330,7 @@ func storeRoundOf(ctx context.Context, so sbsOptions, clients []int, system stri
 	for _, n := range clients {
 		runs = append(runs, run{n, 1})
 	}
-	if (system == "tidal" || so.baseline != "") && so.batchClients > 0 {
+	if (system == "tidal" || so.abBaseline()) && so.batchClients > 0 {
 		runs = append(runs, run{so.batchClients, so.batchSize})
 	}
 	for _, r := range runs {
@@ -272,15 +338,11 @@ func storeRoundOf(ctx context.Context, so sbsOptions, clients []int, system stri
 		if err != nil {
 			return rd, err
 		}
-		protocol := so.protocol
-		if system == "etcd" {
-			protocol = so.baselineProtocol // unused for etcd itself
-		}
-		var grpcEndpoints []string
+		lt := loadTarget{system: loadSystem, protocol: so.protocolOf(system), endpoints: c.endpoints(), secure: secure}
 		if tc, ok := c.(*cluster); ok {
-			grpcEndpoints = tc.grpc
+			lt.grpcEndpoints = tc.grpc
 		}
-		rec, err := storeload(ctx, so, filepath.Join(bin, "storeload"), loadSystem, protocol, c.endpoints(), grpcEndpoints, r.clients, r.batch, dir)
+		rec, err := storeload(ctx, so, filepath.Join(bin, "storeload"), lt, r.clients, r.batch, dir)
 		if err != nil {
 			return rd, err
 		}
@@ -290,7 +352,7 @@ func storeRoundOf(ctx context.Context, so sbsOptions, clients []int, system stri
 		}
 		rec.ServerCPUSeconds = cpu1 - cpu0
 		fmt.Printf("tidal-bench:   %s %3d clients × %d events: %s writes/s, p50 %s p99 %s p99.9 %s, %d errors; CPU µs/write: servers %.0f, load tool %.0f\n",
-			system, r.clients, r.batch, fmtRate(rec.OpsPerSec), ms(rec.Latency.P50), ms(rec.Latency.P99), ms(rec.Latency.P999), rec.Errors,
+			label, r.clients, r.batch, fmtRate(rec.OpsPerSec), ms(rec.Latency.P50), ms(rec.Latency.P99), ms(rec.Latency.P999), rec.Errors,
 			1e6*rec.CPUPerOp(rec.ServerCPUSeconds), 1e6*rec.CPUPerOp(rec.ToolCPUSeconds))
 		rd.Runs = append(rd.Runs, rec)
 	}
@@ -298,21 +360,44 @@ func storeRoundOf(ctx context.Context, so sbsOptions, clients []int, system stri
 	return rd, nil
 }
 
-// storeload runs the load tool once and reads its record.
-func storeload(ctx context.Context, so sbsOptions, bin, system, protocol string, endpoints, grpcEndpoints []string, clients, batch int, dir string) (closedloop.Record, error) {
-	var rec closedloop.Record
-	label := fmt.Sprintf("storeload-c%d-b%d", clients, batch)
-	jsonPath := filepath.Join(dir, label+".json")
-	args := []string{"-system", system, "-endpoints", strings.Join(endpoints, ","),
+// loadTarget is what one storeload run writes to: storeload's -system, the
+// transport (tidal only), the members' client and gRPC ingest addresses,
+// and a secured cluster's certificates (nil: plaintext).
+type loadTarget struct {
+	system, protocol string
+	endpoints        []string
+	grpcEndpoints    []string
+	secure           *clusterCerts
+}
+
+// storeloadArgs are storeload's flags for one run: TLS and the transport
+// are independent (-tls-ab -protocol grpc writes the stream over TLS).
+func storeloadArgs(so sbsOptions, lt loadTarget, clients, batch int, jsonPath string) []string {
+	args := []string{"-system", lt.system, "-endpoints", strings.Join(lt.endpoints, ","),
 		"-clients", strconv.Itoa(clients), "-batch", strconv.Itoa(batch),
 		"-warmup", so.warmup.String(), "-duration", so.duration.String(), "-timeout", so.opTimeout.String(),
 		"-json", jsonPath}
-	if system == "etcd" {
+	if lt.system == "etcd" {
 		args = append(args, "-etcd-conns", strconv.Itoa(so.etcdConns))
 	}
-	if system == "tidal" && protocol == "grpc" {
-		args = append(args, "-protocol", "grpc", "-grpc-endpoints", strings.Join(grpcEndpoints, ","), "-grpc-streams", strconv.Itoa(max(so.grpcStreams, 1)))
+	if lt.system == "tidal" && lt.protocol == "grpc" {
+		args = append(args, "-protocol", "grpc", "-grpc-endpoints", strings.Join(lt.grpcEndpoints, ","), "-grpc-streams", strconv.Itoa(max(so.grpcStreams, 1)))
 	}
+	if lt.secure != nil {
+		args = append(args, "-certs-dir", lt.secure.clientDir, "-cert-name", benchClientName)
+		if so.tlsHTTP1 {
+			args = append(args, "-http1")
+		}
+	}
+	return args
+}
+
+// storeload runs the load tool once and reads its record.
+func storeload(ctx context.Context, so sbsOptions, bin string, lt loadTarget, clients, batch int, dir string) (closedloop.Record, error) {
+	var rec closedloop.Record
+	label := fmt.Sprintf("storeload-c%d-b%d", clients, batch)
+	jsonPath := filepath.Join(dir, label+".json")
+	args := storeloadArgs(so, lt, clients, batch, jsonPath)
 	cmd := exec.CommandContext(ctx, bin, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -420,10 +505,15 @@ func relayRounds(ctx context.Context, so sbsOptions, bin, dir string) (_ []relay
 	return rounds, nil
 }
 
+// relayPhases are the measurements of every relay round: the default
+// three, then connections/s with 16 clients at once (probe.ExtraPhases),
+// the same client and concurrency for every target.
+const relayPhases = "rtt,bulk,conns,conns16"
+
 // measureRelay runs the measuring client as its own process.
 func measureRelay(ctx context.Context, bin, target string, addrs [2]string, d time.Duration) (probe.Measurement, error) {
 	var m probe.Measurement
-	cmd := exec.CommandContext(ctx, bin, "-measure", "-target", target, "-echo", addrs[0], "-sink", addrs[1], "-duration", d.String())
+	cmd := exec.CommandContext(ctx, bin, "-measure", "-phases", relayPhases, "-target", target, "-echo", addrs[0], "-sink", addrs[1], "-duration", d.String())
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

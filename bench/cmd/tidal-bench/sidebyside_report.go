@@ -53,12 +53,18 @@ type sbsConfig struct {
 	TidalFlags string `json:"tidal_flags,omitempty"`
 	Baseline   string `json:"baseline,omitempty"`
 	// Protocol is how the measured tidal was written (http, grpc: the
-	// ingest stream); BaselineProtocol the baseline build's; GRPCStreams
-	// the streams the gRPC workers shared. "" in older files: http.
-	Protocol         string   `json:"protocol,omitempty"`
-	BaselineProtocol string   `json:"baseline_protocol,omitempty"`
-	GRPCStreams      int      `json:"grpc_streams,omitempty"`
-	ToxiproxyEnv     []string `json:"toxiproxy_env,omitempty"`
+	// ingest stream); BaselineProtocol how etcd's slot was, when it held a
+	// tidal-server (-baseline, or -tls-ab: then the same as Protocol);
+	// GRPCStreams the streams the gRPC workers shared. "" in older files:
+	// http.
+	Protocol         string `json:"protocol,omitempty"`
+	BaselineProtocol string `json:"baseline_protocol,omitempty"`
+	GRPCStreams      int    `json:"grpc_streams,omitempty"`
+	// TLSAB: etcd's place held this build in plaintext, tidal's the same
+	// build secured (--certs-dir); TLSHTTP1: its clients spoke HTTP/1.1.
+	TLSAB        bool     `json:"tls_ab,omitempty"`
+	TLSHTTP1     bool     `json:"tls_http1,omitempty"`
+	ToxiproxyEnv []string `json:"toxiproxy_env,omitempty"`
 }
 
 // storeRound is one system's round: a fresh 3-member cluster, then one
@@ -118,7 +124,10 @@ type relayStat struct {
 	RTTP999us   float64 `json:"rtt_p999_us"`
 	BulkMBps    float64 `json:"bulk_mb_per_s"`
 	ConnsPerSec float64 `json:"conns_per_s"`
-	ConnErrors  int     `json:"conn_errors"` // over all rounds
+	// With probe.ParallelClients clients at once; 0 in results from
+	// before the phase was measured.
+	ParallelConnsPerSec float64 `json:"parallel_conns_per_s,omitempty"`
+	ConnErrors          int     `json:"conn_errors"` // over all rounds
 }
 
 // statOf summarises the runs of system at clients and batch size batch
@@ -175,7 +184,7 @@ func storeRows(rounds []storeRound, clients []int) []storeRow {
 func relayStats(rounds []relayRound, targets []string) []relayStat {
 	var out []relayStat
 	for _, t := range targets {
-		var p50, p99, p999, bulk, conns []float64
+		var p50, p99, p999, bulk, conns, parallel []float64
 		st := relayStat{Target: t}
 		for _, r := range rounds {
 			for _, m := range r.Runs {
@@ -185,12 +194,13 @@ func relayStats(rounds []relayRound, targets []string) []relayStat {
 				st.Rounds++
 				p50, p99, p999 = append(p50, m.RTTP50us), append(p99, m.RTTP99us), append(p999, m.RTTP999us)
 				bulk, conns = append(bulk, m.BulkMBps), append(conns, m.ConnsPerSec)
+				parallel = append(parallel, m.ParallelConnsPerSec)
 				st.ConnErrors += m.ConnErrors
 			}
 		}
 		if st.Rounds > 0 {
 			st.RTTP50us, st.RTTP99us, st.RTTP999us = median(p50), median(p99), median(p999)
-			st.BulkMBps, st.ConnsPerSec = median(bulk), median(conns)
+			st.BulkMBps, st.ConnsPerSec, st.ParallelConnsPerSec = median(bulk), median(conns), median(parallel)
 		}
 		out = append(out, st)
 	}
@@ -212,13 +222,25 @@ func sideBySideSummary(r *sideBySide) string {
 	if r.Config.TidalFlags != "" {
 		p("- tidal-server nodes ran with the extra flags `%s`\n", r.Config.TidalFlags)
 	}
-	if r.Config.Protocol == "grpc" {
+	switch {
+	case r.Config.Protocol == "grpc" && r.Config.TLSAB:
+		p("- both sides were written on the gRPC ingest stream (%d stream(s) shared by the workers), not HTTP\n", max(r.Config.GRPCStreams, 1))
+	case r.Config.Protocol == "grpc":
 		p("- the measured tidal-server was written on the gRPC ingest stream (%d stream(s) shared by the workers), not HTTP\n", max(r.Config.GRPCStreams, 1))
 	}
 	if r.Config.Baseline != "" && r.Config.BaselineProtocol != "" {
 		p("- the baseline build was written over %s\n", r.Config.BaselineProtocol)
 	}
-	if r.Config.Baseline != "" {
+	if r.Config.TLSAB {
+		plain, proto := "plaintext, HTTP/1.1, one keep-alive connection per client", "TLS 1.3 with HTTP/2 (tidal-server/client's default: one connection, multiplexed)"
+		switch {
+		case r.Config.Protocol == "grpc":
+			plain, proto = "plaintext, on the gRPC ingest stream", "TLS 1.3 on the gRPC ingest stream (HTTP/2)"
+		case r.Config.TLSHTTP1:
+			proto = "TLS 1.3 with HTTP/1.1 (one keep-alive connection per client, as in plaintext)"
+		}
+		p("- **Plaintext against TLS, one build** (issue 10): the \"plaintext\" columns below are this build without `--certs-dir` (%s), the \"TLS\" columns the same build with `--certs-dir` on every node: mutual TLS between the nodes, and to the clients %s presenting a writer certificate (the JSON keeps the etcd and tidal slots: etcd is plaintext, tidal is TLS)\n", plain, proto)
+	} else if r.Config.Baseline != "" {
 		p("- **A/B of two tidal-server builds**: every \"etcd\" column below is the baseline build %s, every \"tidal\" column this commit\n", r.Config.Baseline)
 	} else if r.EtcdVersion != "" {
 		p("- etcd: %s\n", r.EtcdVersion)
@@ -233,16 +255,24 @@ func sideBySideSummary(r *sideBySide) string {
 	}
 
 	if len(r.Stores) > 0 {
-		p("\n## Replicated writes: etcd and tidal-server, 3 members each on loopback\n\n")
-		p("Closed loop, every client one write in flight, single-event writes sent to the leader; ")
-		p("both systems fsync every commit (their defaults); a fresh cluster per system and round, rounds alternating etcd, tidal, etcd, tidal… ")
-		tidalConns := "tidal's use one HTTP/1.1 keep-alive connection each"
-		if c.Protocol == "grpc" {
-			tidalConns = fmt.Sprintf("tidal's share %d gRPC ingest stream(s), one connection each", max(c.GRPCStreams, 1))
+		a, b := storeNames(c)
+		switch {
+		case c.TLSAB:
+			p("\n## Replicated writes: tidal-server in plaintext and with TLS, 3 members each on loopback\n\n")
+			p("Closed loop, every client one write in flight, single-event writes sent to the leader; a fresh cluster per mode and round, rounds alternating plaintext, TLS, plaintext, TLS… ")
+			p("One load tool (bench/storeload) drives both; plaintext clients %s, TLS clients %s. ", plainClientsText(c.Protocol, c.GRPCStreams), tlsClientsText(c))
+		case c.Baseline != "":
+			p("\n## Replicated writes: two tidal-server builds, 3 members each on loopback\n\n")
+			p("Closed loop, every client one write in flight, single-event writes sent to the leader; a fresh cluster per build and round, rounds alternating baseline, this build… ")
+			p("One load tool (bench/storeload) drives both; the baseline's clients %s, this build's %s. ", plainClientsText(c.BaselineProtocol, c.GRPCStreams), plainClientsText(c.Protocol, c.GRPCStreams))
+		default:
+			p("\n## Replicated writes: etcd and tidal-server, 3 members each on loopback\n\n")
+			p("Closed loop, every client one write in flight, single-event writes sent to the leader; ")
+			p("both systems fsync every commit (their defaults); a fresh cluster per system and round, rounds alternating etcd, tidal, etcd, tidal… ")
+			p("One load tool (bench/storeload) drives both with the same loop and clock; etcd's workers share %s, tidal's %s. ", etcdConnsText(c.EtcdConns), plainClientsText(c.Protocol, c.GRPCStreams))
 		}
-		p("One load tool (bench/storeload) drives both with the same loop and clock; etcd's workers share %s, %s. ", etcdConnsText(c.EtcdConns), tidalConns)
-		p("Writes/s and percentiles are medians over the rounds (the range of writes/s in brackets); ratio = tidal / etcd.\n\n")
-		p("| clients | etcd writes/s | tidal writes/s | ratio | p50 etcd / tidal | p99 etcd / tidal | p99.9 etcd / tidal | errors etcd / tidal |\n")
+		p("Writes/s and percentiles are medians over the rounds (the range of writes/s in brackets); ratio = %s / %s.\n\n", b, a)
+		p("| clients | %[1]s writes/s | %[2]s writes/s | ratio | p50 %[1]s / %[2]s | p99 %[1]s / %[2]s | p99.9 %[1]s / %[2]s | errors %[1]s / %[2]s |\n", a, b)
 		p("|---|---|---|---|---|---|---|---|\n")
 		for _, row := range r.Stores {
 			p("| %d | %s | %s | %s | %s / %s | %s / %s | %s / %s | %s / %s |\n", row.Clients,
@@ -253,7 +283,7 @@ func sideBySideSummary(r *sideBySide) string {
 		if hasCPU(r.Stores) {
 			p("\n**CPU per write** (user + system seconds over the whole run, warm-up included, divided by the writes completed; medians over the rounds). ")
 			p("It moves far less with the machine's load than writes/s do: the servers' column is what one replicated write costs the three members together.\n\n")
-			p("| clients | servers' CPU µs/write etcd / tidal | tidal / etcd | load tool's CPU µs/write etcd / tidal |\n|---|---|---|---|\n")
+			p("| clients | servers' CPU µs/write %[1]s / %[2]s | %[2]s / %[1]s | load tool's CPU µs/write %[1]s / %[2]s |\n|---|---|---|---|\n", a, b)
 			for _, row := range r.Stores {
 				cpuRatio := "-"
 				if row.Etcd.ServerCPUus > 0 && row.Tidal.ServerCPUus > 0 {
@@ -281,7 +311,7 @@ func sideBySideSummary(r *sideBySide) string {
 		p("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, rd := range r.StoreRounds {
 			for _, run := range rd.Runs {
-				p("| %s | %d | %s → %s | %d | %d | %s | %s | %s | %s | %s | %s | %d | %v |\n", rd.System, rd.Round, rd.LoadStart, rd.LoadEnd,
+				p("| %s | %d | %s → %s | %d | %d | %s | %s | %s | %s | %s | %s | %d | %v |\n", roundName(c, rd.System), rd.Round, rd.LoadStart, rd.LoadEnd,
 					run.Clients, run.Batch, fmtRate(run.OpsPerSec), fmtRate(run.EventsPerSec),
 					ms(run.Latency.P50), ms(run.Latency.P99), ms(run.Latency.P999), ms(run.Latency.Max), run.Errors, run.LeaderChanged)
 			}
@@ -293,7 +323,8 @@ func sideBySideSummary(r *sideBySide) string {
 		p("\n## tcp-relay, direct and Toxiproxy\n\n")
 		p("Echo and sink servers in one process, tcp-relay and Toxiproxy each in their own with relays created through their HTTP APIs, ")
 		p("and the measuring client in another (bench/relay -measure). 1-byte ping-pong on one connection; bulk: one connection, 256 KiB writes, ")
-		p("16 MiB transfers each acknowledged by the sink; connections: dial, 1-byte echo, close, one after another. %s per measurement; medians over the rounds.\n\n", c.RelayDuration)
+		p("16 MiB transfers each acknowledged by the sink; connections: dial, 1-byte echo, close, one after another, and the same with %d clients at once, ", probe.ParallelClients)
+		p("the same client and concurrency for every target. %s per measurement; medians over the rounds.\n\n", c.RelayDuration)
 		byTarget := map[string]relayStat{}
 		var header, sep []string
 		for _, st := range r.Relay {
@@ -316,18 +347,31 @@ func sideBySideSummary(r *sideBySide) string {
 		row("1-byte round trip p99.9 (µs)", func(s relayStat) float64 { return s.RTTP999us }, "%.1f", added)
 		row("bulk, 1 connection (MB/s)", func(s relayStat) float64 { return s.BulkMBps }, "%.0f", times)
 		row("connections/s", func(s relayStat) float64 { return s.ConnsPerSec }, "%.0f", times)
+		if d.ParallelConnsPerSec > 0 {
+			row(fmt.Sprintf("connections/s, %d clients", probe.ParallelClients), func(s relayStat) float64 { return s.ParallelConnsPerSec }, "%.0f", times)
+		}
+		if d.ConnsPerSec > 0 && tx.ConnsPerSec > 0 {
+			// A relay in front of the echo server makes every connection
+			// two, on the same machine: it cannot beat direct, so direct's
+			// lead over Toxiproxy is the most tcp-relay's can be here.
+			p("\nCeiling of tcp-relay vs Toxiproxy for connections/s on this machine (a relay cannot beat direct): direct vs Toxiproxy, %s", times(d.ConnsPerSec, tx.ConnsPerSec))
+			if d.ParallelConnsPerSec > 0 && tx.ParallelConnsPerSec > 0 {
+				p(" one client, %s with %d clients", times(d.ParallelConnsPerSec, tx.ParallelConnsPerSec), probe.ParallelClients)
+			}
+			p(".\n")
+		}
 		for _, st := range r.Relay {
 			if st.ConnErrors > 0 {
 				p("\n%s: %d connections failed over the rounds.\n", st.Target, st.ConnErrors)
 			}
 		}
 		p("\n<details><summary>every round</summary>\n\n")
-		p("| round | load avg start → end | target | p50 µs | p99 µs | p99.9 µs | bulk MB/s | connections/s | connection errors |\n")
-		p("|---|---|---|---|---|---|---|---|---|\n")
+		p("| round | load avg start → end | target | p50 µs | p99 µs | p99.9 µs | bulk MB/s | connections/s | connections/s, %d clients | connection errors |\n", probe.ParallelClients)
+		p("|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, rd := range r.RelayRounds {
 			for _, m := range rd.Runs {
-				p("| %d | %s → %s | %s | %.1f | %.1f | %.1f | %.0f | %.0f | %d |\n", rd.Round, rd.LoadStart, rd.LoadEnd,
-					m.Target, m.RTTP50us, m.RTTP99us, m.RTTP999us, m.BulkMBps, m.ConnsPerSec, m.ConnErrors)
+				p("| %d | %s → %s | %s | %.1f | %.1f | %.1f | %.0f | %.0f | %.0f | %d |\n", rd.Round, rd.LoadStart, rd.LoadEnd,
+					m.Target, m.RTTP50us, m.RTTP99us, m.RTTP999us, m.BulkMBps, m.ConnsPerSec, m.ParallelConnsPerSec, m.ConnErrors)
 			}
 		}
 		p("\n</details>\n")
@@ -405,4 +449,45 @@ func times(a, b float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("×%.2f", a/b)
+}
+
+// storeNames are the two columns' names: etcd and tidal, or the two
+// sides of an A/B (the first held etcd's place).
+func storeNames(c sbsConfig) (a, b string) {
+	switch {
+	case c.TLSAB:
+		return "plaintext", "TLS"
+	case c.Baseline != "":
+		return "baseline", "this build"
+	}
+	return "etcd", "tidal"
+}
+
+// roundName is the name of a round's system in the report.
+func roundName(c sbsConfig, system string) string {
+	a, b := storeNames(c)
+	if system == "etcd" {
+		return a
+	}
+	return b
+}
+
+// plainClientsText says how plaintext tidal clients written with
+// protocol connect ("" is http, as in files from before -protocol).
+func plainClientsText(protocol string, grpcStreams int) string {
+	if protocol == "grpc" {
+		return fmt.Sprintf("share %d gRPC ingest stream(s), one connection each", max(grpcStreams, 1))
+	}
+	return "use one HTTP/1.1 keep-alive connection each"
+}
+
+// tlsClientsText says how the TLS side's clients connect.
+func tlsClientsText(c sbsConfig) string {
+	if c.Protocol == "grpc" {
+		return fmt.Sprintf("share %d gRPC ingest stream(s) over TLS, one connection each", max(c.GRPCStreams, 1))
+	}
+	if c.TLSHTTP1 {
+		return "HTTP/1.1 over TLS, one keep-alive connection each"
+	}
+	return "HTTP/2 over TLS, all of them multiplexed on one connection as tidal-server/client does"
 }

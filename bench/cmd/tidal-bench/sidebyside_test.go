@@ -97,7 +97,7 @@ func TestStoreRowsEvenRounds(t *testing.T) {
 
 func sampleRelayRounds() []relayRound {
 	m := func(target string, p50, bulk, conns float64) probe.Measurement {
-		return probe.Measurement{Target: target, RTTP50us: p50, RTTP99us: 2 * p50, RTTP999us: 3 * p50, BulkMBps: bulk, ConnsPerSec: conns}
+		return probe.Measurement{Target: target, RTTP50us: p50, RTTP99us: 2 * p50, RTTP999us: 3 * p50, BulkMBps: bulk, ConnsPerSec: conns, ParallelConnsPerSec: 2 * conns}
 	}
 	return []relayRound{
 		{Round: 1, LoadStart: "4.00 4.00 4.00", LoadEnd: "4.50 4.00 4.00", Runs: []probe.Measurement{
@@ -112,9 +112,9 @@ func sampleRelayRounds() []relayRound {
 func TestRelayStatsMedians(t *testing.T) {
 	stats := relayStats(sampleRelayRounds(), []string{"direct", "tcp-relay", "toxiproxy", "absent"})
 	want := map[string]relayStat{
-		"direct":    {Target: "direct", Rounds: 3, RTTP50us: 25, RTTP99us: 50, RTTP999us: 75, BulkMBps: 2500, ConnsPerSec: 6000},
-		"tcp-relay": {Target: "tcp-relay", Rounds: 3, RTTP50us: 60, RTTP99us: 120, RTTP999us: 180, BulkMBps: 1200, ConnsPerSec: 2500},
-		"toxiproxy": {Target: "toxiproxy", Rounds: 3, RTTP50us: 90, RTTP99us: 180, RTTP999us: 270, BulkMBps: 500, ConnsPerSec: 1500},
+		"direct":    {Target: "direct", Rounds: 3, RTTP50us: 25, RTTP99us: 50, RTTP999us: 75, BulkMBps: 2500, ConnsPerSec: 6000, ParallelConnsPerSec: 12000},
+		"tcp-relay": {Target: "tcp-relay", Rounds: 3, RTTP50us: 60, RTTP99us: 120, RTTP999us: 180, BulkMBps: 1200, ConnsPerSec: 2500, ParallelConnsPerSec: 5000},
+		"toxiproxy": {Target: "toxiproxy", Rounds: 3, RTTP50us: 90, RTTP99us: 180, RTTP999us: 270, BulkMBps: 500, ConnsPerSec: 1500, ParallelConnsPerSec: 3000},
 		"absent":    {Target: "absent"},
 	}
 	if len(stats) != 4 {
@@ -151,10 +151,68 @@ func TestSideBySideSummary(t *testing.T) {
 		"| 1-byte round trip p50 (µs) | 25.0 | 60.0 | 90.0 | +35.0 µs | +65.0 µs | -30.0 µs |",
 		"| bulk, 1 connection (MB/s) | 2500 | 1200 | 500 | ×0.48 | ×0.20 | ×2.40 |",
 		"| connections/s | 6000 | 2500 | 1500 | ×0.42 | ×0.25 | ×1.67 |",
+		"| connections/s, 16 clients | 12000 | 5000 | 3000 | ×0.42 | ×0.25 | ×1.67 |",
+		"Ceiling of tcp-relay vs Toxiproxy for connections/s on this machine (a relay cannot beat direct): direct vs Toxiproxy, ×4.00 one client, ×4.00 with 16 clients.",
 		"| 1 | 4.00 4.00 4.00 → 4.50 4.00 4.00 | direct | 20.0 |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("expected the summary to contain %q, found:\n%s", want, md)
+		}
+	}
+}
+
+// Results from before the 16-client phase render without its row.
+func TestSideBySideSummaryWithoutParallelConns(t *testing.T) {
+	rounds := sampleRelayRounds()
+	for i := range rounds {
+		for j := range rounds[i].Runs {
+			rounds[i].Runs[j].ParallelConnsPerSec = 0
+		}
+	}
+	r := &sideBySide{Schema: 1, Kind: sideBySideKind, RelayRounds: rounds, Relay: relayStats(rounds, relayTargets)}
+	md := sideBySideSummary(r)
+	if strings.Contains(md, "\n| connections/s, 16 clients |") {
+		t.Errorf("expected no 16-client row without its measurements, found:\n%s", md)
+	}
+	if !strings.Contains(md, "direct vs Toxiproxy, ×4.00.") {
+		t.Errorf("expected the one-client ceiling alone, found:\n%s", md)
+	}
+}
+
+// TestSideBySideSummaryOfTLSAB: a -tls-ab file names its sides plaintext
+// and TLS (etcd appears nowhere in its store section) and says how the
+// TLS clients connected; the rounds' table names the mode of each round.
+func TestSideBySideSummaryOfTLSAB(t *testing.T) {
+	rounds := sampleRounds()
+	for _, h1 := range []bool{false, true} {
+		r := &sideBySide{Schema: 1, Kind: sideBySideKind, Time: time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC), Note: sharedMachineNote,
+			Env:         env{Commit: "abc123", Cores: 2},
+			Config:      sbsConfig{TLSAB: true, TLSHTTP1: h1, Rounds: 3, Clients: []int{1, 64}, Warmup: time.Second, Duration: 5 * time.Second},
+			StoreRounds: rounds, Stores: storeRows(rounds, []int{1, 64}), EtcdVersion: "plaintext tidal-server (this build)"}
+		md := sideBySideSummary(r)
+		store := md[strings.Index(md, "## Replicated writes"):]
+		want := []string{
+			"**Plaintext against TLS, one build** (issue 10)",
+			"## Replicated writes: tidal-server in plaintext and with TLS",
+			"ratio = TLS / plaintext",
+			"| clients | plaintext writes/s | TLS writes/s | ratio | p50 plaintext / TLS |",
+			"| 1 | 200 (100–300) | 250 (150–400) | 1.25 |",
+			"| clients | servers' CPU µs/write plaintext / TLS | TLS / plaintext |",
+			"| plaintext | 1 | 5.00 6.00 7.00 → 5.50 6.00 7.00 | 1 | 1 | 100 |",
+			"| TLS | 1 |",
+		}
+		if h1 {
+			want = append(want, "TLS 1.3 with HTTP/1.1", "TLS clients HTTP/1.1 over TLS, one keep-alive connection each")
+		} else {
+			want = append(want, "TLS 1.3 with HTTP/2", "TLS clients HTTP/2 over TLS, all of them multiplexed on one connection")
+		}
+		for _, w := range want {
+			if !strings.Contains(md, w) {
+				t.Errorf("http1=%v: expected the summary to contain %q, found:\n%s", h1, w, md)
+			}
+		}
+		if strings.Contains(store, "etcd") {
+			t.Errorf("http1=%v: expected no mention of etcd in the store section of a TLS A/B, found:\n%s", h1, store)
 		}
 	}
 }

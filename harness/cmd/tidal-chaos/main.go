@@ -93,7 +93,7 @@ func addKeepRunsFlag(cmd *cobra.Command, keep *int) {
 func newRunCommand() *cobra.Command {
 	var cfg runner.Config
 	var nemesisList, workloadKind, selection, reads string
-	var duration, interval, faultDuration, lagP99, lagCatchUp, linTimeout time.Duration
+	var duration, interval, faultDuration, lagP99, lagCatchUp, linTimeout, stall, recovery time.Duration
 	var verbose bool
 	var keepRuns int
 	cmd := &cobra.Command{
@@ -152,6 +152,7 @@ func newRunCommand() *cobra.Command {
 			}
 			cfg.Duration, cfg.Interval, cfg.FaultDuration = runner.Duration(duration), runner.Duration(interval), runner.Duration(faultDuration)
 			cfg.LagP99, cfg.LagCatchUp, cfg.LinearizableTimeout = runner.Duration(lagP99), runner.Duration(lagCatchUp), runner.Duration(linTimeout)
+			cfg.AvailabilityStall, cfg.AvailabilityRecovery = runner.Duration(stall), runner.Duration(recovery)
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -191,6 +192,8 @@ func newRunCommand() *cobra.Command {
 	f.StringSliceVar(&cfg.ServerFlags, "server-flag", nil, "extra tidal-server flag, repeatable (e.g. --server-flag=--snapshot-every=2000)")
 	f.DurationVar(&lagP99, "slo-lag-p99", 2*time.Second, "lag SLO: follower p99 lag outside fault windows")
 	f.DurationVar(&lagCatchUp, "slo-catch-up", 10*time.Second, "lag SLO: catch-up time after each heal")
+	f.DurationVar(&stall, "slo-stall", 10*time.Second, "availability: longest stretch without an ok client op before any fault")
+	f.DurationVar(&recovery, "slo-recovery", 15*time.Second, "availability: longest fault-free time, summed between faults, without an ok client op after a fault began (recovery after a heal)")
 	f.DurationVar(&linTimeout, "linearizable-timeout", time.Minute, "give up on the linearizability search after this long (verdict unknown)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log harness steps (cluster, nemesis) to stderr")
 	f.StringVar(&cfg.FaultFS, "faultfs", "auto", "mount faultfs over every node's data dir: auto (when --nemesis has a disk kind: power-cut-*, fsync-error, disk-full, slow-disk, corrupt-read), on, or off; needs /dev/fuse and root or fusermount3, process backend only")

@@ -18,10 +18,6 @@ import (
 	"github.com/tidaldb/tidal/harness/report"
 )
 
-// Observe implements db.Cluster: etcd runs have no lag sampler (the lag
-// checker is tidal's; etcd's runs leave it out rather than judge nothing).
-func (c *Cluster) Observe(*report.Run, func() int64) (func(), error) { return func() {}, nil }
-
 // pageSize bounds one range request while reading a node's keys.
 const pageSize = 2000
 

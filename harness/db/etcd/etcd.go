@@ -73,6 +73,9 @@ type Config struct {
 	SnapshotCount int      `json:"snapshot_count,omitempty"`
 	Flags         []string `json:"flags,omitempty"`
 	Seed          uint64   `json:"seed,omitempty"`
+	// SampleInterval is how often every member's maintenance status is
+	// polled for the lag checker (Observe).
+	SampleInterval Duration `json:"sample_interval,omitempty"`
 }
 
 // Duration is a time.Duration that reads and writes as "5s" in JSON.
@@ -114,6 +117,9 @@ func (c Config) WithDefaults() (Config, error) {
 	}
 	if c.SnapshotCount == 0 {
 		c.SnapshotCount = 2000
+	}
+	if c.SampleInterval <= 0 {
+		c.SampleInterval = Duration(250 * time.Millisecond)
 	}
 	return c, nil
 }
