@@ -165,6 +165,9 @@ underscores (client_addr, data_dir, ...).
 		Example: `  # one node, defaults
   tidal-server run
 
+  # one node that also serves the gRPC ingest stream (many writes in flight per stream)
+  tidal-server run --grpc-addr 127.0.0.1:7080
+
   # node 1 of a 3-node cluster on one machine
   tidal-server run --id 1 --peers 1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103 \
     --client-addr 127.0.0.1:7071 --peer-addr 127.0.0.1:7101 --data-dir n1
@@ -241,6 +244,7 @@ underscores (client_addr, data_dir, ...).
 	f.StringVar(&configFile, "config", "", "YAML config file (keys = flag names with underscores)")
 	f.Uint64Var(&cfg.ID, "id", cfg.ID, "this node's id (> 0, unique, never reused)")
 	f.StringVar(&cfg.ClientAddr, "client-addr", cfg.ClientAddr, "HTTP API listen address")
+	f.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "serve the gRPC ingest stream (tidal.v1.Ingest/Stream: many writes in flight per stream) on this address, with the client plane's TLS and roles; empty: not served")
 	f.StringVar(&cfg.AdvertiseClientAddr, "advertise-client-addr", cfg.AdvertiseClientAddr, "client address published to the cluster (status, leader lookups) when clients reach this node elsewhere than --client-addr (a container's published port, a pod's DNS name); default --client-addr")
 	f.StringVar(&cfg.PeerAddr, "peer-addr", cfg.PeerAddr, "raft peer (gRPC) listen address")
 	f.StringVar(&cfg.Peers, "peers", cfg.Peers, "initial cluster: id=host:port,... (peer addresses); empty = single node")
@@ -410,6 +414,8 @@ func mergeConfig(file, flags server.Config, set *pflag.FlagSet) server.Config {
 			out.ClientAddr = flags.ClientAddr
 		case "advertise-client-addr":
 			out.AdvertiseClientAddr = flags.AdvertiseClientAddr
+		case "grpc-addr":
+			out.GRPCAddr = flags.GRPCAddr
 		case "peer-addr":
 			out.PeerAddr = flags.PeerAddr
 		case "peers":

@@ -3,7 +3,11 @@ package closedloop
 // Record is one run as the store load tool (bench/storeload) prints it and
 // the side-by-side benchmark (bench/cmd/tidal-bench) reads it.
 type Record struct {
-	System        string `json:"system"` // etcd or tidal
+	System string `json:"system"` // etcd or tidal
+	// Protocol is what the writes travelled on: http (tidal's POST
+	// /v1/signals) or grpc (etcd's Put, tidal's ingest stream); "" in
+	// records from before the ingest stream (http).
+	Protocol      string `json:"protocol,omitempty"`
 	Leader        string `json:"leader"` // endpoint every write went to
 	LeaderChanged bool   `json:"leader_changed"`
 	Batch         int    `json:"batch"`                 // events per request

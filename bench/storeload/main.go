@@ -5,13 +5,16 @@
 //
 //	storeload -system etcd  -endpoints 127.0.0.1:2379,127.0.0.1:2479,127.0.0.1:2579 -clients 64
 //	storeload -system tidal -endpoints 127.0.0.1:7070,127.0.0.1:7071,127.0.0.1:7072 -clients 64 [-batch 100]
+//	storeload -system tidal -endpoints ... -protocol grpc -grpc-endpoints 127.0.0.1:7080,127.0.0.1:7081,127.0.0.1:7082
 //
 // It asks every endpoint who leads and sends every write to the leader
 // (so neither system pays a follower's forwarding hop), and checks again
 // afterwards that the leader did not change during the run.
 //
 // One write is one event {id, entity, signal}: tidal gets it as a
-// one-event POST /v1/signals through tidal-server/client; etcd gets it as
+// one-event POST /v1/signals through tidal-server/client (-protocol http)
+// or as a one-event request on the gRPC ingest stream (-protocol grpc:
+// client.IngestStream, the workers sharing -grpc-streams streams); etcd gets it as
 // a Put of its JSON under /tidal-bench/signals/<entity>. Ids are unique per
 // run; entities are drawn uniformly from -entities.
 //
@@ -61,10 +64,16 @@ type options struct {
 	jsonPath   string
 	nonceSeed  uint64
 	signalName string
-	// certsDir, when set, makes the tidal writes HTTPS: trust
+	// protocol is how tidal is written: http (POST /v1/signals) or grpc
+	// (the ingest stream at grpcEndpoints, in -endpoints' order).
+	protocol      string
+	grpcEndpoints []string
+	grpcStreams   int
+	// certsDir, when set, makes the tidal writes TLS: trust
 	// certsDir/ca.crt and present client.<certName>.crt (a secured
-	// cluster, issue 10); http1 keeps them on HTTP/1.1 over TLS, one
-	// connection per worker, instead of HTTP/2's one multiplexed one.
+	// cluster, issue 10), over HTTPS or on the ingest stream; http1 keeps
+	// HTTPS on HTTP/1.1, one connection per worker, instead of HTTP/2's
+	// one multiplexed one (the stream is always HTTP/2).
 	certsDir string
 	certName string
 	http1    bool
@@ -87,11 +96,16 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Second, "bound on each write (a write past it counts as an error)")
 	flag.StringVar(&o.jsonPath, "json", "", "write the result here instead of standard output")
 	flag.StringVar(&o.signalName, "signal", "view", "signal type of every event")
-	flag.StringVar(&o.certsDir, "certs-dir", "", "tidal only: speak HTTPS trusting DIR/ca.crt and presenting DIR/client.NAME.crt (-cert-name); HTTP/2 unless -http1")
+	var grpcEndpoints string
+	flag.StringVar(&o.protocol, "protocol", "http", "tidal only: http (POST /v1/signals, one connection per worker) or grpc (the gRPC ingest stream)")
+	flag.StringVar(&grpcEndpoints, "grpc-endpoints", "", "tidal -protocol grpc: every member's --grpc-addr, in the order of -endpoints")
+	flag.IntVar(&o.grpcStreams, "grpc-streams", 1, "tidal -protocol grpc: streams (each on its own connection) the workers share")
+	flag.StringVar(&o.certsDir, "certs-dir", "", "tidal only: speak TLS trusting DIR/ca.crt and presenting DIR/client.NAME.crt (-cert-name), over HTTPS (HTTP/2 unless -http1) or on the ingest stream (-protocol grpc)")
 	flag.StringVar(&o.certName, "cert-name", "writer", "with -certs-dir: the client certificate to present")
-	flag.BoolVar(&o.http1, "http1", false, "with -certs-dir: HTTP/1.1 over TLS, one connection per worker (default HTTP/2, one connection)")
+	flag.BoolVar(&o.http1, "http1", false, "with -certs-dir and -protocol http: HTTP/1.1 over TLS, one connection per worker (default HTTP/2, one connection)")
 	flag.Parse()
 	o.endpoints = splitList(endpoints)
+	o.grpcEndpoints = splitList(grpcEndpoints)
 	o.nonceSeed = rand.Uint64()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -138,7 +152,22 @@ func run(ctx context.Context, o options) error {
 		if err != nil {
 			return err
 		}
-		t = &tidalTarget{endpoints: o.endpoints, timeout: o.timeout, batch: o.batch, events: events, opts: opts, http1: o.http1}
+		tt := &tidalTarget{endpoints: o.endpoints, timeout: o.timeout, batch: o.batch, events: events, opts: opts, http1: o.http1}
+		switch o.protocol {
+		case "http", "":
+		case "grpc":
+			if o.http1 {
+				// The stream is gRPC, which is HTTP/2 only.
+				return errors.New("-http1 and -protocol grpc: expected one, found both (the ingest stream is always HTTP/2)")
+			}
+			if len(o.grpcEndpoints) != len(o.endpoints) {
+				return fmt.Errorf("-grpc-endpoints: expected one address per -endpoints address (%d), found %d", len(o.endpoints), len(o.grpcEndpoints))
+			}
+			tt.grpcEndpoints, tt.grpcStreams = o.grpcEndpoints, max(o.grpcStreams, 1)
+		default:
+			return fmt.Errorf("-protocol: expected http or grpc, found %q", o.protocol)
+		}
+		t = tt
 	default:
 		return fmt.Errorf("-system: expected etcd or tidal, found %q", o.system)
 	}
@@ -161,7 +190,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	out := closedloop.Record{System: o.system, Leader: leader, Batch: o.batch, Connections: t.connections(),
+	out := closedloop.Record{System: o.system, Protocol: protocolOf(o), Leader: leader, Batch: o.batch, Connections: t.connections(),
 		ToolCPUSeconds: cpuSeconds() - cpu0, Result: res}
 	if _, ok := t.(*etcdTarget); ok {
 		_, v := etcdPut(events.event(0, 0, 0, o.entities))
@@ -182,6 +211,14 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	return os.WriteFile(o.jsonPath, data, 0o644)
+}
+
+// protocolOf names what the writes travelled on, for the record.
+func protocolOf(o options) string {
+	if o.system == "etcd" || o.protocol == "grpc" {
+		return "grpc"
+	}
+	return "http"
 }
 
 // cpuSeconds is this process's user + system CPU time so far.

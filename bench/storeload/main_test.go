@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tidaldb/tidal/tidal-server/auth"
 	"github.com/tidaldb/tidal/tidal-server/certs"
@@ -48,10 +51,12 @@ func TestEventsAreUniqueAndTheSameForBothSystems(t *testing.T) {
 
 func TestRunRefusesBadFlags(t *testing.T) {
 	for name, o := range map[string]options{
-		"no endpoints": {system: "tidal", batch: 1, clients: 1},
-		"bad system":   {system: "redis", endpoints: []string{"127.0.0.1:1"}, batch: 1, clients: 1},
-		"etcd batch":   {system: "etcd", endpoints: []string{"127.0.0.1:1"}, batch: 100, clients: 1},
-		"zero batch":   {system: "tidal", endpoints: []string{"127.0.0.1:1"}, batch: 0, clients: 1},
+		"no endpoints":               {system: "tidal", batch: 1, clients: 1},
+		"bad system":                 {system: "redis", endpoints: []string{"127.0.0.1:1"}, batch: 1, clients: 1},
+		"etcd batch":                 {system: "etcd", endpoints: []string{"127.0.0.1:1"}, batch: 100, clients: 1},
+		"zero batch":                 {system: "tidal", endpoints: []string{"127.0.0.1:1"}, batch: 0, clients: 1},
+		"bad protocol":               {system: "tidal", endpoints: []string{"127.0.0.1:1"}, batch: 1, clients: 1, protocol: "quic"},
+		"grpc without its endpoints": {system: "tidal", endpoints: []string{"127.0.0.1:1"}, batch: 1, clients: 1, protocol: "grpc"},
 	} {
 		if err := run(t.Context(), o); err == nil {
 			t.Errorf("%s: expected an error", name)
@@ -97,5 +102,85 @@ func TestTidalCredentials(t *testing.T) {
 		if c := client.New("127.0.0.1:1", opts...); !strings.HasPrefix(c.Addr(), "https://") {
 			t.Errorf("http1=%v: expected an https:// base, found %s", tc.http1, c.Addr())
 		}
+	}
+}
+
+// writerCerts makes a CA and a writer's client certificate in a new
+// directory: what -certs-dir points at.
+func writerCerts(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if _, err := certs.CreateCA(certs.CreateOptions{CertsDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := certs.CreateClient(certs.CreateOptions{CertsDir: dir}, "writer", auth.Writer); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// -http1 is about HTTPS; the ingest stream is gRPC, HTTP/2 only, so the
+// two together are refused with an error naming both flags rather than
+// -http1 silently doing nothing.
+func TestHTTP1WithTheStreamIsRefused(t *testing.T) {
+	o := options{system: "tidal", endpoints: []string{"127.0.0.1:1"}, grpcEndpoints: []string{"127.0.0.1:2"},
+		batch: 1, clients: 1, protocol: "grpc", certsDir: writerCerts(t), certName: "writer", http1: true}
+	err := run(t.Context(), o)
+	if err == nil || !strings.Contains(err.Error(), "-http1") || !strings.Contains(err.Error(), "-protocol grpc") {
+		t.Fatalf("expected an error naming -http1 and -protocol grpc, found %v", err)
+	}
+}
+
+// TestStreamSpeaksTLSWithCertsDir: with -certs-dir the ingest stream's
+// connection opens with a TLS handshake (record type 0x16); without it,
+// with HTTP/2's plaintext preface ("PRI * HTTP/2.0"). A listener reads the
+// first byte each stream sends.
+func TestStreamSpeaksTLSWithCertsDir(t *testing.T) {
+	dir := writerCerts(t)
+	for _, tc := range []struct {
+		name      string
+		certsDir  string
+		firstByte byte
+	}{{"tls", dir, 0x16}, {"plaintext", "", 'P'}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			opts, err := tidalCredentials(options{certsDir: tc.certsDir, certName: "writer"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt := &tidalTarget{endpoints: []string{"leader"}, grpcEndpoints: []string{ln.Addr().String()}, grpcStreams: 1,
+				timeout: time.Minute, batch: 1, events: newEvents(1, 10, "view"), opts: opts}
+			defer tt.close()
+			newOp, err := tt.connect(t.Context(), "leader", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { _, err := newOp(0)(ctx, 0); done <- err }()
+			conn, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			first := make([]byte, 1)
+			if _, err := conn.Read(first); err != nil {
+				t.Fatal(err)
+			}
+			if first[0] != tc.firstByte {
+				t.Errorf("expected the stream's first byte %#x, found %#x", tc.firstByte, first[0])
+			}
+			if got := tt.connections(); got != 1 {
+				t.Errorf("expected 1 connection recorded for one stream, found %d", got)
+			}
+			cancel()
+			conn.Close()
+			<-done
+		})
 	}
 }

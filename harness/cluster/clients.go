@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/tidaldb/tidal/tidal-server/client"
@@ -17,6 +18,23 @@ func (c *Cluster) Client(name string, opts ...client.Option) *client.Client {
 		return client.New("127.0.0.1:1")
 	}
 	return client.New(n.ClientRelay, append(c.clientOptions(RoleWriter), opts...)...)
+}
+
+// IngestStream returns a streaming writer to name's gRPC ingest address
+// (Config.GRPC), directly (the mesh relays the client port only): on a
+// secured cluster it presents the writer's certificate unless opts say
+// otherwise. The caller closes it.
+func (c *Cluster) IngestStream(name string, opts ...client.Option) (*client.IngestStream, error) {
+	c.mu.Lock()
+	n, err := c.node(name)
+	c.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if n.GRPCAddr == "" {
+		return nil, fmt.Errorf("cluster: %s serves no gRPC ingest stream (Config.GRPC is off)", name)
+	}
+	return client.NewIngestStream(n.GRPCAddr, append(c.clientOptions(RoleWriter), opts...)...)
 }
 
 // AdminClient talks to name directly, bypassing the mesh: the harness's

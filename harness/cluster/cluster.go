@@ -122,6 +122,10 @@ type Config struct {
 	// so that the nemesis can cut power and fail the disk. Process
 	// backend only; needs /dev/fuse and root or fusermount3.
 	DiskFaults bool
+	// GRPC serves every node's gRPC ingest stream (--grpc-addr on a port
+	// of its own; Node.GRPCAddr, Cluster.IngestStream). Clients reach it
+	// directly, not through the mesh.
+	GRPC bool
 	// ClockControl runs every node with the test-only
 	// --test-clock-offset-file (clock.go), so that SetClockOffset can
 	// move its clock: the clock nemesis needs it.
@@ -177,7 +181,9 @@ type Node struct {
 	// PeerAddr and ClientAddr are the node's real listeners; ClientRelay
 	// is where workload clients connect (through the mesh).
 	PeerAddr, ClientAddr, ClientRelay string
-	Dir                               string
+	// GRPCAddr is the node's gRPC ingest listener; "" without Config.GRPC.
+	GRPCAddr string
+	Dir      string
 
 	joined bool
 	state  State
@@ -319,6 +325,12 @@ func newAttempt(cfg Config, sec *Security) (*Cluster, error) {
 		if err != nil {
 			return nil, err
 		}
+		var grpcAddr string
+		if cfg.GRPC {
+			if grpcAddr, err = freePort(); err != nil {
+				return nil, err
+			}
+		}
 		dir := filepath.Join(cfg.Dir, name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
@@ -327,7 +339,7 @@ func newAttempt(cfg Config, sec *Security) (*Cluster, error) {
 		if i > cfg.Nodes {
 			st = Removed
 		}
-		c.nodes = append(c.nodes, &Node{Name: name, ID: uint64(i), PeerAddr: peer, ClientAddr: cl, Dir: dir, state: st})
+		c.nodes = append(c.nodes, &Node{Name: name, ID: uint64(i), PeerAddr: peer, ClientAddr: cl, GRPCAddr: grpcAddr, Dir: dir, state: st})
 		meshNodes[name] = mesh.Node{Peer: peer, Client: cl}
 	}
 	var controlAddr string
@@ -536,6 +548,9 @@ func (c *Cluster) args(n *Node) []string {
 	}
 	if len(dial) > 0 {
 		args = append(args, "--peer-dial", strings.Join(dial, ","))
+	}
+	if n.GRPCAddr != "" {
+		args = append(args, "--grpc-addr", n.GRPCAddr)
 	}
 	if n.joined {
 		args = append(args, "--join")

@@ -41,6 +41,8 @@ import (
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/tidaldb/tidal/tidal-server/client"
 )
 
 // Config describes a run. The zero value of a field means its default.
@@ -90,6 +92,14 @@ type Config struct {
 	TLS   *tls.Config
 	HTTP1 bool
 	Token string
+
+	// GRPCTargets, when set, are the nodes' gRPC ingest addresses
+	// (--grpc-addr), one per target in Targets' order: signal writes go
+	// on the ingest stream of the target they are for, GRPCStreams
+	// streams per target (default 1) shared by the workers; reads and
+	// embedding puts stay on HTTP.
+	GRPCTargets []string
+	GRPCStreams int
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -149,6 +159,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.SLO.MaxErrorRate == 0 {
 		c.SLO.MaxErrorRate = 0.01
 	}
+	if len(c.GRPCTargets) > 0 && len(c.GRPCTargets) != len(c.Targets) {
+		return c, fmt.Errorf("stress: expected one gRPC ingest address per target (%d), found %d", len(c.Targets), len(c.GRPCTargets))
+	}
+	if c.GRPCStreams <= 0 {
+		c.GRPCStreams = 1
+	}
 	return c, nil
 }
 
@@ -163,6 +179,12 @@ func (c Config) record() RunConfig {
 		rc.Protocol = "https h2"
 		if c.HTTP1 {
 			rc.Protocol = "https http/1.1"
+		}
+	}
+	if len(c.GRPCTargets) > 0 {
+		rc.Protocol = "grpc ingest stream"
+		if c.TLS != nil {
+			rc.Protocol = "grpc ingest stream, TLS"
 		}
 	}
 	if c.Mix == MixMixed {
@@ -250,9 +272,11 @@ type interval struct {
 }
 
 type generator struct {
-	cfg      Config
-	work     *workload
-	client   *http.Client
+	cfg    Config
+	work   *workload
+	client *http.Client
+	// streams[t] are target t's ingest streams (Config.GRPCTargets).
+	streams  [][]*client.IngestStream
 	ops      chan op
 	inFlight atomic.Int64
 	// started counts workers; only the scheduler reads or writes it.
@@ -281,6 +305,27 @@ func Run(ctx context.Context, cfg Config, plan []Stage) (*Result, error) {
 	}
 	g := &generator{cfg: cfg, work: newWorkload(cfg), client: cfg.Client}
 	g.window.latency = newHistogram()
+	if len(cfg.GRPCTargets) > 0 {
+		opts := []client.Option{client.WithRetries(0), client.WithTimeout(cfg.Timeout)}
+		if cfg.TLS != nil {
+			opts = append(opts, client.WithTLS(cfg.TLS))
+		}
+		if cfg.Token != "" {
+			opts = append(opts, client.WithToken(cfg.Token))
+		}
+		for _, addr := range cfg.GRPCTargets {
+			var ss []*client.IngestStream
+			for range cfg.GRPCStreams {
+				s, err := client.NewIngestStream(addr, opts...)
+				if err != nil {
+					return nil, err
+				}
+				defer s.Close()
+				ss = append(ss, s)
+			}
+			g.streams = append(g.streams, ss)
+		}
+	}
 	if g.client == nil {
 		t := NewTransport(cfg.Connections)
 		if cfg.TLS != nil {
@@ -436,9 +481,42 @@ const (
 func (g *generator) send(o op, rng *mrand.Rand) {
 	start := time.Now()
 	kind := g.work.kind(rng)
-	method, url, body, size := g.work.request(o.seq, kind, rng)
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.Timeout)
 	defer cancel()
+	var res outcome
+	var status int
+	if g.streams != nil && kind == kindWrite && g.work.vectors == nil {
+		res, status = g.sendStream(ctx, o.seq, rng)
+	} else {
+		res, status = g.sendHTTP(ctx, o.seq, kind, rng)
+	}
+	g.record(o, kind, start, res, status)
+}
+
+// sendStream writes op seq's events on its target's ingest stream.
+func (g *generator) sendStream(ctx context.Context, seq uint64, rng *mrand.Rand) (outcome, int) {
+	t, events := g.work.streamEvents(seq, rng)
+	ss := g.streams[t]
+	_, err := ss[seq%uint64(len(ss))].WriteSignals(ctx, events)
+	var ae *client.APIError
+	switch {
+	case err == nil:
+		return outcomeOK, 200
+	case errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable:
+		return outcome503, ae.Status
+	case errors.As(err, &ae) && ae.Status == http.StatusGatewayTimeout:
+		return outcome504, ae.Status
+	case errors.As(err, &ae):
+		return outcomeOtherStatus, ae.Status
+	case errors.Is(err, context.DeadlineExceeded), client.IsTimeout(err):
+		return outcomeTimeout, 0
+	}
+	return outcomeTransport, 0
+}
+
+// sendHTTP sends op seq as an HTTP request.
+func (g *generator) sendHTTP(ctx context.Context, seq uint64, kind opKind, rng *mrand.Rand) (outcome, int) {
+	method, url, body, size := g.work.request(seq, kind, rng)
 	res, status := outcomeTransport, 0
 	req, err := http.NewRequestWithContext(ctx, method, url, body)
 	if err == nil {
@@ -470,6 +548,11 @@ func (g *generator) send(o op, rng *mrand.Rand) {
 			res = outcomeTimeout
 		}
 	}
+	return res, status
+}
+
+// record books one op's outcome.
+func (g *generator) record(o op, kind opKind, start time.Time, res outcome, status int) {
 	done := time.Now()
 	latency := done.Sub(o.due)
 

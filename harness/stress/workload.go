@@ -11,6 +11,8 @@ import (
 	neturl "net/url"
 	"strconv"
 	"strings"
+
+	"github.com/tidaldb/tidal/tidal-server/client"
 )
 
 // Mix says which requests a run sends.
@@ -234,6 +236,21 @@ func (w *workload) request(seq uint64, k opKind, rng *rand.Rand) (method, url st
 		buf = append(buf, "]}"...)
 		return http.MethodPost, target + "/v1/signals", bytes.NewReader(buf), int64(len(buf))
 	}
+}
+
+// streamEvents builds op seq's signal write as events, for the gRPC ingest
+// stream: the same ids, entities and signals request would encode as
+// JSON, and the index of the target it is for.
+func (w *workload) streamEvents(seq uint64, rng *rand.Rand) (int, []client.Event) {
+	target := int(seq % uint64(len(w.targets)))
+	out := make([]client.Event, w.batch)
+	buf := make([]byte, 0, len(w.runID)+32)
+	for i := range out {
+		buf = w.appendID(buf[:0], seq, i)
+		out[i] = client.Event{ID: string(buf), Entity: 1 + rng.Uint64N(w.entities),
+			Signal: signalNames[(seq+uint64(i))%uint64(len(signalNames))], Weight: 1}
+	}
+	return target, out
 }
 
 // appendID appends the id of event i of op seq: unique within the run, and

@@ -189,6 +189,15 @@ func Patterns() []string {
 
 // New returns the HTTP handler serving every route over b.
 func New(b Backend, opts Options) http.Handler {
+	h, _ := NewWithIngest(b, opts)
+	return h
+}
+
+// NewWithIngest returns the HTTP handler and the write path for the gRPC
+// ingest stream (package ingest) over b, sharing one admission: the
+// writes in flight, the expected-wait estimate and the byte budget count
+// both.
+func NewWithIngest(b Backend, opts Options) (http.Handler, *Ingest) {
 	opts.setDefaults()
 	schema := b.Schema()
 	h := &handler{b: b, opts: opts, schema: schema,
@@ -222,7 +231,7 @@ func New(b Backend, opts Options) http.Handler {
 		}
 		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf("no route %s %s; see README for the API", r.Method, r.URL.Path)}
 	})
-	return mux
+	return mux, &Ingest{h: h}
 }
 
 // instrument records latency by route and code, and turns a returned
@@ -313,20 +322,36 @@ func (h *handler) admitWrite(w http.ResponseWriter, r *http.Request) error {
 }
 
 // propose takes a place in the write queue, runs write under the write
-// timeout, and tells the queue how long commit took.
-func (h *handler) propose(r *http.Request, write func(ctx context.Context) (WriteAck, error)) (WriteAck, error) {
+// timeout, and tells the queue how long commit took. reqCtx is the
+// request's (HTTP) or the stream's (gRPC) context.
+func (h *handler) propose(reqCtx context.Context, write func(ctx context.Context) (WriteAck, error)) (WriteAck, error) {
 	ticket, err := h.writes.admit()
 	if err != nil {
 		return WriteAck{}, err
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), h.opts.WriteTimeout)
+	ctx, cancel := context.WithTimeout(reqCtx, h.opts.WriteTimeout)
 	defer cancel()
 	ack, err := write(ctx)
 	// A write refused before it was proposed (503) says nothing about how
 	// long commit takes, and one whose client went away only that it
 	// takes at least this long.
-	ticket.done(r.Context().Err() == nil && (err == nil || toAPIError(err).Status != http.StatusServiceUnavailable))
+	ticket.done(reqCtx.Err() == nil && (err == nil || toAPIError(err).Status != http.StatusServiceUnavailable))
 	return ack, err
+}
+
+// writeSignals is the write path of a decoded batch, shared by POST
+// /v1/signals and the gRPC ingest stream (Ingest): stamp and bound the
+// timestamps, the early id check, then admission and the proposal.
+func (h *handler) writeSignals(ctx context.Context, events []ledger.Event) (WriteAck, error) {
+	// Stamp here, before the entry is logged, so that apply never reads a
+	// clock and every replica folds the same timestamp.
+	if err := h.stampAndBound(events, h.now()); err != nil {
+		return WriteAck{}, err
+	}
+	if err := h.b.CheckSignals(events); err != nil {
+		return WriteAck{}, err
+	}
+	return h.propose(ctx, func(ctx context.Context) (WriteAck, error) { return h.b.WriteSignals(ctx, events) })
 }
 
 func writeAckHeaders(w http.ResponseWriter, ack WriteAck) {
@@ -351,15 +376,7 @@ func (h *handler) postSignals(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	// Stamp here, before the entry is logged, so that apply never reads a
-	// clock and every replica folds the same timestamp.
-	if err := h.stampAndBound(events, h.now()); err != nil {
-		return err
-	}
-	if err := h.b.CheckSignals(events); err != nil {
-		return err
-	}
-	ack, err := h.propose(r, func(ctx context.Context) (WriteAck, error) { return h.b.WriteSignals(ctx, events) })
+	ack, err := h.writeSignals(r.Context(), events)
 	if err != nil {
 		return err
 	}
@@ -427,7 +444,7 @@ func (h *handler) putEmbedding(w http.ResponseWriter, r *http.Request) error {
 	if fe := h.vectorCheck.Validate(vec); fe != nil {
 		return invalid(fe.Field, "%s", fe.Message)
 	}
-	ack, err := h.propose(r, func(ctx context.Context) (WriteAck, error) {
+	ack, err := h.propose(r.Context(), func(ctx context.Context) (WriteAck, error) {
 		return h.b.PutEmbedding(ctx, entity, string(id), vec)
 	})
 	if err != nil {

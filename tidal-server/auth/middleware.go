@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -109,7 +110,34 @@ type authError struct {
 }
 
 func authenticate(r *http.Request, tokens *Tokens) (Principal, *authError) {
-	if h, ok := r.Header["Authorization"]; ok {
+	h, given := r.Header["Authorization"]
+	return authenticateCredentials(h, given, r.TLS, tokens)
+}
+
+// Authenticate applies Handler's rules to credentials that came another
+// way than an HTTP request: the gRPC ingest stream's "authorization"
+// metadata (its values, authorization) and its connection's TLS state (nil
+// without TLS). It returns the principal, or why none: the error's text
+// is the same as the HTTP 401's, and AuthError.Invalid says credentials
+// were given but are not valid.
+func Authenticate(authorization []string, cs *tls.ConnectionState, tokens *Tokens) (Principal, error) {
+	p, err := authenticateCredentials(authorization, len(authorization) > 0, cs, tokens)
+	if err != nil {
+		return p, &AuthError{Msg: err.msg, Invalid: err.invalid}
+	}
+	return p, nil
+}
+
+// AuthError is Authenticate's refusal.
+type AuthError struct {
+	Msg     string
+	Invalid bool // credentials were given but are not valid
+}
+
+func (e *AuthError) Error() string { return e.Msg }
+
+func authenticateCredentials(h []string, given bool, cs *tls.ConnectionState, tokens *Tokens) (Principal, *authError) {
+	if given {
 		if len(h) != 1 {
 			return Principal{}, &authError{msg: fmt.Sprintf("expected one Authorization header, found %d", len(h)), invalid: true}
 		}
@@ -130,8 +158,8 @@ func authenticate(r *http.Request, tokens *Tokens) (Principal, *authError) {
 		}
 		return Principal{Name: tok.Name, Role: tok.Role, Via: ViaToken}, nil
 	}
-	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
-		name, role, err := ClientFromCert(r.TLS.VerifiedChains[0][0])
+	if cs != nil && len(cs.VerifiedChains) > 0 && len(cs.VerifiedChains[0]) > 0 {
+		name, role, err := ClientFromCert(cs.VerifiedChains[0][0])
 		if err != nil {
 			return Principal{}, &authError{msg: "client certificate refused: " + err.Error()}
 		}

@@ -1,5 +1,6 @@
-// Package client is the Go client for the tidal-server HTTP API, used by
-// the tests, the chaos harness and the load generator.
+// Package client is the Go client for the tidal-server HTTP API and its
+// gRPC ingest stream (IngestStream, stream.go), used by the tests, the
+// chaos harness and the load generators.
 //
 // It deliberately imports no other tidal package: the wire structs here are
 // the contract as a client sees it, so a server-side refactor that changes

@@ -112,6 +112,9 @@ func (sec security) plaintextPlanes(cfg Config, peer bool) [][3]string {
 	var out [][3]string
 	if !sec.clientTLS {
 		out = append(out, [3]string{"--client-addr", cfg.ClientAddr, "the client plane (API, /metrics)"})
+		if cfg.GRPCAddr != "" {
+			out = append(out, [3]string{"--grpc-addr", cfg.GRPCAddr, "the client plane's gRPC ingest stream"})
+		}
 	}
 	if peer && !sec.peerTLS {
 		what := "the peer plane"

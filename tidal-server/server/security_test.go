@@ -129,10 +129,14 @@ func TestPlaintextRefusesNonLoopbackAddresses(t *testing.T) {
 		{":0", "127.0.0.1:0", "--client-addr"},
 		{"192.0.2.1:7070", "127.0.0.1:0", "--client-addr"},
 		{"127.0.0.1:0", "0.0.0.0:0", "--peer-addr"},
+		{"127.0.0.1:0", "127.0.0.1:0", "--grpc-addr"}, // the ingest stream on 0.0.0.0 (issue 14)
 	} {
 		data := filepath.Join(t.TempDir(), "data")
-		_, err := Start(Config{ID: 1, ClientAddr: tc.client, PeerAddr: tc.peer, DataDir: data,
-			Transport: nopTransport}, nil)
+		cfg := Config{ID: 1, ClientAddr: tc.client, PeerAddr: tc.peer, DataDir: data, Transport: nopTransport}
+		if tc.flag == "--grpc-addr" {
+			cfg.GRPCAddr = "0.0.0.0:0"
+		}
+		_, err := Start(cfg, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.flag) || !strings.Contains(err.Error(), "--certs-dir") || !strings.Contains(err.Error(), "--insecure") {
 			t.Errorf("client %s peer %s: expected a refusal naming %s, --certs-dir and --insecure, got %v", tc.client, tc.peer, tc.flag, err)
 		}

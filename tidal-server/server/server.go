@@ -25,6 +25,7 @@ import (
 	"github.com/tidaldb/tidal/tidal-server/auth"
 	"github.com/tidaldb/tidal/tidal-server/bugs"
 	"github.com/tidaldb/tidal/tidal-server/certs"
+	"github.com/tidaldb/tidal/tidal-server/ingest"
 	"github.com/tidaldb/tidal/tidal-server/ledger"
 	"github.com/tidaldb/tidal/tidal-server/replica"
 	"github.com/tidaldb/tidal/tidal-server/wal"
@@ -44,6 +45,10 @@ type Config struct {
 	// its DNS name. Empty: ClientAddr.
 	AdvertiseClientAddr string `yaml:"advertise_client_addr"`
 	PeerAddr            string `yaml:"peer_addr"`
+	// GRPCAddr, when set, serves the gRPC ingest stream
+	// (tidal.v1.Ingest/Stream, package ingest) on its own listener, with
+	// the client plane's TLS and roles. Empty: not served.
+	GRPCAddr string `yaml:"grpc_addr"`
 	// Peers is the initial cluster as "1=host:port,2=host:port"; empty
 	// means a single-node cluster of this node at PeerAddr.
 	Peers string `yaml:"peers"`
@@ -241,6 +246,8 @@ type Server struct {
 	http     *http.Server
 	httpLis  net.Listener
 	peerLis  net.Listener
+	grpcLis  net.Listener    // nil without --grpc-addr
+	ingest   *ingest.Service // nil without --grpc-addr
 	stopPeer func()
 	serveErr chan error
 	stopOnce sync.Once
@@ -335,6 +342,11 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 	if s.httpLis, err = net.Listen("tcp", cfg.ClientAddr); err != nil {
 		return nil, fmt.Errorf("client listener on %s: %w (nothing was written to %s)", cfg.ClientAddr, err, cfg.DataDir)
 	}
+	if cfg.GRPCAddr != "" {
+		if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+			return nil, fmt.Errorf("gRPC ingest listener on %s: %w (nothing was written to %s)", cfg.GRPCAddr, err, cfg.DataDir)
+		}
+	}
 	if servePeers {
 		if s.peerLis, err = net.Listen("tcp", cfg.PeerAddr); err != nil {
 			return nil, fmt.Errorf("peer listener on %s: %w (nothing was written to %s)", cfg.PeerAddr, err, cfg.DataDir)
@@ -343,8 +355,11 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 	if !cfg.Insecure {
 		for _, p := range plaintext {
 			lis := s.httpLis
-			if p[0] == "--peer-addr" {
+			switch p[0] {
+			case "--peer-addr":
 				lis = s.peerLis
+			case "--grpc-addr":
+				lis = s.grpcLis
 			}
 			if err := checkLoopbackBound(p[0], p[1], p[2], lis); err != nil {
 				return nil, err
@@ -436,7 +451,7 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		s.clock.check(time.Now()) // a restarted one-voter node decides at once
 		cfg.ClockHealthy = s.clock.healthy
 	}
-	handler := api.New(s.node, api.Options{
+	handler, ingestPath := api.NewWithIngest(s.node, api.Options{
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxBatch: cfg.MaxBatch, MaxInflightWrites: cfg.MaxInflightWrites,
 		WriteTimeout: cfg.WriteTimeout, Logger: log.With("component", "api"), Registry: reg,
 		MaxInflightBytes: cfg.MaxInflightBytes, BodyReadTimeout: cfg.HTTPReadTimeout, MinBodyRate: cfg.MinBodyRate,
@@ -467,6 +482,20 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 	if sec.clientTLS {
 		s.http.TLSConfig = cfg.Certs.ServerTLS()
 	}
+	if s.grpcLis != nil {
+		// The ingest stream is the client plane's: the same TLS
+		// configuration and the same credentials, writer role required.
+		iopts := ingest.Options{Auth: sec.auth, Tokens: sec.tokens, Registry: reg, Logger: log.With("component", "ingest")}
+		if sec.clientTLS {
+			iopts.TLS = cfg.Certs.ServerTLS()
+		}
+		s.ingest = ingest.New(ingestPath, iopts)
+		go func() {
+			if err := s.ingest.Serve(s.grpcLis); err != nil {
+				s.serveErr <- fmt.Errorf("gRPC ingest: %w", err)
+			}
+		}()
+	}
 	go func() {
 		var err error
 		if sec.clientTLS {
@@ -478,7 +507,7 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 			s.serveErr <- err
 		}
 	}()
-	log.Info("tidal-server started", "build", buildinfo.Read().String(), "id", cfg.ID, "client_addr", s.httpLis.Addr().String(), "peer_addr", cfg.PeerAddr,
+	log.Info("tidal-server started", "build", buildinfo.Read().String(), "id", cfg.ID, "client_addr", s.httpLis.Addr().String(), "grpc_addr", s.GRPCAddr(), "peer_addr", cfg.PeerAddr,
 		"data_dir", cfg.DataDir, "peers", len(peers), "signals", len(schema.Signals), "embedding_dim", schema.EmbeddingDim, "security", sec.describe())
 	var publishCtx context.Context
 	publishCtx, s.stopPublish = context.WithCancel(context.Background())
@@ -494,6 +523,15 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 
 // ClientAddr is the address the HTTP API listens on (useful with port 0).
 func (s *Server) ClientAddr() string { return s.httpLis.Addr().String() }
+
+// GRPCAddr is the address the gRPC ingest stream listens on; "" without
+// --grpc-addr.
+func (s *Server) GRPCAddr() string {
+	if s.grpcLis == nil {
+		return ""
+	}
+	return s.grpcLis.Addr().String()
+}
 
 // Err delivers a fatal serving error.
 func (s *Server) Err() <-chan error { return s.serveErr }
@@ -523,9 +561,20 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		s.handOffLeadership(ctx)
 		s.log.Info("draining: no new requests; waiting for in-flight ones")
+		var ingestDone chan struct{}
+		if s.ingest != nil {
+			ingestDone = make(chan struct{})
+			go func() {
+				defer close(ingestDone)
+				s.ingest.Shutdown(ctx)
+			}()
+		}
 		if e := s.http.Shutdown(ctx); e != nil {
 			err = fmt.Errorf("drain HTTP: %w", e)
 			s.http.Close()
+		}
+		if ingestDone != nil {
+			<-ingestDone
 		}
 		if e := s.replica.Stop(); e != nil && err == nil {
 			err = e
@@ -547,6 +596,9 @@ func (s *Server) closeListeners() {
 	if s.httpLis != nil && s.http == nil {
 		// Once serving, http.Server owns the listener.
 		s.httpLis.Close()
+	}
+	if s.grpcLis != nil && s.ingest == nil {
+		s.grpcLis.Close() // once serving, the gRPC server owns it
 	}
 }
 

@@ -24,7 +24,20 @@ type cluster struct {
 	dir     string
 	nodes   []*process.Process
 	clients []string        // client addresses, host:port
+	grpc    []string        // gRPC ingest addresses (--grpc-addr); nil unless asked for
 	opts    []client.Option // how to reach a secured cluster (none: plaintext)
+}
+
+// nodeOptions are how startCluster runs its nodes beyond the defaults.
+type nodeOptions struct {
+	// secure: every node runs with its --certs-dir and the cluster is
+	// reached over TLS with the writer's certificate (nil: plaintext).
+	secure *clusterCerts
+	// grpc: every node also serves the gRPC ingest stream (--grpc-addr,
+	// over TLS too when secure).
+	grpc bool
+	// extra are more tidal-server flags for every node.
+	extra []string
 }
 
 // benchClientName is the client certificate the benchmark presents to a
@@ -72,12 +85,11 @@ func makeClusterCerts(dir string, n int) (*clusterCerts, error) {
 	return cc, nil
 }
 
-// startCluster launches n nodes under dir and waits until they agree on a
-// leader; with secure, every node runs with its --certs-dir and the
-// cluster is reached over TLS with the writer's certificate. On error,
-// whatever started is stopped.
-func startCluster(ctx context.Context, binary, dir string, n int, secure *clusterCerts, extra ...string) (_ *cluster, err error) {
-	ports, err := freePorts(2 * n)
+// startCluster launches n nodes under dir, as no asks, and waits until
+// they agree on a leader. On error, whatever started is stopped.
+func startCluster(ctx context.Context, binary, dir string, n int, no nodeOptions) (_ *cluster, err error) {
+	secure := no.secure
+	ports, err := freePorts(3 * n)
 	if err != nil {
 		return nil, err
 	}
@@ -111,13 +123,18 @@ func startCluster(ctx context.Context, binary, dir string, n int, secure *cluste
 		args := []string{"run", "--id", id, "--peers", strings.Join(peers, ","),
 			"--client-addr", clientAddr, "--peer-addr", fmt.Sprintf("127.0.0.1:%d", ports[n+i]),
 			"--data-dir", filepath.Join(nodeDir, "data"), "--log-file", filepath.Join(nodeDir, "node.log")}
+		if no.grpc {
+			grpcAddr := fmt.Sprintf("127.0.0.1:%d", ports[2*n+i])
+			args = append(args, "--grpc-addr", grpcAddr)
+			c.grpc = append(c.grpc, grpcAddr)
+		}
 		if secure != nil {
 			args = append(args, "--certs-dir", secure.nodeDirs[i])
 		}
 		p, err := process.Start(process.Spec{
 			Name:   "n" + id,
 			Binary: binary,
-			Args:   append(args, extra...),
+			Args:   append(args, no.extra...),
 			Dir:    nodeDir,
 			// The node logs to its file; this one catches what it prints
 			// before the logger is up (flag errors, panics).

@@ -106,8 +106,11 @@ func main() {
 	flag.BoolVar(&o.sbs.skipStores, "skip-stores", false, "-side-by-side: skip etcd vs tidal")
 	flag.BoolVar(&o.sbs.skipRelay, "skip-relay", false, "-side-by-side: skip the relay comparison")
 	flag.StringVar(&o.sbs.tidalFlags, "tidal-flags", "", "-side-by-side: extra flags for the measured tidal-server's nodes (not the baseline's), e.g. --pack-proposals")
-	flag.BoolVar(&o.sbs.tlsAB, "tls-ab", false, "-side-by-side: plaintext against secured (--certs-dir: mutual TLS between nodes, TLS with HTTP/2 and a writer certificate to clients) on this build, in etcd's and tidal's places; the file's stem ends in -tls")
-	flag.BoolVar(&o.sbs.tlsHTTP1, "tls-http1", false, "-side-by-side -tls-ab: the secured clients speak HTTP/1.1 over TLS, one connection each, as the plaintext ones do (isolates TLS from HTTP/2); the stem ends in -tls-h1")
+	flag.StringVar(&o.sbs.protocol, "protocol", "http", "-side-by-side: how the measured tidal is written: http (POST /v1/signals) or grpc (the ingest stream, --grpc-addr)")
+	flag.StringVar(&o.sbs.baselineProtocol, "baseline-protocol", "http", "-side-by-side -baseline: how the baseline build is written: http or grpc")
+	flag.IntVar(&o.sbs.grpcStreams, "grpc-streams", 1, "-side-by-side -protocol grpc: ingest streams (one connection each) the workers share")
+	flag.BoolVar(&o.sbs.tlsAB, "tls-ab", false, "-side-by-side: plaintext against secured (--certs-dir: mutual TLS between nodes, TLS with HTTP/2 and a writer certificate to clients) on this build, in etcd's and tidal's places, both written with -protocol; the file's stem ends in -tls")
+	flag.BoolVar(&o.sbs.tlsHTTP1, "tls-http1", false, "-side-by-side -tls-ab: the secured clients speak HTTP/1.1 over TLS, one connection each, as the plaintext ones do (isolates TLS from HTTP/2; not with -protocol grpc, always HTTP/2); the stem ends in -tls-h1")
 	flag.StringVar(&o.sbs.baseline, "baseline", "", "-side-by-side: an older tidal-server binary measured in etcd's place (an A/B of two builds; the file's stem ends in -ab and its etcd columns are that build)")
 	flag.Parse()
 	if o.quick {
@@ -254,7 +257,7 @@ func runCluster(ctx context.Context, o options, binDir, work string) (*clusterRe
 	cr := &clusterResults{Nodes: 3, Workloads: map[string]*workloadResult{}}
 	for _, w := range workloads {
 		fmt.Printf("tidal-bench: cluster workload %s (%s)\n", w.Name, w.Description)
-		c, err := startCluster(ctx, filepath.Join(binDir, "tidal-server"), filepath.Join(work, w.Name), cr.Nodes, nil)
+		c, err := startCluster(ctx, filepath.Join(binDir, "tidal-server"), filepath.Join(work, w.Name), cr.Nodes, nodeOptions{})
 		if err != nil {
 			return nil, err
 		}

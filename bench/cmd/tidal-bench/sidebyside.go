@@ -52,16 +52,52 @@ type sbsOptions struct {
 	// tidalFlags are extra tidal-server flags of the measured build (not
 	// the baseline's), e.g. "--pack-proposals".
 	tidalFlags string
+	// protocol is how the measured tidal is written: http or grpc (its
+	// nodes then serve --grpc-addr); baselineProtocol the same for the
+	// baseline build. An A/B of HTTP against the ingest stream is one
+	// build in both slots: -baseline BIN -baseline-protocol http
+	// -protocol grpc.
+	protocol         string
+	baselineProtocol string
+	grpcStreams      int
 	// tlsAB measures this build twice: plaintext in etcd's place and
 	// secured (--certs-dir on every node, storeload over TLS with a
 	// writer certificate) in tidal's: the cost of TLS (issue 10).
-	// tlsHTTP1 keeps the secured clients on HTTP/1.1.
+	// Both are written with protocol (-tls-ab -protocol grpc: the stream
+	// in plaintext against the stream over TLS). tlsHTTP1 keeps the
+	// secured HTTP clients on HTTP/1.1.
 	tlsAB    bool
 	tlsHTTP1 bool
 }
 
 // abBaseline reports whether etcd's place holds a tidal-server (an A/B).
 func (so sbsOptions) abBaseline() bool { return so.baseline != "" || so.tlsAB }
+
+// protocolOf is how the tidal-server in system's slot is written: the
+// measured build (tidal's slot) with -protocol; etcd's slot, holding a
+// tidal-server in an A/B, with -baseline-protocol for -baseline and with
+// -protocol for -tls-ab (the same build and transport, only TLS differs).
+func (so sbsOptions) protocolOf(system string) string {
+	if system == "etcd" && !so.tlsAB {
+		return so.baselineProtocol
+	}
+	return so.protocol
+}
+
+// checkProtocols refuses transports that do not exist and combinations
+// that cannot be measured as asked.
+func (so sbsOptions) checkProtocols() error {
+	for _, f := range []struct{ name, value string }{{"-protocol", so.protocol}, {"-baseline-protocol", so.baselineProtocol}} {
+		if f.value != "http" && f.value != "grpc" {
+			return fmt.Errorf("%s: expected http or grpc, found %q", f.name, f.value)
+		}
+	}
+	if so.tlsHTTP1 && so.protocol == "grpc" {
+		// gRPC is HTTP/2 only: the stream cannot be moved to HTTP/1.1.
+		return errors.New("-tls-http1 and -protocol grpc: expected one, found both (the ingest stream is always HTTP/2)")
+	}
+	return nil
+}
 
 // sharedMachineNote goes into every side-by-side file.
 const sharedMachineNote = "the machine is shared with other engineers' builds and tests and is noisy: " +
@@ -98,6 +134,9 @@ func runSideBySide(ctx context.Context, o options) (err error) {
 	case so.tlsHTTP1 && !so.tlsAB:
 		return errors.New("-tls-http1: needs -tls-ab")
 	}
+	if err := so.checkProtocols(); err != nil {
+		return err
+	}
 	repo, err := filepath.Abs(o.repo)
 	if err != nil {
 		return err
@@ -123,7 +162,8 @@ func runSideBySide(ctx context.Context, o options) (err error) {
 
 	started := time.Now()
 	res := &sideBySide{Schema: 1, Kind: sideBySideKind, Time: started.UTC(), Quick: o.quick, Note: sharedMachineNote,
-		Config: sbsConfig{TidalFlags: so.tidalFlags, Baseline: so.baseline, TLSAB: so.tlsAB, TLSHTTP1: so.tlsHTTP1, Rounds: so.rounds, Clients: clients, Warmup: so.warmup, Duration: so.duration, OpTimeout: so.opTimeout,
+		Config: sbsConfig{TidalFlags: so.tidalFlags, Baseline: so.baseline, TLSAB: so.tlsAB, TLSHTTP1: so.tlsHTTP1,
+			Protocol: so.protocol, BaselineProtocol: so.protocolOf("etcd"), GRPCStreams: so.grpcStreams, Rounds: so.rounds, Clients: clients, Warmup: so.warmup, Duration: so.duration, OpTimeout: so.opTimeout,
 			EtcdConns: so.etcdConns, BatchClients: so.batchClients, BatchSize: so.batchSize, RelayDuration: so.relayDuration}}
 	if res.Env, err = environment(ctx, repo); err != nil {
 		return err
@@ -150,6 +190,9 @@ func runSideBySide(ctx context.Context, o options) (err error) {
 			stem += "-tls"
 			if so.tlsHTTP1 {
 				stem += "-h1"
+			}
+			if so.protocol == "grpc" {
+				stem += "-grpc"
 			}
 		} else if so.baseline != "" {
 			if etcdBin, err = filepath.Abs(so.baseline); err != nil {
@@ -261,7 +304,7 @@ func storeRoundOf(ctx context.Context, so sbsOptions, clients []int, system stri
 	case system == "etcd" && so.abBaseline():
 		// The A/B baseline: another tidal-server build, or this one in
 		// plaintext, in etcd's slot.
-		c, err = startCluster(ctx, etcdBin, dir, 3, nil)
+		c, err = startCluster(ctx, etcdBin, dir, 3, nodeOptions{grpc: so.protocolOf(system) == "grpc"})
 		loadSystem = "tidal"
 	case system == "etcd":
 		c, err = startEtcd(ctx, etcdBin, dir, 3)
@@ -271,7 +314,8 @@ func storeRoundOf(ctx context.Context, so sbsOptions, clients []int, system stri
 				return rd, err
 			}
 		}
-		c, err = startCluster(ctx, filepath.Join(bin, "tidal-server"), dir, 3, secure, strings.Fields(so.tidalFlags)...)
+		c, err = startCluster(ctx, filepath.Join(bin, "tidal-server"), dir, 3,
+			nodeOptions{secure: secure, grpc: so.protocolOf(system) == "grpc", extra: strings.Fields(so.tidalFlags)})
 	}
 	if err != nil {
 		return rd, err
@@ -294,7 +338,11 @@ func storeRoundOf(ctx context.Context, so sbsOptions, clients []int, system stri
 		if err != nil {
 			return rd, err
 		}
-		rec, err := storeload(ctx, so, filepath.Join(bin, "storeload"), loadSystem, c.endpoints(), r.clients, r.batch, dir, secure)
+		lt := loadTarget{system: loadSystem, protocol: so.protocolOf(system), endpoints: c.endpoints(), secure: secure}
+		if tc, ok := c.(*cluster); ok {
+			lt.grpcEndpoints = tc.grpc
+		}
+		rec, err := storeload(ctx, so, filepath.Join(bin, "storeload"), lt, r.clients, r.batch, dir)
 		if err != nil {
 			return rd, err
 		}
@@ -312,24 +360,44 @@ func storeRoundOf(ctx context.Context, so sbsOptions, clients []int, system stri
 	return rd, nil
 }
 
-// storeload runs the load tool once and reads its record.
-func storeload(ctx context.Context, so sbsOptions, bin, system string, endpoints []string, clients, batch int, dir string, secure *clusterCerts) (closedloop.Record, error) {
-	var rec closedloop.Record
-	label := fmt.Sprintf("storeload-c%d-b%d", clients, batch)
-	jsonPath := filepath.Join(dir, label+".json")
-	args := []string{"-system", system, "-endpoints", strings.Join(endpoints, ","),
+// loadTarget is what one storeload run writes to: storeload's -system, the
+// transport (tidal only), the members' client and gRPC ingest addresses,
+// and a secured cluster's certificates (nil: plaintext).
+type loadTarget struct {
+	system, protocol string
+	endpoints        []string
+	grpcEndpoints    []string
+	secure           *clusterCerts
+}
+
+// storeloadArgs are storeload's flags for one run: TLS and the transport
+// are independent (-tls-ab -protocol grpc writes the stream over TLS).
+func storeloadArgs(so sbsOptions, lt loadTarget, clients, batch int, jsonPath string) []string {
+	args := []string{"-system", lt.system, "-endpoints", strings.Join(lt.endpoints, ","),
 		"-clients", strconv.Itoa(clients), "-batch", strconv.Itoa(batch),
 		"-warmup", so.warmup.String(), "-duration", so.duration.String(), "-timeout", so.opTimeout.String(),
 		"-json", jsonPath}
-	if system == "etcd" {
+	if lt.system == "etcd" {
 		args = append(args, "-etcd-conns", strconv.Itoa(so.etcdConns))
 	}
-	if secure != nil {
-		args = append(args, "-certs-dir", secure.clientDir, "-cert-name", benchClientName)
+	if lt.system == "tidal" && lt.protocol == "grpc" {
+		args = append(args, "-protocol", "grpc", "-grpc-endpoints", strings.Join(lt.grpcEndpoints, ","), "-grpc-streams", strconv.Itoa(max(so.grpcStreams, 1)))
+	}
+	if lt.secure != nil {
+		args = append(args, "-certs-dir", lt.secure.clientDir, "-cert-name", benchClientName)
 		if so.tlsHTTP1 {
 			args = append(args, "-http1")
 		}
 	}
+	return args
+}
+
+// storeload runs the load tool once and reads its record.
+func storeload(ctx context.Context, so sbsOptions, bin string, lt loadTarget, clients, batch int, dir string) (closedloop.Record, error) {
+	var rec closedloop.Record
+	label := fmt.Sprintf("storeload-c%d-b%d", clients, batch)
+	jsonPath := filepath.Join(dir, label+".json")
+	args := storeloadArgs(so, lt, clients, batch, jsonPath)
 	cmd := exec.CommandContext(ctx, bin, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -52,6 +52,14 @@ type sbsConfig struct {
 	// when set, the other tidal-server build measured in etcd's place.
 	TidalFlags string `json:"tidal_flags,omitempty"`
 	Baseline   string `json:"baseline,omitempty"`
+	// Protocol is how the measured tidal was written (http, grpc: the
+	// ingest stream); BaselineProtocol how etcd's slot was, when it held a
+	// tidal-server (-baseline, or -tls-ab: then the same as Protocol);
+	// GRPCStreams the streams the gRPC workers shared. "" in older files:
+	// http.
+	Protocol         string `json:"protocol,omitempty"`
+	BaselineProtocol string `json:"baseline_protocol,omitempty"`
+	GRPCStreams      int    `json:"grpc_streams,omitempty"`
 	// TLSAB: etcd's place held this build in plaintext, tidal's the same
 	// build secured (--certs-dir); TLSHTTP1: its clients spoke HTTP/1.1.
 	TLSAB        bool     `json:"tls_ab,omitempty"`
@@ -214,12 +222,24 @@ func sideBySideSummary(r *sideBySide) string {
 	if r.Config.TidalFlags != "" {
 		p("- tidal-server nodes ran with the extra flags `%s`\n", r.Config.TidalFlags)
 	}
+	switch {
+	case r.Config.Protocol == "grpc" && r.Config.TLSAB:
+		p("- both sides were written on the gRPC ingest stream (%d stream(s) shared by the workers), not HTTP\n", max(r.Config.GRPCStreams, 1))
+	case r.Config.Protocol == "grpc":
+		p("- the measured tidal-server was written on the gRPC ingest stream (%d stream(s) shared by the workers), not HTTP\n", max(r.Config.GRPCStreams, 1))
+	}
+	if r.Config.Baseline != "" && r.Config.BaselineProtocol != "" {
+		p("- the baseline build was written over %s\n", r.Config.BaselineProtocol)
+	}
 	if r.Config.TLSAB {
-		proto := "TLS 1.3 with HTTP/2 (tidal-server/client's default: one connection, multiplexed)"
-		if r.Config.TLSHTTP1 {
+		plain, proto := "plaintext, HTTP/1.1, one keep-alive connection per client", "TLS 1.3 with HTTP/2 (tidal-server/client's default: one connection, multiplexed)"
+		switch {
+		case r.Config.Protocol == "grpc":
+			plain, proto = "plaintext, on the gRPC ingest stream", "TLS 1.3 on the gRPC ingest stream (HTTP/2)"
+		case r.Config.TLSHTTP1:
 			proto = "TLS 1.3 with HTTP/1.1 (one keep-alive connection per client, as in plaintext)"
 		}
-		p("- **Plaintext against TLS, one build** (issue 10): the \"plaintext\" columns below are this build without `--certs-dir` (plaintext, HTTP/1.1, one keep-alive connection per client), the \"TLS\" columns the same build with `--certs-dir` on every node: mutual TLS between the nodes, and to the clients %s presenting a writer certificate (the JSON keeps the etcd and tidal slots: etcd is plaintext, tidal is TLS)\n", proto)
+		p("- **Plaintext against TLS, one build** (issue 10): the \"plaintext\" columns below are this build without `--certs-dir` (%s), the \"TLS\" columns the same build with `--certs-dir` on every node: mutual TLS between the nodes, and to the clients %s presenting a writer certificate (the JSON keeps the etcd and tidal slots: etcd is plaintext, tidal is TLS)\n", plain, proto)
 	} else if r.Config.Baseline != "" {
 		p("- **A/B of two tidal-server builds**: every \"etcd\" column below is the baseline build %s, every \"tidal\" column this commit\n", r.Config.Baseline)
 	} else if r.EtcdVersion != "" {
@@ -240,16 +260,16 @@ func sideBySideSummary(r *sideBySide) string {
 		case c.TLSAB:
 			p("\n## Replicated writes: tidal-server in plaintext and with TLS, 3 members each on loopback\n\n")
 			p("Closed loop, every client one write in flight, single-event writes sent to the leader; a fresh cluster per mode and round, rounds alternating plaintext, TLS, plaintext, TLS… ")
-			p("One load tool (bench/storeload) drives both; plaintext clients use one HTTP/1.1 keep-alive connection each, TLS clients %s. ", tlsClientsText(c))
+			p("One load tool (bench/storeload) drives both; plaintext clients %s, TLS clients %s. ", plainClientsText(c.Protocol, c.GRPCStreams), tlsClientsText(c))
 		case c.Baseline != "":
 			p("\n## Replicated writes: two tidal-server builds, 3 members each on loopback\n\n")
 			p("Closed loop, every client one write in flight, single-event writes sent to the leader; a fresh cluster per build and round, rounds alternating baseline, this build… ")
-			p("One load tool (bench/storeload) drives both, one HTTP/1.1 keep-alive connection per client. ")
+			p("One load tool (bench/storeload) drives both; the baseline's clients %s, this build's %s. ", plainClientsText(c.BaselineProtocol, c.GRPCStreams), plainClientsText(c.Protocol, c.GRPCStreams))
 		default:
 			p("\n## Replicated writes: etcd and tidal-server, 3 members each on loopback\n\n")
 			p("Closed loop, every client one write in flight, single-event writes sent to the leader; ")
 			p("both systems fsync every commit (their defaults); a fresh cluster per system and round, rounds alternating etcd, tidal, etcd, tidal… ")
-			p("One load tool (bench/storeload) drives both with the same loop and clock; etcd's workers share %s, tidal's use one HTTP/1.1 keep-alive connection each. ", etcdConnsText(c.EtcdConns))
+			p("One load tool (bench/storeload) drives both with the same loop and clock; etcd's workers share %s, tidal's %s. ", etcdConnsText(c.EtcdConns), plainClientsText(c.Protocol, c.GRPCStreams))
 		}
 		p("Writes/s and percentiles are medians over the rounds (the range of writes/s in brackets); ratio = %s / %s.\n\n", b, a)
 		p("| clients | %[1]s writes/s | %[2]s writes/s | ratio | p50 %[1]s / %[2]s | p99 %[1]s / %[2]s | p99.9 %[1]s / %[2]s | errors %[1]s / %[2]s |\n", a, b)
@@ -452,8 +472,20 @@ func roundName(c sbsConfig, system string) string {
 	return b
 }
 
+// plainClientsText says how plaintext tidal clients written with
+// protocol connect ("" is http, as in files from before -protocol).
+func plainClientsText(protocol string, grpcStreams int) string {
+	if protocol == "grpc" {
+		return fmt.Sprintf("share %d gRPC ingest stream(s), one connection each", max(grpcStreams, 1))
+	}
+	return "use one HTTP/1.1 keep-alive connection each"
+}
+
 // tlsClientsText says how the TLS side's clients connect.
 func tlsClientsText(c sbsConfig) string {
+	if c.Protocol == "grpc" {
+		return fmt.Sprintf("share %d gRPC ingest stream(s) over TLS, one connection each", max(c.GRPCStreams, 1))
+	}
 	if c.TLSHTTP1 {
 		return "HTTP/1.1 over TLS, one keep-alive connection each"
 	}

@@ -6,6 +6,7 @@
 //	tidal-stress --targets 127.0.0.1:7071 --batch 100 --ramp 200:200:10:5s --slo-p99 20ms --json out.json
 //	tidal-stress --targets 127.0.0.1:7071 --embedding-dim 1536 --ramp 500:500:8:5s
 //	tidal-stress --targets 127.0.0.1:7071 --certs-dir certs --rate 2000   # TLS h2, client.writer.crt
+//	tidal-stress --targets 127.0.0.1:7071 --protocol grpc --grpc-targets 127.0.0.1:7081 --rate 5000   # the ingest stream
 //
 // Exit status: 0 when the run completed, 1 on a usage or I/O error, 2 when
 // --fail-on-slo is set and the SLO was missed (fixed rate: the stage failed;
@@ -55,6 +56,7 @@ func newCommand() *cobra.Command {
 		failOnSLO   bool
 		maxErrorPct float64
 		secure      creds.Flags
+		protocol    string
 	)
 	cmd := &cobra.Command{
 		Use:   "tidal-stress",
@@ -95,6 +97,14 @@ stage with at most 1% errors and p99 within --slo-p99.`,
 					return fmt.Errorf("expected --rate > 0 and --duration > 0, found %g and %s", rate, duration)
 				}
 				plan = []stress.Stage{{Rate: rate, Duration: duration}}
+			}
+			switch {
+			case protocol == "grpc" && len(cfg.GRPCTargets) == 0:
+				return errors.New("--protocol grpc: expected --grpc-targets, the nodes' --grpc-addr in the order of --targets")
+			case protocol == "http" && len(cfg.GRPCTargets) > 0:
+				return errors.New("--grpc-targets: only with --protocol grpc")
+			case protocol != "http" && protocol != "grpc":
+				return fmt.Errorf("--protocol: expected http or grpc, found %q", protocol)
 			}
 			c, err := secure.Resolve()
 			if err != nil {
@@ -176,6 +186,9 @@ stage with at most 1% errors and p99 within --slo-p99.`,
 	f.BoolVar(&failOnSLO, "fail-on-slo", false, "exit 2 when the SLO was missed")
 	// A secured cluster: load presents client.writer.crt unless told otherwise.
 	secure.Register(f, "writer")
+	f.StringVar(&protocol, "protocol", "http", "how signal writes travel: http (POST /v1/signals) or grpc (the nodes' gRPC ingest stream at --grpc-targets; reads and embeddings stay HTTP)")
+	f.StringSliceVar(&cfg.GRPCTargets, "grpc-targets", nil, "with --protocol grpc: the nodes' --grpc-addr, one per --targets address in the same order")
+	f.IntVar(&cfg.GRPCStreams, "grpc-streams", 1, "with --protocol grpc: ingest streams per target, shared by the workers")
 	f.BoolVar(&cfg.HTTP1, "http1", false, "with --certs-dir: HTTP/1.1 over TLS instead of HTTP/2 (to compare)")
 	return cmd
 }
