@@ -53,6 +53,10 @@ type Ledger struct {
 	// (exclusive).
 	class   []int8
 	inBatch map[string]int
+	// hashes and slots are Apply's scratch for large batches (prefetch.go):
+	// each event's id hash and entity slot.
+	hashes []uint64
+	slots  []int32
 }
 
 const isDuplicate int8 = -1
@@ -210,10 +214,18 @@ func (l *Ledger) applyAt(index, term uint64, first uint32, events []Event) (Resu
 	if len(events) > 16 && l.inBatch == nil {
 		l.inBatch = make(map[string]int, 128)
 	}
-	err := l.classify(events, l.class, l.inBatch)
+	var hashes []uint64
+	if len(events) >= prefetchMin {
+		l.hashes = l.idHashes(events, l.hashes)
+		hashes = l.hashes
+	}
+	err := l.classify(events, l.class, l.inBatch, hashes)
 	clear(l.inBatch) // keep no ids alive, and start empty next time
 	if err != nil {
 		return Result{}, err
+	}
+	if hashes != nil {
+		l.slots = l.prefetchFold(events, l.class, l.slots)
 	}
 	var res Result
 	for i := range events {
@@ -223,7 +235,12 @@ func (l *Ledger) applyAt(index, term uint64, first uint32, events []Event) (Resu
 			res.Duplicates++
 			continue
 		}
-		l.cur.add(e.ID, idRecord{index: index, term: term, entity: e.Entity, weight: e.Weight, pos: first + uint32(i), signal: uint16(si)})
+		rec := idRecord{index: index, term: term, entity: e.Entity, weight: e.Weight, pos: first + uint32(i), signal: uint16(si)}
+		if hashes != nil {
+			l.cur.addHashed(e.ID, hashes[i], rec)
+		} else {
+			l.cur.add(e.ID, rec)
+		}
 		l.fold(e, int(si))
 		res.Applied++
 	}
@@ -240,7 +257,11 @@ func (l *Ledger) applyAt(index, term uint64, first uint32, events []Event) (Resu
 func (l *Ledger) Check(events []Event) error {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	return l.classify(events, make([]int8, len(events)), nil)
+	var hashes []uint64
+	if len(events) >= prefetchMin {
+		hashes = l.idHashes(events, make([]uint64, 0, len(events)))
+	}
+	return l.classify(events, make([]int8, len(events)), nil, hashes)
 }
 
 // classify validates the batch and sets class[i] to the signal index of
@@ -248,8 +269,9 @@ func (l *Ledger) Check(events []Event) error {
 // event of the same batch. It reads but never writes ledger state.
 //
 // inBatch, when not nil, is an empty map classify may use (Apply's
-// scratch, so a large batch does not allocate one every time).
-func (l *Ledger) classify(events []Event, class []int8, inBatch map[string]int) error {
+// scratch, so a large batch does not allocate one every time). hashes,
+// when not nil, holds every event's id hash (idHashes).
+func (l *Ledger) classify(events []Event, class []int8, inBatch map[string]int, hashes []uint64) error {
 	if len(events) > MaxBatchLen {
 		return &FieldError{Field: "events", Message: fmt.Sprintf("expected at most %d events in one entry, found %d", MaxBatchLen, len(events))}
 	}
@@ -271,7 +293,14 @@ func (l *Ledger) classify(events []Event, class []int8, inBatch map[string]int) 
 		e := &events[i]
 		si := l.schema.signalIndex(e.Signal)
 		class[i] = int8(si)
-		if rec, ok := l.remembered(e.ID); ok {
+		var rec idRecord
+		var ok bool
+		if hashes != nil {
+			rec, ok = l.rememberedHashed(e.ID, hashes[i])
+		} else {
+			rec, ok = l.remembered(e.ID)
+		}
+		if ok {
 			if rec.entity != e.Entity || int(rec.signal) != si || math.Float64bits(rec.weight) != math.Float64bits(e.Weight) {
 				return l.conflict(i, e, l.location(e.ID, rec))
 			}
@@ -313,6 +342,13 @@ func (l *Ledger) remembered(id string) (idRecord, bool) {
 		return rec, true
 	}
 	return l.old.get(id)
+}
+
+func (l *Ledger) rememberedHashed(id string, hash uint64) (idRecord, bool) {
+	if rec, ok := l.cur.getHashed(id, hash); ok {
+		return rec, true
+	}
+	return l.old.getHashed(id, hash)
 }
 
 func (l *Ledger) fold(e *Event, si int) {
