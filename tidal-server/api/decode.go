@@ -36,6 +36,28 @@ type decoder struct {
 	data  []byte
 	pos   int
 	event int
+	// text is one string copy of data, made at the first event id: ids
+	// without escapes are substrings of it, so a 100-event batch
+	// allocates one string for its ids instead of one per event.
+	text string
+}
+
+// strText decodes the string at the cursor like str, as a string: a
+// substring of d.text when the string has no escapes (the decoded bytes
+// are then exactly the raw ones; any escape makes them shorter).
+func (d *decoder) strText(key string) (string, error) {
+	start := d.pos
+	b, err := d.str(key)
+	if err != nil {
+		return "", err
+	}
+	if len(b) != d.pos-start-2 {
+		return string(b), nil
+	}
+	if d.text == "" {
+		d.text = string(d.data)
+	}
+	return d.text[start+1 : d.pos-1], nil
 }
 
 const maxFieldInError = 64 // longer unknown keys are cut in the error's field
@@ -523,9 +545,8 @@ func decodeEvent(d *decoder, schema ledger.Schema) (ledger.Event, error) {
 		var err error
 		switch key {
 		case "id":
-			var b []byte
-			if b, err = d.str("id"); err == nil {
-				e.ID, hasID = string(b), true
+			if e.ID, err = d.strText("id"); err == nil {
+				hasID = true
 			}
 		case "entity":
 			e.Entity, err = d.uint64("entity")
