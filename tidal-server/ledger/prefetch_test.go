@@ -9,9 +9,11 @@ import (
 )
 
 // The staged prefetch of large batches (issue 14, build item 2) only
-// reads: a history of batches with retries, in-batch duplicates, conflicts
-// and invalid events, applied with it and without it, gives the same
-// results, the same errors and the same state, across id-memory rotations.
+// reads, and the hash table that finds a large batch's in-batch duplicates
+// finds what a linear scan finds: a history of batches with retries,
+// in-batch duplicates, conflicts and invalid events, applied with both and
+// with neither, gives the same results, the same errors and the same
+// state, across id-memory rotations.
 func TestPrefetchedApplyMatchesPlain(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	signals := []string{"view", "like", "share", "skip"}
@@ -33,10 +35,14 @@ func TestPrefetchedApplyMatchesPlain(t *testing.T) {
 		if len(batch) > 2 && rng.IntN(4) == 0 {
 			batch[len(batch)-1] = batch[0] // an in-batch duplicate
 		}
+		if len(batch) > 20 && rng.IntN(8) == 0 {
+			batch[len(batch)-2] = batch[1] // an in-batch conflict
+			batch[len(batch)-2].Entity++
+		}
 		got, gotErr := fast.Apply(index, 1, batch)
 		func() {
-			defer func(old int) { prefetchMin = old }(prefetchMin)
-			prefetchMin = math.MaxInt
+			defer func(p, s int) { prefetchMin, linearSeenMax = p, s }(prefetchMin, linearSeenMax)
+			prefetchMin, linearSeenMax = math.MaxInt, math.MaxInt
 			want, wantErr := plain.Apply(index, 1, batch)
 			if got != want || !reflect.DeepEqual(gotErr, wantErr) {
 				t.Fatalf("entry %d: prefetched %+v, %v; plain %+v, %v", index, got, gotErr, want, wantErr)
