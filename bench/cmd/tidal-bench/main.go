@@ -75,6 +75,8 @@ type options struct {
 	render      string
 	sideBySide  bool
 	sbs         sbsOptions
+	embeddings  bool
+	embed       embedOptions
 }
 
 func main() {
@@ -107,11 +109,21 @@ func main() {
 	flag.BoolVar(&o.sbs.skipRelay, "skip-relay", false, "-side-by-side: skip the relay comparison")
 	flag.StringVar(&o.sbs.tidalFlags, "tidal-flags", "", "-side-by-side: extra flags for the measured tidal-server's nodes (not the baseline's), e.g. --pack-proposals")
 	flag.StringVar(&o.sbs.baseline, "baseline", "", "-side-by-side: an older tidal-server binary measured in etcd's place (an A/B of two builds; the file's stem ends in -ab and its etcd columns are that build)")
+	flag.BoolVar(&o.embeddings, "embeddings", false, "instead: load -embed-vectors vectors (binary) into a fresh cluster, time nearest queries over them and report them against this machine's memory-read bound (see bench/README.md)")
+	flag.IntVar(&o.embed.vectors, "embed-vectors", 100000, "-embeddings: vectors to load, one entity each")
+	flag.IntVar(&o.embed.dim, "embed-dim", 1536, "-embeddings: their dimension (the server's schema must match; the default schema's is 1536)")
+	flag.IntVar(&o.embed.nodes, "embed-nodes", 3, "-embeddings: cluster members")
+	flag.IntVar(&o.embed.clients, "embed-clients", 16, "-embeddings: concurrent clients loading vectors")
+	flag.IntVar(&o.embed.queries, "embed-queries", 30, "-embeddings: nearest queries, one after another")
+	flag.IntVar(&o.embed.k, "embed-k", 10, "-embeddings: results per query")
+	flag.StringVar(&o.embed.flags, "embed-flags", "", "-embeddings: extra tidal-server flags")
+	flag.StringVar(&o.embed.server, "embed-server", "", "-embeddings: tidal-server binary (default: built from -repo)")
 	flag.Parse()
 	if o.quick {
 		o.microCount, o.benchtime = 2, "100ms"
 		o.coarseStage, o.fineStage, o.lagRun = time.Second, 2*time.Second, 5*time.Second
 		o.sbs.rounds, o.sbs.warmup, o.sbs.duration, o.sbs.relayDuration = 1, 500*time.Millisecond, 2*time.Second, 500*time.Millisecond
+		o.embed.vectors, o.embed.queries = min(o.embed.vectors, 2000), min(o.embed.queries, 5)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -121,6 +133,8 @@ func main() {
 		run = render
 	case o.sideBySide:
 		run = runSideBySide
+	case o.embeddings:
+		run = runEmbeddings
 	}
 	if err := run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "tidal-bench:", err)
