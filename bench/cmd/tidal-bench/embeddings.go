@@ -43,6 +43,8 @@ type embedOptions struct {
 type embedResult struct {
 	Time          time.Time `json:"time"`
 	Commit        string    `json:"commit"`
+	Server        string    `json:"server,omitempty"` // -embed-server, when not built from Commit
+	Flags         string    `json:"flags,omitempty"`
 	Nodes         int       `json:"nodes"`
 	Vectors       int       `json:"vectors"`
 	Dim           int       `json:"dim"`
@@ -94,7 +96,7 @@ func runEmbeddings(ctx context.Context, o options) (err error) {
 		return err
 	}
 	res := embedResult{Time: time.Now().UTC(), Commit: envr.Commit, Nodes: eo.nodes, Vectors: eo.vectors, Dim: eo.dim,
-		Clients: eo.clients, Queries: eo.queries, K: eo.k, LoadStart: loadAvg()}
+		Clients: eo.clients, Queries: eo.queries, K: eo.k, LoadStart: loadAvg(), Server: eo.server, Flags: eo.flags}
 	bin := eo.server
 	if bin == "" {
 		bin = filepath.Join(work, "bin", "tidal-server")
@@ -229,6 +231,12 @@ func runEmbeddings(ctx context.Context, o options) (err error) {
 func embedSummary(r embedResult) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Embeddings: %d × %d-dim vectors on %d nodes (commit %s, %s)\n\n", r.Vectors, r.Dim, r.Nodes, r.Commit, r.Time.Format(time.RFC3339))
+	if r.Server != "" {
+		fmt.Fprintf(&b, "Server binary: %s (not built from the commit).\n\n", r.Server)
+	}
+	if r.Flags != "" {
+		fmt.Fprintf(&b, "Server flags: `%s`.\n\n", r.Flags)
+	}
 	fmt.Fprintf(&b, "Load average: %s at start, %s after the puts, %s at the end.\n\n", r.LoadStart, r.LoadAfterPuts, r.LoadEnd)
 	fmt.Fprintf(&b, "| measure | value |\n|---|---|\n")
 	fmt.Fprintf(&b, "| puts/s (binary vectors, %d clients, to the leader) | %.0f (%d errors) |\n", r.Clients, r.PutsPerSec, r.PutErrors)

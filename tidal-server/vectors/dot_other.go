@@ -1,0 +1,5 @@
+//go:build !amd64
+
+package vectors
+
+func dotBlocks(a, b []float32, acc *[32]float32) { dotBlocksGeneric(a, b, acc) }
