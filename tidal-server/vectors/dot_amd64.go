@@ -17,3 +17,14 @@ func dotBlocks(a, b []float32, acc *[32]float32) {
 	}
 	dotBlocksGeneric(a, b, acc)
 }
+
+//go:noescape
+func sumBlocksAVX2(a *float32, n int, acc *[32]float32)
+
+func sumBlocks(a []float32, acc *[32]float32) {
+	if haveAVX2 {
+		sumBlocksAVX2(&a[0], len(a), acc)
+		return
+	}
+	sumBlocksGeneric(a, acc)
+}

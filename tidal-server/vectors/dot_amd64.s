@@ -40,3 +40,34 @@ done:
 	VMOVUPS Y3, 96(DX)
 	VZEROUPPER
 	RET
+
+// func sumBlocksAVX2(a *float32, n int, acc *[32]float32)
+// acc[j] = Σ a[i] over i ≡ j (mod 32); n % 32 == 0. The scan's loads
+// without its multiplies: the memory-read probe (ReadProbe).
+TEXT ·sumBlocksAVX2(SB), NOSPLIT, $0-24
+	MOVQ a+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ acc+16(FP), DX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	SHRQ $5, CX
+	JZ   sdone
+
+sloop:
+	VADDPS 0(SI), Y0, Y0
+	VADDPS 32(SI), Y1, Y1
+	VADDPS 64(SI), Y2, Y2
+	VADDPS 96(SI), Y3, Y3
+	ADDQ   $128, SI
+	DECQ   CX
+	JNZ    sloop
+
+sdone:
+	VMOVUPS Y0, 0(DX)
+	VMOVUPS Y1, 32(DX)
+	VMOVUPS Y2, 64(DX)
+	VMOVUPS Y3, 96(DX)
+	VZEROUPPER
+	RET

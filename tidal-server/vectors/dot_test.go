@@ -49,3 +49,25 @@ func TestDotBitIdenticalToItsSummationOrder(t *testing.T) {
 		}
 	}
 }
+
+// ReadProbe sums what it reads, with or without AVX2.
+func TestReadProbeSums(t *testing.T) {
+	for _, n := range []int{0, 5, 32, 100, 4096} {
+		buf := make([]float32, n)
+		for i := range buf {
+			buf[i] = float32(i % 7)
+		}
+		var want float32
+		for _, x := range buf {
+			want += x
+		}
+		var acc, gen [32]float32
+		if m := n &^ 31; m > 0 {
+			sumBlocks(buf[:m], &acc)
+			sumBlocksGeneric(buf[:m], &gen)
+		}
+		if got := ReadProbe(buf); got != want || acc != gen {
+			t.Fatalf("n=%d: ReadProbe %v, want %v (blocks %v, generic %v)", n, got, want, acc, gen)
+		}
+	}
+}
