@@ -235,7 +235,7 @@ func embedSummary(r embedResult) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Embeddings: %d × %d-dim vectors on %d nodes (commit %s, %s)\n\n", r.Vectors, r.Dim, r.Nodes, r.Commit, r.Time.Format(time.RFC3339))
 	if r.Server != "" {
-		fmt.Fprintf(&b, "Server binary: %s (not built from the commit).\n\n", r.Server)
+		fmt.Fprintf(&b, "Server binary: %s (-embed-server).\n\n", r.Server)
 	}
 	if r.Flags != "" {
 		fmt.Fprintf(&b, "Server flags: `%s`.\n\n", r.Flags)
