@@ -221,6 +221,9 @@ func runEmbeddings(ctx context.Context, o options) (err error) {
 		return err
 	}
 	stem := res.Time.Format("2006-01-02") + "-" + res.Commit + "-embeddings"
+	if o.quick {
+		stem += "-quick" // a smoke test, not a record
+	}
 	data, err := json.MarshalIndent(res, "", "  ")
 	if err != nil {
 		return err
