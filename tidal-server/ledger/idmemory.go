@@ -99,6 +99,12 @@ func (g *generation) idAt(r *rememberedID, c *idChunk) []byte {
 // add appends an id; the caller guarantees it is absent and that (index,
 // position) is above every id already held.
 func (g *generation) add(id string, rec idRecord) {
+	g.addHashed(id, maphash.String(idSeed, id), rec)
+}
+
+// addHashed is add with the id's hash (maphash.String(idSeed, id))
+// already computed.
+func (g *generation) addHashed(id string, hash uint64, rec idRecord) {
 	if g.n%chunkSize == 0 {
 		g.chunks = append(g.chunks, idChunk{recs: make([]rememberedID, 0, chunkSize), arena: make([]byte, 0, chunkSize*16)})
 	}
@@ -108,7 +114,7 @@ func (g *generation) add(id string, rec idRecord) {
 	c := &g.chunks[len(g.chunks)-1]
 	c.recs = append(c.recs, rememberedID{off: uint32(len(c.arena)), len: uint8(len(id)), idRecord: rec})
 	c.arena = append(c.arena, id...)
-	tag := maphash.String(idSeed, id) >> 32
+	tag := hash >> 32
 	g.place(tag<<32 | uint64(g.n+1))
 	g.n++
 }
@@ -117,7 +123,15 @@ func (g *generation) get(id string) (idRecord, bool) {
 	if g.n == 0 {
 		return idRecord{}, false
 	}
-	tag := maphash.String(idSeed, id) >> 32
+	return g.getHashed(id, maphash.String(idSeed, id))
+}
+
+// getHashed is get with the id's hash already computed.
+func (g *generation) getHashed(id string, hash uint64) (idRecord, bool) {
+	if g.n == 0 {
+		return idRecord{}, false
+	}
+	tag := hash >> 32
 	for i := home(tag, g.mask); ; i = (i + 1) & g.mask {
 		w := g.index[i]
 		if w == 0 {

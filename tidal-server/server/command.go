@@ -136,8 +136,11 @@ func decodeSignalsInto(dst []ledger.Event, b []byte, names []string) ([]ledger.E
 		return dst, fmt.Errorf("command claims %d events in %d bytes", n, len(b))
 	}
 	all := string(b)
-	sub := func(what string) string {
-		n := d.u16(what + " length")
+	// The names are constants: building what+" length" here allocated
+	// twice per event on every node's apply path (issue 14, wave 4
+	// profile: 4% of a follower's CPU).
+	sub := func(what, whatLength string) string {
+		n := d.u16(whatLength)
 		if !d.need(n, what) {
 			return ""
 		}
@@ -148,9 +151,9 @@ func decodeSignalsInto(dst []ledger.Event, b []byte, names []string) ([]ledger.E
 	dst = slices.Grow(dst, int(n))
 	for i := uint32(0); i < n && d.err == nil; i++ {
 		var e ledger.Event
-		e.ID = sub("id")
+		e.ID = sub("id", "id length")
 		e.Entity = d.u64("entity")
-		e.Signal = sub("signal")
+		e.Signal = sub("signal", "signal length")
 		for _, name := range names {
 			if name == e.Signal {
 				e.Signal = name

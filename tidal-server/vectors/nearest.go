@@ -47,35 +47,6 @@ func (s *Store) Nearest(q []float32, k int) ([]Match, error) {
 	return h.sorted(), nil
 }
 
-// dot returns the dot product of a and b, which must have equal lengths.
-//
-// Eight independent accumulators break the dependency chain of a single
-// running sum, so the CPU keeps several multiply-adds in flight; the
-// re-slicing to a constant length lets the compiler drop every bounds
-// check inside the loop. The summation order is fixed, so the result is
-// reproducible.
-func dot(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s0, s1, s2, s3, s4, s5, s6, s7 float32
-	i := 0
-	for ; i+8 <= len(a); i += 8 {
-		x := a[i : i+8 : i+8]
-		y := b[i : i+8 : i+8]
-		s0 += x[0] * y[0]
-		s1 += x[1] * y[1]
-		s2 += x[2] * y[2]
-		s3 += x[3] * y[3]
-		s4 += x[4] * y[4]
-		s5 += x[5] * y[5]
-		s6 += x[6] * y[6]
-		s7 += x[7] * y[7]
-	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
-}
-
 // worse reports whether a ranks below b: a lower score, or an equal score
 // and a higher entity id.
 func worse(a, b Match) bool {

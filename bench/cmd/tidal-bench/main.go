@@ -75,6 +75,8 @@ type options struct {
 	render      string
 	sideBySide  bool
 	sbs         sbsOptions
+	embeddings  bool
+	embed       embedOptions
 }
 
 func main() {
@@ -112,11 +114,21 @@ func main() {
 	flag.BoolVar(&o.sbs.tlsAB, "tls-ab", false, "-side-by-side: plaintext against secured (--certs-dir: mutual TLS between nodes, TLS with HTTP/2 and a writer certificate to clients) on this build, in etcd's and tidal's places, both written with -protocol; the file's stem ends in -tls")
 	flag.BoolVar(&o.sbs.tlsHTTP1, "tls-http1", false, "-side-by-side -tls-ab: the secured clients speak HTTP/1.1 over TLS, one connection each, as the plaintext ones do (isolates TLS from HTTP/2; not with -protocol grpc, always HTTP/2); the stem ends in -tls-h1")
 	flag.StringVar(&o.sbs.baseline, "baseline", "", "-side-by-side: an older tidal-server binary measured in etcd's place (an A/B of two builds; the file's stem ends in -ab and its etcd columns are that build)")
+	flag.BoolVar(&o.embeddings, "embeddings", false, "instead: load -embed-vectors vectors (binary) into a fresh cluster, time nearest queries over them and report them against this machine's memory-read bound (see bench/README.md)")
+	flag.IntVar(&o.embed.vectors, "embed-vectors", 100000, "-embeddings: vectors to load, one entity each")
+	flag.IntVar(&o.embed.dim, "embed-dim", 1536, "-embeddings: their dimension (the server's schema must match; the default schema's is 1536)")
+	flag.IntVar(&o.embed.nodes, "embed-nodes", 3, "-embeddings: cluster members")
+	flag.IntVar(&o.embed.clients, "embed-clients", 16, "-embeddings: concurrent clients loading vectors")
+	flag.IntVar(&o.embed.queries, "embed-queries", 30, "-embeddings: nearest queries, one after another")
+	flag.IntVar(&o.embed.k, "embed-k", 10, "-embeddings: results per query")
+	flag.StringVar(&o.embed.flags, "embed-flags", "", "-embeddings: extra tidal-server flags")
+	flag.StringVar(&o.embed.server, "embed-server", "", "-embeddings: tidal-server binary (default: built from -repo)")
 	flag.Parse()
 	if o.quick {
 		o.microCount, o.benchtime = 2, "100ms"
 		o.coarseStage, o.fineStage, o.lagRun = time.Second, 2*time.Second, 5*time.Second
 		o.sbs.rounds, o.sbs.warmup, o.sbs.duration, o.sbs.relayDuration = 1, 500*time.Millisecond, 2*time.Second, 500*time.Millisecond
+		o.embed.vectors, o.embed.queries = min(o.embed.vectors, 2000), min(o.embed.queries, 5)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -126,6 +138,8 @@ func main() {
 		run = render
 	case o.sideBySide:
 		run = runSideBySide
+	case o.embeddings:
+		run = runEmbeddings
 	}
 	if err := run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "tidal-bench:", err)
