@@ -52,6 +52,7 @@ import (
 
 	"github.com/tidaldb/tidal/harness/checker"
 	"github.com/tidaldb/tidal/harness/history"
+	"github.com/tidaldb/tidal/tidal-server/atomicfile"
 )
 
 // File names inside a run directory.
@@ -148,7 +149,10 @@ func pointLatest(dir, target string) error {
 		os.Remove(tmp)
 		return fmt.Errorf("report: replacing %s: %w", filepath.Join(dir, latestLink), err)
 	}
-	return syncDir(dir)
+	if err := atomicfile.SyncDir(dir); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	return nil
 }
 
 // OpenRun opens an existing run directory (for analyze and repro). dir
@@ -553,58 +557,18 @@ func (r *Run) readJSON(name string, v any) error {
 	return nil
 }
 
+// writeFileAtomic and writeAtomic replace a run file so that a crash of the
+// harness leaves the old file or the new one, never a torn one.
 func writeFileAtomic(path string, data []byte) error {
-	return writeAtomic(path, func(w io.Writer) error {
-		_, err := w.Write(data)
-		return err
-	})
+	if err := atomicfile.Write(path, data, 0o644); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	return nil
 }
 
-// writeAtomic writes path through a temporary file in the same
-// directory: write, fsync, rename, fsync the directory. On any error the
-// temporary file is removed and path is untouched.
-func writeAtomic(path string, write func(io.Writer) error) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("report: writing %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	bw := bufio.NewWriterSize(f, 64<<10)
-	if err = write(bw); err != nil {
-		return fmt.Errorf("report: writing %s: %w", path, err)
-	}
-	if err = bw.Flush(); err != nil {
-		return fmt.Errorf("report: writing %s: %w", path, err)
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return fmt.Errorf("report: writing %s: %w", path, err)
-	}
-	if err = f.Sync(); err != nil {
-		return fmt.Errorf("report: syncing %s: %w", path, err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("report: closing %s: %w", path, err)
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("report: renaming into %s: %w", path, err)
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("report: syncing directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("report: syncing directory %s: %w", dir, err)
+func writeAtomic(path string, write func(io.Writer) error) error {
+	if err := atomicfile.WriteFunc(path, 0o644, write); err != nil {
+		return fmt.Errorf("report: %w", err)
 	}
 	return nil
 }

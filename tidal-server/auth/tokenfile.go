@@ -8,7 +8,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
+
+	"github.com/tidaldb/tidal/tidal-server/atomicfile"
 )
 
 // NewSecret returns a fresh bearer secret: 32 random bytes, base64url
@@ -85,44 +86,9 @@ func AppendToken(path, name string, role Role, secret string) (Token, error) {
 		data = append(data, '\n')
 	}
 	data = append(data, tok[0].String()+"\n"...)
-	if err := writeFileAtomic(path, data, mode); err != nil {
+	if err := atomicfile.Write(path, data, mode); err != nil {
 		return Token{}, err
 	}
 	tok[0].Line = bytes.Count(data, []byte("\n"))
 	return tok[0], nil
-}
-
-func writeFileAtomic(path string, data []byte, mode fs.FileMode) (err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err = tmp.Chmod(mode); err != nil {
-		return err
-	}
-	if _, err = tmp.Write(data); err != nil {
-		return err
-	}
-	if err = tmp.Sync(); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidaldb/tidal/tidal-server/atomicfile"
 	"github.com/tidaldb/tidal/tidal-server/auth"
 )
 
@@ -287,10 +288,10 @@ func writeKeyAndCert(keyPath string, key crypto.Signer, certPath string, certPEM
 			return err
 		}
 	}
-	if err := writeFileAtomic(keyPath, keyPEM, keyMode); err != nil {
+	if err := atomicfile.Write(keyPath, keyPEM, keyMode); err != nil {
 		return err
 	}
-	return writeFileAtomic(certPath, certPEM, certMode)
+	return atomicfile.Write(certPath, certPEM, certMode)
 }
 
 func newSerial() (*big.Int, error) {

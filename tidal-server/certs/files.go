@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 )
 
 // File names inside a certs directory.
@@ -34,49 +33,6 @@ const (
 	certMode fs.FileMode = 0o644
 	dirMode  fs.FileMode = 0o700
 )
-
-// writeFileAtomic replaces path with data so that a crash leaves either
-// the old file or the new one, never a torn one: write a temporary file
-// in the same directory, fsync it, rename it over path, fsync the
-// directory so the rename itself is durable.
-func writeFileAtomic(path string, data []byte, mode fs.FileMode) (err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err = tmp.Chmod(mode); err != nil {
-		return err
-	}
-	if _, err = tmp.Write(data); err != nil {
-		return err
-	}
-	if err = tmp.Sync(); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
 
 // refuseExisting fails when any of paths exists, unless overwrite.
 func refuseExisting(overwrite bool, paths ...string) error {

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/tidaldb/tidal/tidal-server/atomicfile"
 )
 
 // nodeDir makes a node's certs directory: ca.crt copied from the CA's
@@ -36,7 +38,7 @@ func copyFile(t *testing.T, from, to string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := writeFileAtomic(to, data, 0o600); err != nil {
+	if err := atomicfile.Write(to, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidaldb/tidal/tidal-server/atomicfile"
 	"github.com/tidaldb/tidal/tidal-server/auth"
 )
 
@@ -363,7 +364,7 @@ func TestStoreReloadsChangedFiles(t *testing.T) {
 
 	// A broken node.crt (a half-finished copy): keep serving the rotated
 	// certificate, report once, not at every handshake.
-	if err := writeFileAtomic(filepath.Join(dir, NodeCertFile), []byte("half a certificate"), certMode); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, NodeCertFile), []byte("half a certificate"), certMode); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {

@@ -10,8 +10,10 @@ import (
 	"slices"
 	"time"
 
-	"github.com/tidaldb/tidal/tidal-server/wal"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/tidaldb/tidal/tidal-server/atomicfile"
+	"github.com/tidaldb/tidal/tidal-server/wal"
 )
 
 // Survivor is what a stopped node's data dir holds, as ForceNewCluster
@@ -145,7 +147,7 @@ func ForceNewCluster(dataDir string, self Member, s *Survivor, state []byte) (as
 		}
 	}
 	for _, d := range []string{aside, dataDir} {
-		if err := syncDir(d); err != nil {
+		if err := atomicfile.SyncDir(d); err != nil {
 			return aside, err
 		}
 	}
@@ -156,14 +158,4 @@ func ForceNewCluster(dataDir string, self Member, s *Survivor, state []byte) (as
 		}
 	}
 	return aside, restoreDataDir(dataDir, self, s.LastIndex, state, removed)
-}
-
-// syncDir makes the renames in dir durable.
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
 }
