@@ -221,18 +221,9 @@ func (m confMarker) droppedAt(e *raftpb.Entry) bool {
 }
 
 func (r *Replica) applyConfChange(e *raftpb.Entry) error {
-	var cc *raftpb.ConfChangeV2
-	if e.GetType() == raftpb.EntryConfChange {
-		v1 := &raftpb.ConfChange{}
-		if err := proto.Unmarshal(e.GetData(), v1); err != nil {
-			return fmt.Errorf("decode conf change at index %d: %w", e.GetIndex(), err)
-		}
-		cc = v1.AsV2()
-	} else {
-		cc = &raftpb.ConfChangeV2{}
-		if err := proto.Unmarshal(e.GetData(), cc); err != nil {
-			return fmt.Errorf("decode conf change v2 at index %d: %w", e.GetIndex(), err)
-		}
+	cc, err := decodeConfChange(e)
+	if err != nil {
+		return err
 	}
 	var cctx confContext
 	if len(cc.GetContext()) > 0 {

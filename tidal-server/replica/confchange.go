@@ -204,3 +204,20 @@ func (r *Replica) maybePromoteLearners() {
 		}
 	}
 }
+
+// decodeConfChange reads a committed conf change entry of either version
+// as a ConfChangeV2.
+func decodeConfChange(e *raftpb.Entry) (*raftpb.ConfChangeV2, error) {
+	if e.GetType() == raftpb.EntryConfChange {
+		v1 := &raftpb.ConfChange{}
+		if err := proto.Unmarshal(e.GetData(), v1); err != nil {
+			return nil, fmt.Errorf("decode conf change at index %d: %w", e.GetIndex(), err)
+		}
+		return v1.AsV2(), nil
+	}
+	cc := &raftpb.ConfChangeV2{}
+	if err := proto.Unmarshal(e.GetData(), cc); err != nil {
+		return nil, fmt.Errorf("decode conf change v2 at index %d: %w", e.GetIndex(), err)
+	}
+	return cc, nil
+}

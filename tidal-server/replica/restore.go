@@ -9,9 +9,10 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/tidaldb/tidal/tidal-server/wal"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/tidaldb/tidal/tidal-server/wal"
 )
 
 // RestoreDataDir creates dir as the data dir of a new single-node cluster
@@ -140,18 +141,9 @@ func snapshotMembership(snap *raftpb.Snapshot) (*membership, error) {
 // the apply loop does (a re-added removed id changes nothing), for a
 // reader that does not run raft.
 func (m *membership) replay(e *raftpb.Entry) error {
-	var cc *raftpb.ConfChangeV2
-	if e.GetType() == raftpb.EntryConfChange {
-		v1 := &raftpb.ConfChange{}
-		if err := proto.Unmarshal(e.GetData(), v1); err != nil {
-			return fmt.Errorf("decode conf change at index %d: %w", e.GetIndex(), err)
-		}
-		cc = v1.AsV2()
-	} else {
-		cc = &raftpb.ConfChangeV2{}
-		if err := proto.Unmarshal(e.GetData(), cc); err != nil {
-			return fmt.Errorf("decode conf change v2 at index %d: %w", e.GetIndex(), err)
-		}
+	cc, err := decodeConfChange(e)
+	if err != nil {
+		return err
 	}
 	var cctx confContext
 	if len(cc.GetContext()) > 0 {
