@@ -61,7 +61,7 @@ var laneLegend = []string{"up", "down", "paused", "power-cut", "removed", "resta
 
 // diskKinds are the disk fault kinds as recorded (history f "disk", kind
 // one of these); power cuts are f "power-cut".
-var diskKinds = []string{"fsync-error", "disk-full", "slow-disk", "corrupt-read"}
+var diskKinds = []string{"fsync-error", "disk-full", "slow-disk", "slow-disk-stall", "corrupt-read"}
 
 // nodeSpans turns fault windows into lane spans for the given nodes.
 func nodeSpans(windows []checker.FaultWindow, values []history.FaultValue, nodes []string) []laneSpan {
