@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -185,4 +186,44 @@ var _ = Describe("disk faults through faultfs: no acknowledged write is lost, a 
 		Expect(d.Expected).To(BeNumerically(">=", 3))
 		Expect(resultNamed(o, "ledger").Valid).To(Equal(checker.Valid))
 	}, SpecTimeout(3*time.Minute))
+})
+
+// corrupt-read inside snapshot payloads (issue 11 item 2): the same
+// corrupt-read run with snapshots every 1000 entries and every fault's
+// pick forced to the newest snapshot (a WAL record when there is none
+// yet): the node restarted on it refuses it, naming the file and offset,
+// and the run stays valid.
+var _ = Describe("corrupt-read of snapshot payloads", Label("faultfs"), func() {
+	BeforeEach(requireFaultFS)
+
+	It("corrupt-read: snapshot picks on 3 nodes: the node refuses the snapshot, never serves it", func(ctx SpecContext) {
+		const seed = 1117
+		cfg := runner.Config{Test: "disk-corrupt-read-snapshot", Nodes: 3, Seed: seed, Nemesis: []string{"corrupt-read"},
+			Interval: runner.Duration(6 * time.Second), FaultDuration: runner.Duration(3 * time.Second),
+			Duration: runner.Duration(25 * time.Second), Workload: workload.Config{Kind: workload.Ledger, Concurrency: 12},
+			ServerFlags: []string{"--snapshot-every=1000", "--snapshot-catch-up=500"}}
+		schedule, err := nemesis.Generate(seed, nemesis.ScheduleConfig{Duration: time.Duration(cfg.Duration), Interval: time.Duration(cfg.Interval),
+			FaultDuration: time.Duration(cfg.FaultDuration), Mix: cfg.Nemesis, Nodes: []string{"n1", "n2", "n3"}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(schedule.Steps).NotTo(BeEmpty())
+		for i := range schedule.Steps {
+			schedule.Steps[i].Disk.Corrupt = &nemesis.CorruptPick{Where: nemesis.CorruptSnapshot, Seed: int64(i + 1)}
+		}
+		o, s := chaosRun(ctx, cfg, func(opts *runner.Options) { opts.Schedule = &schedule })
+		expectValid(o, s)
+		expectFaultsHappened(o)
+		expectDiskRunClean(o)
+		expectDiskFaultBit(o, "corrupt-read")
+		snapshots := 0
+		for _, h := range diskHealParams(o, "corrupt-read") {
+			for node, p := range h.Picked {
+				GinkgoWriter.Printf("%s: %s\n", node, p.What)
+				if strings.HasPrefix(p.Path, "snap/") {
+					snapshots++
+				}
+			}
+		}
+		Expect(snapshots).To(BeNumerically(">", 0), "no fault found a snapshot to corrupt")
+		Expect(resultNamed(o, "fencing").Summary).To(ContainSubstring("refused a corrupt log, naming file and offset"))
+	}, SpecTimeout(5*time.Minute))
 })
