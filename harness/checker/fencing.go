@@ -105,9 +105,10 @@ type FencingWindow struct {
 	// Effect is what the fault did to the node's disk, from the heal's
 	// record (nil when the heal did not record it, e.g. heal-all).
 	Effect *DiskEffect `json:"effect,omitempty"`
-	// Writes counts client writes sent to the node while the fault was
-	// certainly in effect for their whole span; Refused those that did
-	// not end ok.
+	// Writes counts client writes sent to the node after the fault took
+	// effect and before its heal's invoke; Refused those that did not end
+	// ok before the heal's invoke (refused, timed out, or answered only
+	// after the heal).
 	Writes  int `json:"writes"`
 	Refused int `json:"refused"`
 	Acked   int `json:"acked"`
@@ -233,7 +234,16 @@ func Fencing(ops []history.Op, ev NodeEvidence) Result {
 					if !op.Process.IsClient() || op.Node != node || !isWrite(op.F) || op.Time <= w.Effective {
 						continue
 					}
+					if op.Time >= until {
+						continue // invoked once the heal was under way
+					}
 					if !p.Pending && p.Completion.Time >= until {
+						// Answered only after the heal's invoke: the
+						// node did not acknowledge it while the fault
+						// held (a stall releases such writes at the
+						// heal, and they may then succeed).
+						fw.Writes++
+						fw.Refused++
 						continue
 					}
 					if p.Pending && until < last {
@@ -286,7 +296,7 @@ func Fencing(ops []history.Op, ev NodeEvidence) Result {
 				why = append(why, w.Node+": "+w.Why)
 			}
 		}
-		s := "no write reached a node under a judged fsync-error and no corrupt-read took effect: no rule was exercised"
+		s := "no write reached a node under a judged fsync-error, disk-full or slow-disk-stall and no corrupt-read took effect: no rule was exercised"
 		if len(why) > 0 {
 			s += " (" + strings.Join(why, "; ") + ")"
 		}

@@ -300,3 +300,25 @@ func TestFencingStalledNodeMustNotAck(t *testing.T) {
 		t.Fatalf("a stall of reads only: expected unknown saying why, found %s: %s", r.Valid, r.Summary)
 	}
 }
+
+// Regression (issue 11 item 1): a write sent to a stalled node and held
+// until the heal released it (answered ok after the heal's invoke) is a
+// write the node did not acknowledge under the fault: it exercises the
+// rule. Before, such writes were not counted, and a stall window in which
+// no client happened to time out left the checker unknown.
+func TestFencingWriteHeldUntilTheHealCounts(t *testing.T) {
+	stall := map[string]any{"slow_disk": []any{map[string]any{"ops": []string{"write", "fsync"}, "stall": true}}}
+	h := newHist(t)
+	h.at(time.Second)
+	h.fault(fDisk, diskFault(t, diskStall, stall, "n2"))
+	h.at(1500 * time.Millisecond)
+	held := h.invoke(2, history.FWrite, history.WriteValue{Events: []history.Event{{ID: "w3", Entity: 1, Signal: "view"}}}, "n2")
+	h.at(3 * time.Second)
+	h.heal(fDisk)
+	h.ack(held, 12, 2) // released by the heal
+	r := Fencing(h.ops, NodeEvidence{})
+	mustValid(t, r, Valid)
+	if d := fencingDetails(t, r); len(d.Windows) != 1 || d.Windows[0].Writes != 1 || d.Windows[0].Refused != 1 || d.Windows[0].Acked != 0 {
+		t.Fatalf("expected the held write counted as not acknowledged under the fault; found %+v", d.Windows)
+	}
+}

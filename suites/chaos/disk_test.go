@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -125,6 +126,42 @@ func expectDiskFaultBit(o *runner.Outcome, kind string) {
 	if kind != "corrupt-read" {
 		Expect(resultNamed(o, "fencing").Valid).To(Equal(checker.Valid))
 	}
+	if kind == "slow-disk-stall" {
+		expectQuorumCarriedOn(o, kind)
+	}
+}
+
+// expectQuorumCarriedOn checks that while a node's disk was stalled the
+// other nodes went on acknowledging writes: the stall took one node out,
+// not the cluster (its own silence is the fencing checker's rule, its
+// catch-up convergence's).
+func expectQuorumCarriedOn(o *runner.Outcome, kind string) {
+	ops, err := o.Run.ReadHistory()
+	Expect(err).NotTo(HaveOccurred())
+	windows, err := checker.FaultWindows(ops)
+	Expect(err).NotTo(HaveOccurred())
+	pairs, err := history.Pairs(ops)
+	Expect(err).NotTo(HaveOccurred())
+	judged := 0
+	for _, w := range windows {
+		if w.F != history.FDisk || w.Kind != kind || !w.Healed || w.Effective < 0 {
+			continue
+		}
+		judged++
+		acked := 0
+		for _, p := range pairs {
+			op := p.Invoke
+			if !op.Process.IsClient() || op.F != history.FWrite || slices.Contains(w.Targets, op.Node) {
+				continue
+			}
+			if op.Time > w.Effective && !p.Pending && p.Type() == history.OK && p.Completion.Time < w.End {
+				acked++
+			}
+		}
+		GinkgoWriter.Printf("%s: %d writes acked by the other nodes while %v stalled\n", w, acked, w.Targets)
+		Expect(acked).To(BeNumerically(">", 0), "%s: no write acknowledged by the other nodes while %v stalled", w, w.Targets)
+	}
+	Expect(judged).To(BeNumerically(">", 0), "no healed %s window", kind)
 }
 
 type diskScenario struct {
