@@ -19,6 +19,7 @@ const (
 	diskFsyncError  = "fsync-error"
 	diskFull        = "disk-full"
 	diskCorruptRead = "corrupt-read"
+	diskStall       = "slow-disk-stall"
 )
 
 // diskParams mirrors the parts of faultfs.Faults (harness/faultfs) the
@@ -29,6 +30,28 @@ type diskParams struct {
 		After  int    `json:"after"`
 		Sticky bool   `json:"sticky"`
 	} `json:"fsync_error"`
+	DiskFull *struct {
+		FreeBytes       int64 `json:"free_bytes"`
+		CountOverwrites bool  `json:"count_overwrites"`
+	} `json:"disk_full"`
+	SlowDisk []struct {
+		Ops        []string `json:"ops"`
+		Stall      bool     `json:"stall"`
+		MaxStallMS float64  `json:"max_stall_ms"`
+	} `json:"slow_disk"`
+	// Effect is, in a heal's ok, what the fault did to each target.
+	Effect map[string]DiskEffect `json:"effect"`
+}
+
+// DiskEffect is what a disk fault did to a node's disk between its arming
+// and its heal (the nemesis records faultfs's counter deltas): zero
+// everywhere means the fault never bit.
+type DiskEffect struct {
+	FsyncEIO     uint64 `json:"fsync_eio,omitempty"`
+	ENOSPC       uint64 `json:"enospc,omitempty"`
+	Stalled      uint64 `json:"stalled,omitempty"`
+	Delayed      uint64 `json:"delayed,omitempty"`
+	CorruptReads uint64 `json:"corrupt_reads,omitempty"`
 }
 
 // walSegment is a path a WAL segment has in a node's data dir, to match
@@ -74,13 +97,18 @@ type FencingWindow struct {
 	// Judged: an fsync-error window whose fault fails every fsync of the
 	// WAL from the moment it took effect (false when After > 0, not
 	// sticky, a path glob that misses the WAL, or it never confirmed
-	// taking effect; Why says which), or a corrupt-read window (its
-	// exits are judged). disk-full windows only list exits.
+	// taking effect; Why says which), a disk-full window that leaves no
+	// byte to write, overwrites included (every WAL append fails), or a
+	// corrupt-read window (its exits are judged).
 	Judged bool   `json:"judged"`
 	Why    string `json:"why,omitempty"`
-	// Writes counts client writes sent to the node while the fault was
-	// certainly in effect for their whole span; Refused those that did
-	// not end ok.
+	// Effect is what the fault did to the node's disk, from the heal's
+	// record (nil when the heal did not record it, e.g. heal-all).
+	Effect *DiskEffect `json:"effect,omitempty"`
+	// Writes counts client writes sent to the node after the fault took
+	// effect and before its heal's invoke; Refused those that did not end
+	// ok before the heal's invoke (refused, timed out, or answered only
+	// after the heal).
 	Writes  int `json:"writes"`
 	Refused int `json:"refused"`
 	Acked   int `json:"acked"`
@@ -121,8 +149,19 @@ type FencingDetails struct {
 // on). If X keeps serving, the ledger, convergence and aggregates
 // checkers judge what it served.
 //
-// disk-full: a node may keep acknowledging into its preallocated WAL
-// segment, and fence (exit 4) once it needs new space; exits are listed.
+// slow-disk-stall: while the node's WAL writes or fsyncs are held, it
+// cannot make an entry durable either: the same rule, until the heal's
+// invoke (the writes it held complete after the heal, and count for
+// nothing here). It shows the node stopped acknowledging; the others
+// carry on (availability), and it catches up (convergence, lag).
+//
+// disk-full: with no byte left, overwrites included (free_bytes 0,
+// count_overwrites: what the nemesis arms), every WAL append of the node
+// fails with ENOSPC from the moment the fault took effect, so the
+// fsync-error rule applies as is: no write invoked after that and
+// completed before the heal may be acknowledged by it, and it should
+// fence (exit 4). A disk-full that leaves room, or lets appends into
+// preallocated space through, is not judged; its exits are listed.
 //
 // The verdict is Unknown when no judged fsync-error window saw a write
 // sent to its node and no corrupt-read took effect: no rule was
@@ -135,6 +174,7 @@ func Fencing(ops []history.Op, ev NodeEvidence) Result {
 		return unknown(name, "cannot pair the nemesis ops: %v", err)
 	}
 	healInvoke := healInvokes(heals)
+	effects := healEffects(heals)
 	var last int64
 	if len(ops) > 0 {
 		last = ops[len(ops)-1].Time
@@ -148,7 +188,7 @@ func Fencing(ops []history.Op, ev NodeEvidence) Result {
 	exercised := 0
 	totalAcked := 0
 	for i, w := range windows {
-		if w.F != fDisk || (w.Kind != diskFsyncError && w.Kind != diskFull && w.Kind != diskCorruptRead) {
+		if w.F != fDisk || (w.Kind != diskFsyncError && w.Kind != diskFull && w.Kind != diskCorruptRead && w.Kind != diskStall) {
 			continue
 		}
 		// The fault is certainly in effect from its ok to its heal's
@@ -159,6 +199,11 @@ func Fencing(ops []history.Op, ev NodeEvidence) Result {
 		}
 		for _, node := range w.Targets {
 			fw := FencingWindow{Node: node, Fault: w.String(), Kind: w.Kind}
+			if w.Healed {
+				if e, ok := effects[w.End][node]; ok {
+					fw.Effect = &e
+				}
+			}
 			for _, e := range ev.Exits {
 				if e.Node != node || e.Requested || e.Time < w.Start || e.Time > w.End+diskExitGrace {
 					continue
@@ -170,7 +215,7 @@ func Fencing(ops []history.Op, ev NodeEvidence) Result {
 					d.Silent = append(d.Silent, de)
 				}
 			}
-			if w.Kind != diskFsyncError {
+			if w.Kind == diskCorruptRead {
 				// A corrupt-read that took effect restarted its node
 				// on a corrupt view: it either refused (its exit is
 				// judged above) or kept serving (ledger, convergence
@@ -182,14 +227,23 @@ func Fencing(ops []history.Op, ev NodeEvidence) Result {
 				d.Windows = append(d.Windows, fw)
 				continue
 			}
-			fw.Judged, fw.Why = fsyncErrorJudged(faults[i].Invoke, w)
+			fw.Judged, fw.Why = writesJudged(faults[i].Invoke, w)
 			if fw.Judged {
 				for _, p := range pairs {
 					op := p.Invoke
 					if !op.Process.IsClient() || op.Node != node || !isWrite(op.F) || op.Time <= w.Effective {
 						continue
 					}
+					if op.Time >= until {
+						continue // invoked once the heal was under way
+					}
 					if !p.Pending && p.Completion.Time >= until {
+						// Answered only after the heal's invoke: the
+						// node did not acknowledge it while the fault
+						// held (a stall releases such writes at the
+						// heal, and they may then succeed).
+						fw.Writes++
+						fw.Refused++
 						continue
 					}
 					if p.Pending && until < last {
@@ -220,7 +274,7 @@ func Fencing(ops []history.Op, ev NodeEvidence) Result {
 	var problems []string
 	if totalAcked > 0 {
 		a := d.Acks[0]
-		problems = append(problems, fmt.Sprintf("%d writes acknowledged by a node whose every fsync was failing; first: %s %s (id %s) invoked at %s, acked by %s seq %d term %d at %s, after %s took effect at %s",
+		problems = append(problems, fmt.Sprintf("%d writes acknowledged by a node whose every fsync or WAL append was failing; first: %s %s (id %s) invoked at %s, acked by %s seq %d term %d at %s, after %s took effect at %s",
 			totalAcked, a.F, opRef(a.Index), a.FirstID, history.FormatTime(a.Invoked), a.Node, a.Seq, a.Term, history.FormatTime(a.Acked),
 			a.Fault, history.FormatTime(a.Effective)))
 	}
@@ -242,7 +296,7 @@ func Fencing(ops []history.Op, ev NodeEvidence) Result {
 				why = append(why, w.Node+": "+w.Why)
 			}
 		}
-		s := "no write reached a node under a judged fsync-error and no corrupt-read took effect: no rule was exercised"
+		s := "no write reached a node under a judged fsync-error, disk-full or slow-disk-stall and no corrupt-read took effect: no rule was exercised"
 		if len(why) > 0 {
 			s += " (" + strings.Join(why, "; ") + ")"
 		}
@@ -254,12 +308,15 @@ func Fencing(ops []history.Op, ev NodeEvidence) Result {
 // fencingSummary says what held, per kind.
 func fencingSummary(d FencingDetails) string {
 	var writes, refused, nodes int
-	var fenced, named []string
+	var fenced, named, bit []string
 	for _, w := range d.Windows {
-		if w.Kind == diskFsyncError && w.Judged {
+		if w.Kind != diskCorruptRead && w.Judged {
 			nodes++
 			writes += w.Writes
 			refused += w.Refused
+		}
+		if w.Kind == diskFull && w.Effect != nil {
+			bit = append(bit, fmt.Sprintf("%s %d", w.Node, w.Effect.ENOSPC))
 		}
 	}
 	for _, e := range d.Exits {
@@ -272,7 +329,10 @@ func fencingSummary(d FencingDetails) string {
 	}
 	var parts []string
 	if nodes > 0 {
-		parts = append(parts, fmt.Sprintf("no node acknowledged a write while its fsyncs failed (%d writes sent to %d faulted nodes, %d refused or unanswered)", writes, nodes, refused))
+		parts = append(parts, fmt.Sprintf("no node acknowledged a write while its fsyncs or WAL appends failed (%d writes sent to %d faulted nodes, %d refused or unanswered)", writes, nodes, refused))
+	}
+	if len(bit) > 0 {
+		parts = append(parts, "ENOSPC returned under disk-full: "+strings.Join(bit, ", "))
 	}
 	if len(fenced) > 0 {
 		parts = append(parts, "fenced (exit 4): "+strings.Join(fenced, ", "))
@@ -296,9 +356,10 @@ func fencingSummary(d FencingDetails) string {
 	return s
 }
 
-// fsyncErrorJudged reports whether an fsync-error fault fails every fsync
-// of the node's WAL from the moment it took effect, and why not.
-func fsyncErrorJudged(inv history.Op, w FaultWindow) (bool, string) {
+// writesJudged reports whether an fsync-error fault fails every fsync of
+// the node's WAL, or a disk-full fault every WAL append, from the moment
+// it took effect, and why not.
+func writesJudged(inv history.Op, w FaultWindow) (bool, string) {
 	if w.Effective < 0 {
 		return false, "the fault never confirmed taking effect"
 	}
@@ -311,6 +372,25 @@ func fsyncErrorJudged(inv history.Op, w FaultWindow) (bool, string) {
 		if err := json.Unmarshal(fv.Params, &p); err != nil {
 			return false, fmt.Sprintf("params %s: %v", fv.Params, err)
 		}
+	}
+	if w.Kind == diskStall {
+		for _, sd := range p.SlowDisk {
+			if sd.Stall && sd.MaxStallMS == 0 && (len(sd.Ops) == 0 || slices.Contains(sd.Ops, "write") || slices.Contains(sd.Ops, "fsync")) {
+				return true, ""
+			}
+		}
+		return false, "no unbounded stall of writes or fsyncs in the fault's params"
+	}
+	if w.Kind == diskFull {
+		switch f := p.DiskFull; {
+		case f == nil:
+			return false, "no disk_full in the fault's params"
+		case f.FreeBytes > 0:
+			return false, fmt.Sprintf("%d bytes left to write", f.FreeBytes)
+		case !f.CountOverwrites:
+			return false, "overwrites not counted: appends into the preallocated WAL segment succeed"
+		}
+		return true, ""
 	}
 	switch e := p.FsyncError; {
 	case e == nil:
@@ -336,6 +416,26 @@ func globMatches(glob, rel string) bool {
 }
 
 // healInvokes maps each heal's completion time to its invoke time.
+// healEffects maps the time of each heal's ok to what it recorded the
+// fault did, per node.
+func healEffects(heals []history.Pair) map[int64]map[string]DiskEffect {
+	out := map[int64]map[string]DiskEffect{}
+	for _, h := range heals {
+		if h.Type() != history.OK {
+			continue
+		}
+		fv, err := history.Decode[history.FaultValue](h.Completion)
+		if err != nil || len(fv.Params) == 0 {
+			continue
+		}
+		var p diskParams
+		if json.Unmarshal(fv.Params, &p) == nil && p.Effect != nil {
+			out[h.Completion.Time] = p.Effect
+		}
+	}
+	return out
+}
+
 func healInvokes(heals []history.Pair) map[int64]int64 {
 	out := map[int64]int64{}
 	for _, h := range heals {
@@ -383,17 +483,16 @@ func namedDamage(logs []LogTail) string {
 }
 
 // DiskFaulted reports whether the history holds a disk fault the fencing
-// checker has a rule for (fsync-error or corrupt-read): the runner runs
-// Fencing only then, as it runs Counter only on counter workloads. A
-// disk-full alone asks nothing of the history (a node may go on writing
-// into its preallocated segment); its exits are the nodes checker's.
+// checker has a rule for (fsync-error, disk-full or corrupt-read): the
+// runner runs Fencing only then, as it runs Counter only on counter
+// workloads.
 func DiskFaulted(ops []history.Op) bool {
 	for _, op := range ops {
 		if op.Process != history.Nemesis || op.Type != history.Invoke || op.F != fDisk {
 			continue
 		}
 		if fv, err := history.Decode[history.FaultValue](op); err == nil &&
-			(fv.Kind == diskFsyncError || fv.Kind == diskCorruptRead) {
+			(fv.Kind == diskFsyncError || fv.Kind == diskFull || fv.Kind == diskCorruptRead || fv.Kind == diskStall) {
 			return true
 		}
 	}

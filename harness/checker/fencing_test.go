@@ -171,9 +171,10 @@ func TestDiskFaultedSeesOnlyJudgedDiskKinds(t *testing.T) {
 		t.Fatal("slow-disk: expected not judged by fencing")
 	}
 	h.fault(fDisk, diskFault(t, diskFull, map[string]any{}, "n1"))
-	if DiskFaulted(h.ops) {
-		t.Fatal("disk-full: expected no rule of the fencing checker to apply")
+	if !DiskFaulted(h.ops) {
+		t.Fatal("disk-full: expected the fencing checker to judge it")
 	}
+	h = newHist(t)
 	h.fault(fDisk, diskFault(t, diskCorruptRead, map[string]any{}, "n1"))
 	if !DiskFaulted(h.ops) {
 		t.Fatal("corrupt-read: expected a disk fault")
@@ -188,5 +189,136 @@ func TestFencingCorruptReadNodeThatKeptRunningIsValid(t *testing.T) {
 	mustValid(t, r, Valid)
 	if !strings.Contains(r.Summary, "kept running under corrupt-read") || !strings.Contains(r.Summary, "n3") {
 		t.Fatalf("summary %q: expected n3 named as kept running", r.Summary)
+	}
+}
+
+var noSpaceCountingOverwrites = map[string]any{"disk_full": map[string]any{"free_bytes": 0, "count_overwrites": true}}
+
+// diskFullOnN2 is fsyncErrorOnN2 with a disk-full that leaves no byte to
+// write, overwrites included, on n2 from 1s to 3s; the heal records the
+// ENOSPCs faultfs returned.
+func diskFullOnN2(t *testing.T, params map[string]any, carry bool) *hist {
+	h := newHist(t)
+	h.write(0, "w1", "n2", history.OK, 10)
+	h.at(time.Second)
+	h.fault(fDisk, diskFault(t, diskFull, params, "n2"))
+	under := history.OK
+	if !carry {
+		under = history.Fail
+	}
+	h.at(1500 * time.Millisecond)
+	h.write(2, "w3", "n2", under, 12)
+	h.write(3, "w4", "n1", history.OK, 13)
+	h.at(3 * time.Second)
+	heal := h.invoke(history.Nemesis, history.HealOf(fDisk), nil, "")
+	h.complete(heal, history.OK, diskFault(t, diskFull, map[string]any{"effect": map[string]any{"n2": map[string]any{"enospc": 3}}}, "n2"))
+	return h
+}
+
+// Regression (issue 11 item 3): a disk-full that leaves no byte, counting
+// overwrites, fails every WAL append of its node; a node that still
+// acknowledges a write under it carried on after a failed write, and the
+// checker says so (before, disk-full windows were never judged).
+func TestFencingDiskFullNodeThatCarriesOnIsInvalid(t *testing.T) {
+	h := diskFullOnN2(t, noSpaceCountingOverwrites, true)
+	r := Fencing(h.ops, NodeEvidence{Nodes: []string{"n1", "n2", "n3"}, Final: serving("n1", "n2", "n3")})
+	mustValid(t, r, Invalid)
+	if d := fencingDetails(t, r); len(d.Acks) != 1 || d.Acks[0].FirstID != "w3" {
+		t.Fatalf("expected w3's ack by n2 listed; found %+v", d.Acks)
+	}
+	if !strings.Contains(r.Summary, "disk(disk-full)") {
+		t.Fatalf("summary %q: expected it to name the disk-full window", r.Summary)
+	}
+}
+
+// A node that fenced under such a disk-full is valid, and the summary
+// counts the ENOSPCs the heal recorded: a run shows the fault bit.
+func TestFencingDiskFullFencedNodeIsValidAndCountsENOSPC(t *testing.T) {
+	h := diskFullOnN2(t, noSpaceCountingOverwrites, false)
+	ev := NodeEvidence{Nodes: []string{"n1", "n2", "n3"}, Final: serving("n1", "n2", "n3"),
+		Exits: []ProcessExit{{Node: "n2", PID: 7, Time: int64(1600 * time.Millisecond), Status: fencedExit}}}
+	r := Fencing(h.ops, ev)
+	mustValid(t, r, Valid)
+	d := fencingDetails(t, r)
+	if len(d.Windows) != 1 || !d.Windows[0].Judged || d.Windows[0].Effect == nil || d.Windows[0].Effect.ENOSPC != 3 {
+		t.Fatalf("expected one judged window with 3 ENOSPCs; found %+v", d.Windows)
+	}
+	for _, want := range []string{"ENOSPC returned under disk-full: n2 3", "fenced (exit 4): n2"} {
+		if !strings.Contains(r.Summary, want) {
+			t.Fatalf("summary %q: expected %q", r.Summary, want)
+		}
+	}
+	// Room left, or appends into preallocated space let through: the
+	// rule does not apply and says why.
+	for params, why := range map[string]string{
+		`{"disk_full":{"free_bytes":4096,"count_overwrites":true}}`: "4096 bytes left",
+		`{"disk_full":{"free_bytes":0}}`:                            "overwrites not counted",
+	} {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(params), &m); err != nil {
+			t.Fatal(err)
+		}
+		r := Fencing(diskFullOnN2(t, m, true).ops, NodeEvidence{})
+		if r.Valid != Unknown || !strings.Contains(r.Summary, why) {
+			t.Errorf("%s: expected unknown saying %q, found %s: %s", params, why, r.Valid, r.Summary)
+		}
+	}
+}
+
+// Regression (issue 11 item 1): a node whose WAL writes and fsyncs are
+// stalled must stop acknowledging; one that acks a write invoked under
+// the stall and answered before the heal is named.
+func TestFencingStalledNodeMustNotAck(t *testing.T) {
+	stall := map[string]any{"slow_disk": []any{map[string]any{"ops": []string{"write", "fsync"}, "stall": true}}}
+	for _, carry := range []bool{false, true} {
+		h := newHist(t)
+		h.at(time.Second)
+		h.fault(fDisk, diskFault(t, diskStall, stall, "n2"))
+		under := history.OK
+		if !carry {
+			under = history.Info // held until the heal: the client gave up
+		}
+		h.at(1500 * time.Millisecond)
+		h.write(2, "w3", "n2", under, 12)
+		h.write(3, "w4", "n1", history.OK, 13)
+		h.at(3 * time.Second)
+		h.heal(fDisk)
+		r := Fencing(h.ops, NodeEvidence{})
+		want := Valid
+		if carry {
+			want = Invalid
+		}
+		mustValid(t, r, want)
+		if d := fencingDetails(t, r); len(d.Windows) != 1 || !d.Windows[0].Judged || d.Windows[0].Writes != 1 {
+			t.Fatalf("carry %v: expected one judged window with n2's write; found %+v", carry, d.Windows)
+		}
+	}
+	h := newHist(t)
+	h.fault(fDisk, diskFault(t, diskStall, map[string]any{"slow_disk": []any{map[string]any{"ops": []string{"read"}, "stall": true}}}, "n2"))
+	h.write(2, "w3", "n2", history.OK, 12)
+	if r := Fencing(h.ops, NodeEvidence{}); r.Valid != Unknown || !strings.Contains(r.Summary, "no unbounded stall") {
+		t.Fatalf("a stall of reads only: expected unknown saying why, found %s: %s", r.Valid, r.Summary)
+	}
+}
+
+// Regression (issue 11 item 1): a write sent to a stalled node and held
+// until the heal released it (answered ok after the heal's invoke) is a
+// write the node did not acknowledge under the fault: it exercises the
+// rule. Before, such writes were not counted, and a stall window in which
+// no client happened to time out left the checker unknown.
+func TestFencingWriteHeldUntilTheHealCounts(t *testing.T) {
+	stall := map[string]any{"slow_disk": []any{map[string]any{"ops": []string{"write", "fsync"}, "stall": true}}}
+	h := newHist(t)
+	h.at(time.Second)
+	h.fault(fDisk, diskFault(t, diskStall, stall, "n2"))
+	h.at(1500 * time.Millisecond)
+	held := h.invoke(2, history.FWrite, history.WriteValue{Events: []history.Event{{ID: "w3", Entity: 1, Signal: "view"}}}, "n2")
+	h.at(3 * time.Second)
+	h.heal(fDisk)
+	h.ack(held, 12, 2) // released by the heal
+	r := Fencing(h.ops, NodeEvidence{})
+	mustValid(t, r, Valid)
+	if d := fencingDetails(t, r); len(d.Windows) != 1 || d.Windows[0].Writes != 1 || d.Windows[0].Refused != 1 || d.Windows[0].Acked != 0 {
+		t.Fatalf("expected the held write counted as not acknowledged under the fault; found %+v", d.Windows)
 	}
 }

@@ -53,14 +53,16 @@ func (e *Error) Error() string {
 // slowDiskJSON is SlowDisk on the wire: latency in milliseconds, as the
 // relay's faults spell it.
 type slowDiskJSON struct {
-	Ops       []Op    `json:"ops,omitempty"`
-	LatencyMS float64 `json:"latency_ms,omitempty"`
-	Stall     bool    `json:"stall,omitempty"`
+	Ops        []Op    `json:"ops,omitempty"`
+	LatencyMS  float64 `json:"latency_ms,omitempty"`
+	Stall      bool    `json:"stall,omitempty"`
+	MaxStallMS float64 `json:"max_stall_ms,omitempty"`
 }
 
 // MarshalJSON writes the latency as latency_ms.
 func (s SlowDisk) MarshalJSON() ([]byte, error) {
-	return json.Marshal(slowDiskJSON{Ops: s.Ops, LatencyMS: float64(s.Latency) / float64(time.Millisecond), Stall: s.Stall})
+	return json.Marshal(slowDiskJSON{Ops: s.Ops, LatencyMS: float64(s.Latency) / float64(time.Millisecond), Stall: s.Stall,
+		MaxStallMS: float64(s.MaxStall) / float64(time.Millisecond)})
 }
 
 // UnmarshalJSON reads latency_ms.
@@ -69,7 +71,8 @@ func (s *SlowDisk) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*s = SlowDisk{Ops: j.Ops, Latency: time.Duration(j.LatencyMS * float64(time.Millisecond)), Stall: j.Stall}
+	*s = SlowDisk{Ops: j.Ops, Latency: time.Duration(j.LatencyMS * float64(time.Millisecond)), Stall: j.Stall,
+		MaxStall: time.Duration(j.MaxStallMS * float64(time.Millisecond))}
 	return nil
 }
 

@@ -69,9 +69,17 @@ type FsyncError struct {
 // last name give it back. A write that does not fit is cut short to what
 // fits (the program sees a short write, then ENOSPC); with nothing left,
 // growing writes, fallocate and creating any entry fail with ENOSPC.
-// Overwrites inside a file's size (its preallocated space) still succeed.
+// Overwrites inside a file's size (its preallocated space) still succeed,
+// unless CountOverwrites is set.
 type DiskFull struct {
 	FreeBytes int64 `json:"free_bytes"`
+	// CountOverwrites charges every byte written against FreeBytes,
+	// overwrites inside a file's size included, as on a copy-on-write
+	// filesystem (btrfs, ZFS) where preallocated space does not hold the
+	// next write: a program that writes into space it preallocated (a WAL
+	// segment) meets ENOSPC after FreeBytes more bytes, not only when it
+	// grows a file. Fallocate and creates count as without it.
+	CountOverwrites bool `json:"count_overwrites,omitempty"`
 }
 
 // Op is an operation class a SlowDisk fault delays.
@@ -103,12 +111,15 @@ func ParseOp(s string) (Op, error) {
 }
 
 // SlowDisk delays operations of the given classes (all when Ops is empty)
-// by Latency, or holds them until the fault is cleared when Stall is set.
-// A power cut or unmount releases stalled operations (they fail).
+// by Latency, or holds them until the fault is cleared when Stall is set
+// (or for at most MaxStall, when it is non-zero). Clearing or replacing
+// the slow-disk faults releases every stalled operation at once, and they
+// carry on; a power cut or unmount releases them too, and they fail.
 type SlowDisk struct {
-	Ops     []Op          `json:"ops,omitempty"`
-	Latency time.Duration `json:"latency,omitempty"`
-	Stall   bool          `json:"stall,omitempty"`
+	Ops      []Op          `json:"ops,omitempty"`
+	Latency  time.Duration `json:"latency,omitempty"`
+	Stall    bool          `json:"stall,omitempty"`
+	MaxStall time.Duration `json:"max_stall,omitempty"`
 }
 
 // CorruptRead flips bits in what reads of matching files return over
@@ -160,6 +171,9 @@ func (f Faults) Validate() error {
 		if s.Latency == 0 && !s.Stall {
 			return fieldError(fmt.Sprintf("slow_disk[%d]", i), "expected a latency or a stall")
 		}
+		if s.MaxStall < 0 || (s.MaxStall > 0 && !s.Stall) {
+			return fieldError(fmt.Sprintf("slow_disk[%d].max_stall_ms", i), "expected >= 0 and only with a stall, found %s (stall %v)", s.MaxStall, s.Stall)
+		}
 	}
 	for i, c := range f.CorruptRead {
 		if err := checkGlob(c.Path); err != nil {
@@ -199,6 +213,10 @@ type faultSet struct {
 
 	diskFull bool
 	free     int64
+	// countAll charges overwrites too (DiskFull.CountOverwrites).
+	countAll bool
+	// fullArmed lets writes skip the lock while no DiskFull is set.
+	fullArmed atomic.Bool
 
 	slow []SlowDisk
 	// slowArmed lets operations skip the lock while no SlowDisk is set.
@@ -222,7 +240,8 @@ func (s *faultSet) set(f Faults) {
 		s.fsync, s.fsyncCalls = &e, 0
 	}
 	if f.DiskFull != nil {
-		s.diskFull, s.free = true, f.DiskFull.FreeBytes
+		s.diskFull, s.free, s.countAll = true, f.DiskFull.FreeBytes, f.DiskFull.CountOverwrites
+		s.fullArmed.Store(true)
 	}
 	if f.SlowDisk != nil {
 		s.slow = slices.Clone(f.SlowDisk)
@@ -246,7 +265,8 @@ func (s *faultSet) clear(kinds []Kind) {
 		case KindFsyncError:
 			s.fsync, s.fsyncCalls = nil, 0
 		case KindDiskFull:
-			s.diskFull, s.free = false, 0
+			s.diskFull, s.free, s.countAll = false, 0, false
+			s.fullArmed.Store(false)
 		case KindSlowDisk:
 			s.slow = nil
 			s.slowArmed.Store(false)
@@ -268,7 +288,7 @@ func (s *faultSet) current() Faults {
 		f.FsyncError = &e
 	}
 	if s.diskFull {
-		f.DiskFull = &DiskFull{FreeBytes: s.free}
+		f.DiskFull = &DiskFull{FreeBytes: s.free, CountOverwrites: s.countAll}
 	}
 	f.SlowDisk = slices.Clone(s.slow)
 	f.CorruptRead = slices.Clone(s.corrupt)
@@ -295,18 +315,27 @@ func (s *faultSet) fsyncFails(rel string, dir bool) bool {
 
 // delay returns how long an operation of class op waits and whether it
 // stalls; stall waits on the returned channel (closed when the slow faults
-// change).
-func (s *faultSet) delay(op Op) (wait time.Duration, stall bool, unstall <-chan struct{}) {
+// change), for at most maxStall when that is non-zero. A stall without a
+// bound outweighs a bounded one.
+func (s *faultSet) delay(op Op) (wait time.Duration, stall bool, maxStall time.Duration, unstall <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	unbounded := false
 	for _, sd := range s.slow {
 		if len(sd.Ops) > 0 && !slices.Contains(sd.Ops, op) {
 			continue
 		}
 		wait = max(wait, sd.Latency)
-		stall = stall || sd.Stall
+		if sd.Stall {
+			stall = true
+			unbounded = unbounded || sd.MaxStall == 0
+			maxStall = max(maxStall, sd.MaxStall)
+		}
 	}
-	return wait, stall, s.unstall
+	if unbounded {
+		maxStall = 0
+	}
+	return wait, stall, maxStall, s.unstall
 }
 
 // grow asks for growth bytes of space and returns how many of them fit:
@@ -323,6 +352,34 @@ func (s *faultSet) grow(growth int64) int64 {
 	ok := min(growth, s.free)
 	s.free -= ok
 	return ok
+}
+
+// writeRoom returns how many of the n bytes a write puts at off into a
+// file of size may be written, and the space it took: all n, taking
+// nothing, while no DiskFull is set or the write grows nothing (unless
+// overwrites count). A result <= 0 means none; the caller gives the
+// space taken back with release.
+func (s *faultSet) writeRoom(off, n, size int64) (allowed, taken int64) {
+	if !s.fullArmed.Load() {
+		return n, 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.diskFull {
+		return n, 0
+	}
+	if s.countAll {
+		taken = min(n, max(s.free, 0))
+		s.free -= taken
+		return taken, taken
+	}
+	growth := off + n - size
+	if growth <= 0 {
+		return n, 0
+	}
+	taken = min(growth, max(s.free, 0))
+	s.free -= taken
+	return n - (growth - taken), taken
 }
 
 // release gives shrink bytes back to a full disk.

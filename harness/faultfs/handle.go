@@ -144,18 +144,15 @@ func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 		return 0, fs.ToErrno(err)
 	}
 	n := int64(len(data))
-	if growth := off + n - st.Size; growth > 0 {
-		if fits := f.faults.grow(growth); fits < growth {
-			// The disk has room up to st.Size+fits: a short write, or
-			// none at all.
-			n = st.Size + fits - off
-			if n <= 0 {
-				f.faults.release(fits)
-				f.stats.enospc.Add(1)
-				return 0, syscall.ENOSPC
-			}
-			f.stats.enospc.Add(1)
+	if allowed, taken := f.faults.writeRoom(off, n, st.Size); allowed < n {
+		// The disk has room for part of the write (a short write) or
+		// none of it.
+		f.stats.enospc.Add(1)
+		if allowed <= 0 {
+			f.faults.release(taken)
+			return 0, syscall.ENOSPC
 		}
+		n = allowed
 	}
 	if err := ft.record(h.fd, changeWrite, off, n, st.Size); err != nil {
 		return 0, syscall.EIO

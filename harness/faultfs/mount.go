@@ -96,7 +96,7 @@ func (g *generation) wait(op Op) bool {
 	}
 	counted := false
 	for {
-		latency, stall, unstall := s.delay(op)
+		latency, stall, maxStall, unstall := s.delay(op)
 		if latency == 0 && !stall {
 			return true
 		}
@@ -109,9 +109,17 @@ func (g *generation) wait(op Op) bool {
 			}
 		}
 		if stall {
+			var bound <-chan time.Time
+			if maxStall > 0 {
+				t := time.NewTimer(maxStall)
+				defer t.Stop()
+				bound = t.C
+			}
 			select {
 			case <-unstall:
 				continue // the slow faults changed: look again
+			case <-bound:
+				return !g.isDead.Load() // held for the bound: carry on
 			case <-g.dead:
 				return false
 			}

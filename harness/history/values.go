@@ -129,7 +129,8 @@ const (
 	FAddMember      = "add-member"
 	// FPowerCut is a power cut under nodes (kind "one", "minority",
 	// "all"); FDisk a fault armed on nodes' disks (kind "fsync-error",
-	// "disk-full", "slow-disk", "corrupt-read"). Both through faultfs.
+	// "disk-full", "slow-disk", "slow-disk-stall", "corrupt-read"). Both
+	// through faultfs.
 	FPowerCut = "power-cut"
 	FDisk     = "disk"
 	// HealAll ends every open fault window (the final heal of a run).

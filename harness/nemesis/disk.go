@@ -26,13 +26,14 @@ import (
 //     (optionally keeping a torn prefix of the unsynced writes) and mount
 //     it afresh, as found at boot. Heal starts each target again on its
 //     surviving data.
-//   - fsync-error, disk-full, slow-disk, corrupt-read (history f "disk",
-//     kind the name): arm the faultfs fault on the targets' disks. Heal
-//     clears it and starts again a target whose process exited on its own
-//     meanwhile (a node fences itself on a failed fsync or a full disk,
-//     and refuses to open a log it reads corrupt). corrupt-read also
-//     restarts its target when armed: a running node does not read its
-//     log back, a starting one does.
+//   - fsync-error, disk-full, slow-disk, slow-disk-stall, corrupt-read
+//     (history f "disk", kind the name): arm the faultfs fault on the
+//     targets' disks. Heal clears it (releasing every operation a stall
+//     holds at once) and starts again a target whose process exited on
+//     its own meanwhile (a node fences itself on a failed fsync or a full
+//     disk, and refuses to open a log it reads corrupt). corrupt-read
+//     also restarts its target when armed: a running node does not read
+//     its log back, a starting one does.
 //
 // What each fault does is fixed when the schedule is generated
 // (Step.Disk), so schedule.json says it and a repro does it again.
@@ -42,6 +43,9 @@ type NodeDisk interface {
 	Set(faultfs.Faults) error
 	Clear(kinds ...faultfs.Kind)
 	Stats() faultfs.Stats
+	// Mountpoint is where the node's files are seen (its data dir);
+	// corrupt-read reads them there to pick a range.
+	Mountpoint() string
 }
 
 // DiskCluster is a Cluster whose nodes' data dirs are faultfs mounts.
@@ -81,6 +85,10 @@ type DiskSpec struct {
 	// Faults is what fsync-error, disk-full, slow-disk and corrupt-read
 	// arm on each target's disk (the one kind each sets).
 	Faults *faultfs.Faults `json:"faults,omitempty"`
+	// Corrupt, for corrupt-read, picks the range to corrupt on each
+	// target when the fault is injected (it replaces Faults.CorruptRead,
+	// the fallback, in what is armed and recorded).
+	Corrupt *CorruptPick `json:"corrupt,omitempty"`
 }
 
 // DiskSupport says why disk kinds cannot run on this machine (nil: they
@@ -110,17 +118,30 @@ func diskSpec(kind string, r *rand.Rand) *DiskSpec {
 		// it syncs first.
 		return &DiskSpec{Faults: &faultfs.Faults{FsyncError: &faultfs.FsyncError{Sticky: true}}}
 	case "disk-full":
-		// No space left: the WAL's preallocated segment still takes
-		// appends; a new segment, a snapshot or any new file does not.
-		return &DiskSpec{Faults: &faultfs.Faults{DiskFull: &faultfs.DiskFull{FreeBytes: 0}}}
+		// No space left from the moment it is armed, counting every byte
+		// written: the node's next WAL append fails with ENOSPC even into
+		// its preallocated segment (without CountOverwrites the segment
+		// took every append of a fault window, and the fault seldom bit).
+		// Regression (issue 11 item 3).
+		return &DiskSpec{Faults: &faultfs.Faults{DiskFull: &faultfs.DiskFull{FreeBytes: 0, CountOverwrites: true}}}
 	case "slow-disk":
 		lat := time.Duration(20+r.IntN(81)) * time.Millisecond
 		return &DiskSpec{Faults: &faultfs.Faults{SlowDisk: []faultfs.SlowDisk{{Ops: []faultfs.Op{faultfs.OpFsync, faultfs.OpWrite}, Latency: lat}}}}
+	case "slow-disk-stall":
+		// The target's writes and fsyncs hang until the heal releases
+		// them all at once: it stops acknowledging (its WAL cannot
+		// persist), the others go on as a quorum, and it catches up.
+		return &DiskSpec{Faults: &faultfs.Faults{SlowDisk: []faultfs.SlowDisk{{Ops: []faultfs.Op{faultfs.OpWrite, faultfs.OpFsync}, Stall: true}}}}
 	case "corrupt-read":
-		// The first bytes of every WAL segment read back with bits
-		// flipped: the segment header fails its CRC, so a node that
-		// opens its log must refuse it, naming the file and offset.
-		return &DiskSpec{Faults: &faultfs.Faults{CorruptRead: []faultfs.CorruptRead{{Path: "*.wal", Offset: 0, Length: 16}}}}
+		// Bits flipped in what the restarted node reads back: inside a
+		// WAL record's body (with a record after it, so it cannot pass
+		// for a torn tail), inside the newest snapshot's payload, or in
+		// every segment's header (also the fallback the spec arms when
+		// the pick finds nothing). The node must refuse it (CRC),
+		// naming the file and offset.
+		where := []string{CorruptWALRecord, CorruptWALRecord, CorruptSnapshot, CorruptSegmentHeader}[r.IntN(4)]
+		return &DiskSpec{Faults: &faultfs.Faults{CorruptRead: []faultfs.CorruptRead{{Path: "*.wal", Offset: 0, Length: 16}}},
+			Corrupt: &CorruptPick{Where: where, Seed: r.Int64N(1<<62) + 1}}
 	}
 	return nil
 }
@@ -230,6 +251,16 @@ func (p powerCut) Heal(_ context.Context, c Cluster, v *history.FaultValue) (tim
 
 type diskFault struct {
 	kind faultfs.Kind
+	// sub is the history kind when it differs from kind (slow-disk-stall).
+	sub string
+}
+
+// name is the fault's history kind.
+func (d diskFault) name() string {
+	if d.sub != "" {
+		return d.sub
+	}
+	return string(d.kind)
 }
 
 // diskParams is what the history records of a disk fault: the faults
@@ -240,12 +271,40 @@ type diskFault struct {
 // carried on after a failed fsync from one the fault never reached.
 type diskParams struct {
 	faultfs.Faults
-	Before map[string]faultfs.FaultStats `json:"before,omitempty"`
-	After  map[string]faultfs.FaultStats `json:"after,omitempty"`
+	// Corrupt is how corrupt-read picked its ranges, and Picked what each
+	// target's range is (CorruptRead above is the last target's).
+	Corrupt *CorruptPick                  `json:"corrupt,omitempty"`
+	Picked  map[string]PickedRange        `json:"picked,omitempty"`
+	Before  map[string]faultfs.FaultStats `json:"before,omitempty"`
+	After   map[string]faultfs.FaultStats `json:"after,omitempty"`
+	// Effect is After less Before per target, in the heal's ok: what the
+	// fault did (ENOSPCs returned, fsyncs failed, operations stalled,
+	// reads corrupted); all zero means it never bit.
+	Effect map[string]faultfs.FaultStats `json:"effect,omitempty"`
+}
+
+// PickedRange is the range corrupt-read armed on one target.
+type PickedRange struct {
+	faultfs.CorruptRead
+	What string `json:"what"`
+}
+
+// faultEffect is what a disk fault's counters grew by while it was armed.
+func faultEffect(before, after faultfs.FaultStats) faultfs.FaultStats {
+	return faultfs.FaultStats{
+		FsyncEIO:         after.FsyncEIO - before.FsyncEIO,
+		LostWritebackEIO: after.LostWritebackEIO - before.LostWritebackEIO,
+		LostBytes:        after.LostBytes - before.LostBytes,
+		ENOSPC:           after.ENOSPC - before.ENOSPC,
+		Delayed:          after.Delayed - before.Delayed,
+		Stalled:          after.Stalled - before.Stalled,
+		CorruptReads:     after.CorruptReads - before.CorruptReads,
+		CorruptBytes:     after.CorruptBytes - before.CorruptBytes,
+	}
 }
 
 func (d diskFault) Resolve(_ context.Context, c Cluster, s Step) (history.FaultValue, error) {
-	v := history.FaultValue{Kind: string(d.kind), Targets: slices.Clone(s.Targets)}
+	v := history.FaultValue{Kind: d.name(), Targets: slices.Clone(s.Targets)}
 	if _, err := needsDisks(c, s.Kind); err != nil {
 		return v, err
 	}
@@ -256,7 +315,7 @@ func (d diskFault) Resolve(_ context.Context, c Cluster, s Step) (history.FaultV
 		return v, fmt.Errorf("%s: disk fault: %w", s.Kind, err)
 	}
 	var err error
-	if v.Params, err = json.Marshal(s.Disk.Faults); err != nil {
+	if v.Params, err = json.Marshal(diskParams{Faults: *s.Disk.Faults, Corrupt: s.Disk.Corrupt}); err != nil {
 		return v, err
 	}
 	return v, checkTargets(c, s, -1)
@@ -271,7 +330,7 @@ func (d diskFault) params(v *history.FaultValue) (diskParams, error) {
 }
 
 func (d diskFault) Inject(_ context.Context, c Cluster, v *history.FaultValue) (time.Time, error) {
-	dc, err := needsDisks(c, string(d.kind))
+	dc, err := needsDisks(c, d.name())
 	if err != nil {
 		return time.Time{}, NotApplied(err)
 	}
@@ -283,9 +342,24 @@ func (d diskFault) Inject(_ context.Context, c Cluster, v *history.FaultValue) (
 	defer func() { v.Params, _ = json.Marshal(p) }()
 	for i, t := range v.Targets {
 		disk, err := dc.Disk(t)
+		faults := p.Faults
+		if err == nil && p.Corrupt != nil {
+			// The range is picked from the target's files as they are
+			// now, before anything is armed on its disk.
+			var pr PickedRange
+			pr.CorruptRead, pr.What, err = pickCorruptRange(disk.Mountpoint(), *p.Corrupt)
+			if err == nil {
+				faults.CorruptRead = []faultfs.CorruptRead{pr.CorruptRead}
+				p.CorruptRead = faults.CorruptRead
+				if p.Picked == nil {
+					p.Picked = map[string]PickedRange{}
+				}
+				p.Picked[t] = pr
+			}
+		}
 		if err == nil {
 			p.Before[t] = disk.Stats().Faults
-			err = disk.Set(p.Faults)
+			err = disk.Set(faults)
 		}
 		if err != nil {
 			if i == 0 {
@@ -312,7 +386,7 @@ func (d diskFault) Inject(_ context.Context, c Cluster, v *history.FaultValue) (
 // target whose process exited on its own meanwhile: a node that fenced
 // itself, or refused a log it read corrupt, comes back on a good disk.
 func (d diskFault) Heal(_ context.Context, c Cluster, v *history.FaultValue) (time.Time, error) {
-	dc, err := needsDisks(c, string(d.kind))
+	dc, err := needsDisks(c, d.name())
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -321,6 +395,7 @@ func (d diskFault) Heal(_ context.Context, c Cluster, v *history.FaultValue) (ti
 		return time.Time{}, err
 	}
 	p.After = map[string]faultfs.FaultStats{}
+	p.Effect = map[string]faultfs.FaultStats{}
 	var errs []error
 	for _, t := range v.Targets {
 		disk, err := dc.Disk(t)
@@ -330,12 +405,13 @@ func (d diskFault) Heal(_ context.Context, c Cluster, v *history.FaultValue) (ti
 		}
 		disk.Clear(d.kind)
 		p.After[t] = disk.Stats().Faults
+		p.Effect[t] = faultEffect(p.Before[t], p.After[t])
 	}
 	v.Params, _ = json.Marshal(p)
 	at := time.Now()
 	for _, t := range v.Targets {
 		if _, err := dc.Revive(t); err != nil {
-			errs = append(errs, fmt.Errorf("%s: start again after %s: %w", t, d.kind, err))
+			errs = append(errs, fmt.Errorf("%s: start again after %s: %w", t, d.name(), err))
 		}
 	}
 	return at, errors.Join(errs...)
@@ -384,14 +460,16 @@ var diskKinds = []Kind{
 		Doc: "power cut on a random minority of nodes at once; heal starts them again"},
 	{Name: "power-cut-all", F: FPowerCut, Sub: "all", Class: Disk, MinNodes: 1, pick: every, fault: powerCut{"all"},
 		Doc: "power cut on every node at once: every acknowledged write must survive; heal starts them all again"},
-	{Name: "fsync-error", F: FDisk, Sub: string(faultfs.KindFsyncError), Class: Disk, MinNodes: 2, pick: one, fault: diskFault{faultfs.KindFsyncError},
+	{Name: "fsync-error", F: FDisk, Sub: string(faultfs.KindFsyncError), Class: Disk, MinNodes: 2, pick: one, fault: diskFault{kind: faultfs.KindFsyncError},
 		Doc: "every fsync on one random node's disk fails with EIO: it must fence itself (exit 4); heal clears it and starts the node again"},
-	{Name: "disk-full", F: FDisk, Sub: string(faultfs.KindDiskFull), Class: Disk, MinNodes: 2, pick: one, fault: diskFault{faultfs.KindDiskFull},
-		Doc: "one random node's disk has no space left (ENOSPC); heal frees it and starts the node again if it fenced"},
-	{Name: "slow-disk", F: FDisk, Sub: string(faultfs.KindSlowDisk), Class: Disk, MinNodes: 1, pick: someDisks, fault: diskFault{faultfs.KindSlowDisk},
+	{Name: "disk-full", F: FDisk, Sub: string(faultfs.KindDiskFull), Class: Disk, MinNodes: 2, pick: one, fault: diskFault{kind: faultfs.KindDiskFull},
+		Doc: "one random node's disk has no space left from now, overwrites of preallocated space included (ENOSPC on its next WAL append): it must fence itself (exit 4); heal frees it and starts the node again"},
+	{Name: "slow-disk", F: FDisk, Sub: string(faultfs.KindSlowDisk), Class: Disk, MinNodes: 1, pick: someDisks, fault: diskFault{kind: faultfs.KindSlowDisk},
 		Doc: "20-100ms added to every write and fsync, on every node's disk or one random node's"},
-	{Name: "corrupt-read", F: FDisk, Sub: string(faultfs.KindCorruptRead), Class: Disk, MinNodes: 2, pick: one, fault: diskFault{faultfs.KindCorruptRead},
-		Doc: "one random node reads its WAL segment headers with bits flipped and is restarted: it must refuse the log, never serve it; heal clears it and starts the node"},
+	{Name: "corrupt-read", F: FDisk, Sub: string(faultfs.KindCorruptRead), Class: Disk, MinNodes: 2, pick: one, fault: diskFault{kind: faultfs.KindCorruptRead},
+		Doc: "one random node is restarted reading bits flipped inside a WAL record body, its newest snapshot or its segment headers: it must refuse them (CRC), never serve them; heal clears it and starts the node"},
+	{Name: "slow-disk-stall", F: FDisk, Sub: "slow-disk-stall", Class: Disk, MinNodes: 3, pick: one, fault: diskFault{kind: faultfs.KindSlowDisk, sub: "slow-disk-stall"},
+		Doc: "one random node's disk writes and fsyncs hang until the heal releases them all at once: it stops acknowledging, the others carry on, it catches up"},
 }
 
 // IsDisk reports whether kind needs faultfs.

@@ -23,7 +23,11 @@ type fakeDisk struct {
 	mu    sync.Mutex
 	armed faultfs.Faults
 	eio   uint64
+	// dir is the node's data dir as Mountpoint shows it ("" for none).
+	dir string
 }
+
+func (d *fakeDisk) Mountpoint() string { return d.dir }
 
 func (d *fakeDisk) Set(f faultfs.Faults) error {
 	if err := f.Validate(); err != nil {
@@ -316,8 +320,8 @@ func TestParseMixWithoutFUSE(t *testing.T) {
 		t.Fatalf("all with FUSE: expected the disk kinds, found %v (%v)", all, err)
 	}
 	disk, err := ParseMixWith("disk", 3, nil)
-	if err != nil || len(disk) != 7 || !NeedsDisks(disk) {
-		t.Fatalf("disk group: expected its 7 kinds, found %v (%v)", disk, err)
+	if err != nil || len(disk) != 8 || !NeedsDisks(disk) {
+		t.Fatalf("disk group: expected its 8 kinds, found %v (%v)", disk, err)
 	}
 }
 

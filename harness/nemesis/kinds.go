@@ -199,8 +199,8 @@ var groups = []group{
 	{"slow", "slow-links, bandwidth", []string{"slow-links", "bandwidth"}},
 	{"transfer", "transfer-leader", []string{"transfer-leader"}},
 	{"membership", "member-churn", []string{"member-churn"}},
-	{"disk", "power-cut-one, power-cut-minority, power-cut-all, fsync-error, disk-full, slow-disk, corrupt-read (need faultfs)",
-		[]string{"power-cut-one", "power-cut-minority", "power-cut-all", "fsync-error", "disk-full", "slow-disk", "corrupt-read"}},
+	{"disk", "power-cut-one, power-cut-minority, power-cut-all, fsync-error, disk-full, slow-disk, corrupt-read, slow-disk-stall (need faultfs)",
+		[]string{"power-cut-one", "power-cut-minority", "power-cut-all", "fsync-error", "disk-full", "slow-disk", "corrupt-read", "slow-disk-stall"}},
 	{"clock", "clock-skew, clock-jump", []string{"clock-skew", "clock-jump"}},
 	{"all", "every kind (the disk kinds only where faultfs can mount)", nil},
 }

@@ -154,7 +154,7 @@ func decodeSnapshotFile(name string, data []byte) (*raftpb.Snapshot, error) {
 		return nil, fmt.Errorf("%s: payload is %d bytes, header says %d", name, len(payload), n)
 	}
 	if got := crc32.Checksum(payload, castagnoli); got != want {
-		return nil, fmt.Errorf("%s: checksum mismatch at offset %d: header %08x, payload %08x", name, snapHeaderSize, want, got)
+		return nil, fmt.Errorf("snapshot: corruption in %s at offset %d: checksum mismatch: header %08x, payload %08x", name, snapHeaderSize, want, got)
 	}
 	snap := &raftpb.Snapshot{}
 	if err := proto.Unmarshal(payload, snap); err != nil {

@@ -102,3 +102,36 @@ func TestCheckDataDirFormatReadsSnapshotHeaders(t *testing.T) {
 		t.Fatalf("a newer snapshot: expected a *wal.FormatError naming it, got %v", err)
 	}
 }
+
+// A snapshot read back with a bit flipped in its payload is refused, and
+// the error says "corruption in <file> at offset <n>" as the WAL's does,
+// which is what the chaos harness's checkers look for in a node's log.
+// Regression (issue 11 item 2): corrupt-read now flips snapshot payloads,
+// and the refusal said only "checksum mismatch", so a node that refused
+// its snapshot rightly was judged to have exited without naming it.
+func TestSnapStoreRefusesAFlippedPayloadNamingFileAndOffset(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "snap")
+	s, err := newSnapStore(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := &raftpb.Snapshot{Data: []byte("state of the machine"), Metadata: &raftpb.SnapshotMetadata{
+		Index: proto.Uint64(7), Term: proto.Uint64(2), ConfState: &raftpb.ConfState{Voters: []uint64{1}}}}
+	if err := s.save(snap); err != nil {
+		t.Fatal(err)
+	}
+	name := filepath.Join(dir, snapName(2, 7))
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[snapHeaderSize+3] ^= 0x01
+	if err := os.WriteFile(name, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.load(2, 7)
+	want := "corruption in " + name + " at offset 24"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("load of a flipped snapshot: got %v, want an error containing %q", err, want)
+	}
+}

@@ -197,33 +197,42 @@ matching fsync until cleared. --path is a glob over the path in the mount
 	fsyncErr.Flags().BoolVar(&fe.Dirs, "dirs", false, "fail fsync of matching directories too")
 
 	var free string
+	var countOverwrites bool
 	diskFull := &cobra.Command{
 		Use:   "disk-full",
 		Short: "ENOSPC once files have grown by --free bytes",
 		Long: `Writes and fallocate that grow files use up --free; a write that does not
 fit is cut short, then ENOSPC; creating entries fails once nothing is left.
-Overwrites inside a file (preallocated space) still succeed; truncates and
-removing files give space back.`,
+Overwrites inside a file (preallocated space) still succeed, unless
+--count-overwrites charges every byte written (as a copy-on-write
+filesystem does): then the next --free bytes written anywhere are all there
+is. Truncates and removing files give space back.`,
 		Example: `  tidal-chaos faultfs set disk-full --free 0
-  tidal-chaos faultfs set disk-full --free 64MiB`,
+  tidal-chaos faultfs set disk-full --free 64MiB
+  tidal-chaos faultfs set disk-full --free 0 --count-overwrites`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			n, err := parseBytes(free)
 			if err != nil {
 				return fmt.Errorf("--free: %w", err)
 			}
-			return arm(cmd, faultfs.Faults{DiskFull: &faultfs.DiskFull{FreeBytes: n}})
+			return arm(cmd, faultfs.Faults{DiskFull: &faultfs.DiskFull{FreeBytes: n, CountOverwrites: countOverwrites}})
 		},
 	}
 	diskFull.Flags().StringVar(&free, "free", "0", "space left: bytes, or with KiB, MiB, GiB")
+	diskFull.Flags().BoolVar(&countOverwrites, "count-overwrites", false, "charge every byte written, overwrites of preallocated space included")
 
 	var ops []string
 	var sd faultfs.SlowDisk
 	slow := &cobra.Command{
 		Use:   "slow-disk",
 		Short: "Delay operations, or stall them until cleared",
+		Long: `--latency delays each operation of the chosen classes; --stall holds them
+until the fault is cleared (or for at most --max-stall). Clearing releases
+every held operation at once; a power cut fails them.`,
 		Example: `  tidal-chaos faultfs set slow-disk --ops fsync --latency 200ms
-  tidal-chaos faultfs set slow-disk --ops write,fsync --stall`,
+  tidal-chaos faultfs set slow-disk --ops write,fsync --stall
+  tidal-chaos faultfs set slow-disk --ops fsync --stall --max-stall 5s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sd.Ops = nil
@@ -240,6 +249,7 @@ removing files give space back.`,
 	slow.Flags().StringSliceVar(&ops, "ops", nil, fmt.Sprintf("operation classes to slow, comma-separated (empty: all): %v", faultfs.Ops))
 	slow.Flags().DurationVar(&sd.Latency, "latency", 0, "added latency per operation")
 	slow.Flags().BoolVar(&sd.Stall, "stall", false, "hold the operations until the fault is cleared (or a power cut)")
+	slow.Flags().DurationVar(&sd.MaxStall, "max-stall", 0, "with --stall: release a held operation after this long (0: only when cleared)")
 
 	var cr faultfs.CorruptRead
 	var mask string

@@ -133,6 +133,18 @@ func TestFaultfsCLI(t *testing.T) {
 			t.Errorf("help example `tidal-chaos %s`: %v\n%s", strings.Join(args, " "), err, o)
 		}
 	}
+	// The stall's bound and the quota that counts overwrites reach the
+	// mount (issue 11 items 1 and 3).
+	if o, err := runCLI(t, "faultfs", "set", "slow-disk", "--ops", "fsync", "--stall", "--max-stall", "5s", "--control", control); err != nil {
+		t.Fatalf("set slow-disk: %v\n%s", err, o)
+	}
+	if o, err := runCLI(t, "faultfs", "set", "disk-full", "--free", "1KiB", "--count-overwrites", "--control", control); err != nil {
+		t.Fatalf("set disk-full: %v\n%s", err, o)
+	}
+	if f, err := client.Faults(context.Background()); err != nil || len(f.SlowDisk) != 1 || f.SlowDisk[0].MaxStall != 5*time.Second ||
+		f.DiskFull == nil || !f.DiskFull.CountOverwrites || f.DiskFull.FreeBytes != 1024 {
+		t.Errorf("armed after --max-stall and --count-overwrites: %+v (%v)", f, err)
+	}
 	if o, err := runCLI(t, "faultfs", "clear", "--control", control); err != nil {
 		t.Fatalf("clear: %v\n%s", err, o)
 	}
