@@ -69,7 +69,13 @@ const (
 	// ledger.New). Deterministic, so every node agrees on the wrong score
 	// (issue 9 item 16).
 	DecayWrongHalfLife
+	// IgnoreEmbeddingOverwrite acknowledges a put to an entity that
+	// already has a vector, remembers its write id, and keeps the old
+	// vector (hook: server's StateMachine.applyEmbedding). Every node
+	// applies the same log the same way, so their digests agree: only
+	// reading the vectors back shows it (issue 9 item 15).
+	IgnoreEmbeddingOverwrite
 
 	// lastDefect is the highest Defect; tests walk 1..lastDefect.
-	lastDefect = DecayWrongHalfLife
+	lastDefect = IgnoreEmbeddingOverwrite
 )

@@ -28,6 +28,7 @@ var names = map[string]Defect{
 	"drop-vectors-in-snapshot":     DropVectorsInSnapshot,
 	"window-off-by-one-bucket":     WindowOffByOneBucket,
 	"decay-wrong-half-life":        DecayWrongHalfLife,
+	"ignore-embedding-overwrite":   IgnoreEmbeddingOverwrite,
 }
 
 // active is set once, before main runs, from TIDAL_BUGS; only Enable (unit

@@ -57,3 +57,34 @@ func TestPlantedDropVectorsInSnapshotRestoresNoVectors(t *testing.T) {
 		t.Fatalf("drop-vectors-in-snapshot on: expected the ledger restored whole (1 event), found %d", events)
 	}
 }
+
+// overwritten puts two vectors on one entity and returns whether the
+// second one is what the entity holds, with both puts' results.
+func overwritten(t *testing.T) (replaced bool, first, second EmbeddingResult) {
+	t.Helper()
+	sm := NewStateMachine(testSchema(), ledger.Options{})
+	first, _ = sm.Apply(1, 1, encodeEmbedding(embeddingPut{ID: "w1", Entity: 7, Vector: []float32{1, 2, 3, 4}})).(EmbeddingResult)
+	second, _ = sm.Apply(2, 1, encodeEmbedding(embeddingPut{ID: "w2", Entity: 7, Vector: []float32{4, 3, 2, 1}})).(EmbeddingResult)
+	sm.Read(func(_ *ledger.Ledger, v *vectors.Store, _ uint64) {
+		got, _ := v.Get(7)
+		replaced = len(got) == 4 && got[0] == 4
+	})
+	return replaced, first, second
+}
+
+func TestPlantedIgnoreEmbeddingOverwriteKeepsTheFirstVector(t *testing.T) {
+	if bugs.Active(bugs.IgnoreEmbeddingOverwrite) {
+		t.Fatal("ignore-embedding-overwrite is already on for this process (TIDAL_BUGS set?); the off half would prove nothing")
+	}
+	if replaced, first, second := overwritten(t); !replaced || first != (EmbeddingResult{}) || second != (EmbeddingResult{}) {
+		t.Fatalf("defect off: expected the second put applied (replaced), both answered applied, found replaced %v, results %+v, %+v", replaced, first, second)
+	}
+	t.Cleanup(bugs.Enable(bugs.IgnoreEmbeddingOverwrite))
+	replaced, first, second := overwritten(t)
+	if replaced {
+		t.Fatal("ignore-embedding-overwrite on: expected the entity to keep its first vector, found the second")
+	}
+	if first != (EmbeddingResult{}) || second != (EmbeddingResult{}) {
+		t.Fatalf("ignore-embedding-overwrite on: expected both puts answered as applied (not duplicates), found %+v, %+v", first, second)
+	}
+}

@@ -174,6 +174,12 @@ func (s *StateMachine) applyEmbedding(index uint64, p embeddingPut) EmbeddingRes
 	if fe := s.vectors.Validate(p.Vector); fe != nil {
 		return EmbeddingResult{Err: fe}
 	}
+	if bugs.Active(bugs.IgnoreEmbeddingOverwrite) {
+		if _, had := s.vectors.Get(p.Entity); had {
+			s.embeds.put(p.ID, writeRecord{index: index, hash: h}) // planted: acknowledged, old vector kept
+			return EmbeddingResult{}
+		}
+	}
 	if err := s.vectors.Put(p.Entity, p.Vector); err != nil {
 		return EmbeddingResult{Err: err}
 	}
