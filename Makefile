@@ -32,11 +32,12 @@ build:
 test: lint unit fuzz suites
 
 # The tidalbugs build's own tests (tidal-server/bugs/on_test.go, the WAL's
-# planted-defect hooks in tidal-server/wal/bugs_on_test.go) need the tag.
+# planted-defect hooks in tidal-server/{wal,ledger,server}/bugs_on_test.go)
+# need the tag.
 unit:
 	$(GO) test -race -count=1 -timeout 15m $(UNIT_PKGS)
 	$(GO) test -race -count=1 -tags tidalbugs ./tidal-server/bugs/...
-	$(GO) test -race -count=1 -tags tidalbugs -run Planted ./tidal-server/wal/
+	$(GO) test -race -count=1 -tags tidalbugs -run Planted ./tidal-server/wal/ ./tidal-server/ledger/ ./tidal-server/server/
 	cd bench/storeload && $(GO) vet ./... && $(GO) test -count=1 ./...   # its own module (etcd's client)
 
 fuzz:

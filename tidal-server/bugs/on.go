@@ -25,6 +25,10 @@ var names = map[string]Defect{
 	"drop-last-record-on-recovery": DropLastRecordOnRecovery,
 	"ignore-fsync-error":           IgnoreFsyncError,
 	"never-fsync":                  NeverFsync,
+	"drop-vectors-in-snapshot":     DropVectorsInSnapshot,
+	"window-off-by-one-bucket":     WindowOffByOneBucket,
+	"decay-wrong-half-life":        DecayWrongHalfLife,
+	"ignore-embedding-overwrite":   IgnoreEmbeddingOverwrite,
 }
 
 // active is set once, before main runs, from TIDAL_BUGS; only Enable (unit

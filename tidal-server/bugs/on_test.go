@@ -22,6 +22,14 @@ func TestParseNamesEveryDefectAndRefusesUnknownOnes(t *testing.T) {
 		}
 		seen[d] = true
 	}
+	// The checkers' own defects (issue 9 items 15 and 16).
+	got, err = parse("drop-vectors-in-snapshot,window-off-by-one-bucket,decay-wrong-half-life,ignore-embedding-overwrite")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got[DropVectorsInSnapshot] || !got[WindowOffByOneBucket] || !got[DecayWrongHalfLife] || !got[IgnoreEmbeddingOverwrite] || len(got) != 4 {
+		t.Fatalf("parse: expected exactly drop-vectors-in-snapshot, window-off-by-one-bucket, decay-wrong-half-life and ignore-embedding-overwrite, found %v", got)
+	}
 	if _, err := parse("ack-before-comit"); err == nil {
 		t.Fatal("parse: expected an error for a misspelt defect, found none")
 	}

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/tidaldb/tidal/tidal-server/bugs"
 )
 
 // DefaultIDsPerGeneration is the id-memory generation size used when
@@ -114,6 +116,9 @@ func New(s Schema, o Options) *Ledger {
 	l := &Ledger{schema: s, idsPerGen: o.IDsPerGeneration}
 	for _, st := range s.Signals {
 		spec := sigSpec{name: st.Name, halfLifeMs: float64(st.HalfLife) / float64(time.Millisecond)}
+		if bugs.Active(bugs.DecayWrongHalfLife) {
+			spec.halfLifeMs /= 60 // planted: the half-life's hours taken for minutes
+		}
 		for _, w := range st.Windows {
 			ws := winSpec{name: w.Name, bucket: -1}
 			if w.Duration > 0 {
@@ -450,6 +455,9 @@ func windowCount(bs []bucket, width, at int64) uint64 {
 	top := at / width
 	if at%width != 0 && at < 0 {
 		top-- // floor division: at comes from callers and may be anything
+	}
+	if bugs.Active(bugs.WindowOffByOneBucket) {
+		top-- // planted: the window ends a bucket early, so it starts one early too
 	}
 	lo := top - BucketsPerWindow
 	var n uint64

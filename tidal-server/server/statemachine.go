@@ -14,6 +14,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/tidaldb/tidal/tidal-server/bugs"
 	"github.com/tidaldb/tidal/tidal-server/ledger"
 	"github.com/tidaldb/tidal/tidal-server/replica"
 	"github.com/tidaldb/tidal/tidal-server/vectors"
@@ -173,6 +174,12 @@ func (s *StateMachine) applyEmbedding(index uint64, p embeddingPut) EmbeddingRes
 	if fe := s.vectors.Validate(p.Vector); fe != nil {
 		return EmbeddingResult{Err: fe}
 	}
+	if bugs.Active(bugs.IgnoreEmbeddingOverwrite) {
+		if _, had := s.vectors.Get(p.Entity); had {
+			s.embeds.put(p.ID, writeRecord{index: index, hash: h}) // planted: acknowledged, old vector kept
+			return EmbeddingResult{}
+		}
+	}
 	if err := s.vectors.Put(p.Entity, p.Vector); err != nil {
 		return EmbeddingResult{Err: err}
 	}
@@ -217,7 +224,11 @@ func (s *StateMachine) snapshotLocked(w io.Writer) error {
 	var n [8]byte
 	binary.LittleEndian.PutUint64(n[:], s.applied)
 	bw.Write(n[:])
-	sections := []func(io.Writer) error{s.ledger.Snapshot, s.vectors.Snapshot, s.embeds.snapshot}
+	vecs := s.vectors.Snapshot
+	if bugs.Active(bugs.DropVectorsInSnapshot) {
+		vecs = vectors.New(s.schema.EmbeddingDim).Snapshot // planted: an empty store in place of ours
+	}
+	sections := []func(io.Writer) error{s.ledger.Snapshot, vecs, s.embeds.snapshot}
 	for _, sec := range sections {
 		var buf bytes.Buffer
 		if err := sec(&buf); err != nil {
