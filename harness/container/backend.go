@@ -20,7 +20,10 @@
 // Data. A node's directory (data/, node.log) is bind-mounted at the same
 // path inside its container, so the arguments the cluster builds are
 // valid unchanged, Wipe is a removal on the host, and a FUSE filesystem
-// mounted under the directory (faultfs) is what the node writes to.
+// mounted under the directory (faultfs) before the container is created
+// is what the node writes to (the bind is recursive). The clock offset
+// file the harness rewrites lies in that directory too; one elsewhere is
+// reached through its directory's mount (see clockOffsetMount).
 //
 // Cleanup. Everything a run creates carries the label tidal.run=<id> and
 // the owner (host, pid and start time of the harness process). Close
