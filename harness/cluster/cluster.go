@@ -119,8 +119,10 @@ type Config struct {
 	// as allocated on Backend.Host().
 	NewNetwork func(nodes map[string]mesh.Node) (Network, error)
 	// DiskFaults mounts faultfs over every slot's data dir (see disk.go),
-	// so that the nemesis can cut power and fail the disk. Process
-	// backend only; needs /dev/fuse and root or fusermount3.
+	// so that the nemesis can cut power and fail the disk. The process
+	// and docker backends (a container binds the mount through its node
+	// directory: diskMountOptions); needs /dev/fuse and root or
+	// fusermount3.
 	DiskFaults bool
 	// GRPC serves every node's gRPC ingest stream (--grpc-addr on a port
 	// of its own; Node.GRPCAddr, Cluster.IngestStream). Clients reach it

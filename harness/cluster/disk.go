@@ -30,8 +30,9 @@ func (c *Cluster) mountDisks() error {
 	if !c.cfg.DiskFaults {
 		return nil
 	}
-	if name := c.cfg.Backend.Name(); name != "process" {
-		return fmt.Errorf("cluster: disk faults: expected the process backend (faultfs mounts the nodes' data dirs on this machine), found %s", name)
+	opts, err := diskMountOptions(c.cfg.Backend.Name())
+	if err != nil {
+		return err
 	}
 	if err := faultfs.Available(); err != nil {
 		return fmt.Errorf("cluster: disk faults need faultfs: %w", err)
@@ -42,7 +43,7 @@ func (c *Cluster) mountDisks() error {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
-		fs, err := faultfs.Mount(dir, dir, faultfs.Options{})
+		fs, err := faultfs.Mount(dir, dir, opts)
 		if err != nil {
 			return fmt.Errorf("cluster: %s: %w", n.Name, err)
 		}
@@ -50,6 +51,28 @@ func (c *Cluster) mountDisks() error {
 		c.log.Info("faultfs mounted", "node", n.Name, "dir", dir)
 	}
 	return nil
+}
+
+// diskMountOptions is how faultfs is mounted for a backend's nodes. A
+// process runs as the harness's user, which alone may use a FUSE mount by
+// default. A container (package container) sees the mount through the
+// bind mount of its node directory — a recursive bind, made when the
+// container is created, so the mount must exist by then, as it does:
+// every slot is mounted before any node starts, and a power cut's fresh
+// mount is in place before the node's new container is created. Its
+// process runs as the harness's user, except under a root harness, where
+// it runs as the image's uid 65532: then the mount allows other users,
+// with the kernel checking permissions against the owners faultfs gives
+// new files (their creator's). (A non-root harness could not set
+// allow_other without user_allow_other in /etc/fuse.conf, and needs not.)
+func diskMountOptions(backend string) (faultfs.Options, error) {
+	switch backend {
+	case "process":
+		return faultfs.Options{}, nil
+	case "docker":
+		return faultfs.Options{AllowOther: os.Geteuid() == 0}, nil
+	}
+	return faultfs.Options{}, fmt.Errorf("cluster: disk faults: expected the process or docker backend (faultfs mounts the nodes' data dirs on this machine), found %s", backend)
 }
 
 // unmountDisks writes each mount's counters beside its node and unmounts

@@ -20,7 +20,10 @@
 // Data. A node's directory (data/, node.log) is bind-mounted at the same
 // path inside its container, so the arguments the cluster builds are
 // valid unchanged, Wipe is a removal on the host, and a FUSE filesystem
-// mounted under the directory (faultfs) is what the node writes to.
+// mounted under the directory (faultfs) before the container is created
+// is what the node writes to (the bind is recursive). The clock offset
+// file the harness rewrites lies in that directory too; one elsewhere is
+// reached through its directory's mount (see clockOffsetMount).
 //
 // Cleanup. Everything a run creates carries the label tidal.run=<id> and
 // the owner (host, pid and start time of the harness process). Close
@@ -407,6 +410,26 @@ func planNode(spec cluster.NodeSpec, host string) (nodePlan, error) {
 			}
 			continue
 		}
+		if flag == clockOffsetFlag {
+			vi := i
+			if !inline {
+				vi = i + 1
+				if vi >= len(args) {
+					return nodePlan{}, fmt.Errorf("%s: expected a file path after it, found nothing", flag)
+				}
+				value = args[vi]
+			}
+			i = vi
+			m, err := clockOffsetMount(spec.Dir, value)
+			if err != nil {
+				return nodePlan{}, err
+			}
+			if m != nil && !mounted[m.Source] {
+				mounted[m.Source] = true
+				p.Mounts = append(p.Mounts, *m)
+			}
+			continue
+		}
 		path := args[i]
 		if inline {
 			path = value
@@ -439,6 +462,31 @@ func planNode(spec cluster.NodeSpec, host string) (nodePlan, error) {
 	}
 	p.Args = args
 	return p, nil
+}
+
+// clockOffsetFlag is tidal-server's test-only clock offset file, which
+// the node re-reads and the harness replaces (write a temporary file,
+// rename it over the old one) to move the node's clock.
+const clockOffsetFlag = "--test-clock-offset-file"
+
+// clockOffsetMount is what the container needs to see the harness's
+// offset file: nothing when it lies in the node's directory (mounted
+// already, the cluster's default), else its directory, read-only. Never
+// the file itself: a bind mount of a file pins the inode it found, so the
+// node would never see the files the harness renames over it.
+func clockOffsetMount(nodeDir, file string) (*mount.Mount, error) {
+	if !filepath.IsAbs(file) {
+		return nil, fmt.Errorf("%s %q: expected an absolute path (the container sees host paths at their own path)", clockOffsetFlag, file)
+	}
+	file = filepath.Clean(file)
+	if within(nodeDir, file) {
+		return nil, nil
+	}
+	dir := filepath.Dir(file)
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("%s %q: expected its directory to exist on the host (it is mounted into the container), found %v", clockOffsetFlag, file, err)
+	}
+	return &mount.Mount{Type: mount.TypeBind, Source: dir, Target: dir, ReadOnly: true}, nil
 }
 
 // hasFlag reports whether args hold flag, as "--flag", "--flag value" or

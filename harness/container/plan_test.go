@@ -302,3 +302,57 @@ func TestOwnerAndGone(t *testing.T) {
 		}
 	}
 }
+
+// Clock faults on the docker backend: the node's --test-clock-offset-file
+// reaches the container unchanged, through a directory mount the harness
+// writes on the host. In the node's directory (what the cluster passes)
+// the node directory's read-write mount carries it; elsewhere its
+// directory is mounted read-only — never the file, whose bind mount would
+// pin the inode the harness later renames a new file over.
+func TestPlanClockOffsetFile(t *testing.T) {
+	dir := t.TempDir()
+	inDir := cluster.ClockOffsetFile(dir)
+	p, err := planNode(cluster.NodeSpec{Name: "n1", Dir: dir, Args: []string{"run", "--test-clock-offset-file", inDir}}, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"run", "--test-clock-offset-file", inDir}; !reflect.DeepEqual(p.Args, want) {
+		t.Errorf("args: expected %q, found %q", want, p.Args)
+	}
+	if want := []mount.Mount{{Type: mount.TypeBind, Source: dir, Target: dir}}; !reflect.DeepEqual(p.Mounts, want) {
+		t.Errorf("offset file in the node directory: expected only that directory mounted (read-write), found %+v", p.Mounts)
+	}
+
+	other := t.TempDir()
+	outside := filepath.Join(other, "clock-offset")
+	// The file exists, as one the harness wrote before the start would:
+	// its directory is still what is mounted.
+	if err := os.WriteFile(outside, []byte("0s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"run", "--test-clock-offset-file", outside}, {"run", "--test-clock-offset-file=" + outside}} {
+		p, err := planNode(cluster.NodeSpec{Name: "n1", Dir: dir, Args: args}, "127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []mount.Mount{{Type: mount.TypeBind, Source: dir, Target: dir}, {Type: mount.TypeBind, Source: other, Target: other, ReadOnly: true}}
+		if !reflect.DeepEqual(p.Mounts, want) {
+			t.Errorf("%q: expected the offset file's directory mounted read-only, found %+v", args, p.Mounts)
+		}
+		if !reflect.DeepEqual(p.Args, args) {
+			t.Errorf("args: expected %q unchanged, found %q", args, p.Args)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--test-clock-offset-file", "relative"}, "absolute path"},
+		{[]string{"--test-clock-offset-file", "/no/such/dir/clock-offset"}, "directory to exist"},
+		{[]string{"--test-clock-offset-file"}, "found nothing"},
+	} {
+		if _, err := planNode(cluster.NodeSpec{Name: "n1", Dir: dir, Args: tc.args}, "127.0.0.1"); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: expected an error naming %q, found %v", tc.args, tc.want, err)
+		}
+	}
+}

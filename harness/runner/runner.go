@@ -115,9 +115,6 @@ func (c Config) noDisks() error {
 	if c.FaultFS == FaultFSOff {
 		return errors.New("the run has --faultfs off")
 	}
-	if c.Backend == BackendDocker {
-		return errors.New("faultfs mounts data dirs of the process backend only, and this run has --backend docker")
-	}
 	return nemesis.DiskSupport()
 }
 

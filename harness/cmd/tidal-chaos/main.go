@@ -196,7 +196,7 @@ func newRunCommand() *cobra.Command {
 	f.DurationVar(&recovery, "slo-recovery", 15*time.Second, "availability: longest fault-free time, summed between faults, without an ok client op after a fault began (recovery after a heal)")
 	f.DurationVar(&linTimeout, "linearizable-timeout", time.Minute, "give up on the linearizability search after this long (verdict unknown)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log harness steps (cluster, nemesis) to stderr")
-	f.StringVar(&cfg.FaultFS, "faultfs", "auto", "mount faultfs over every node's data dir: auto (when --nemesis has a disk kind: power-cut-*, fsync-error, disk-full, slow-disk, corrupt-read), on, or off; needs /dev/fuse and root or fusermount3, process backend only")
+	f.StringVar(&cfg.FaultFS, "faultfs", "auto", "mount faultfs over every node's data dir: auto (when --nemesis has a disk kind: power-cut-*, fsync-error, disk-full, slow-disk, corrupt-read), on, or off; needs /dev/fuse and root or fusermount3; on --backend docker faultfs is mounted on the host under each container's bind-mounted node directory")
 	f.BoolVar(&cfg.Insecure, "insecure", false, "run the cluster in plaintext without authentication, to compare (default: TLS with HTTP/2, client certificates and tokens made for the run, in <run>/certs)")
 	addKeepRunsFlag(cmd, &keepRuns)
 	return cmd
