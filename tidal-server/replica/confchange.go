@@ -188,6 +188,9 @@ func (r *Replica) maybePromoteLearners() {
 			continue
 		}
 		r.log.Info("promoting learner to voter", "id", id, "match", pr.Match, "commit", commit)
+		if r.cfg.beforePromote != nil {
+			r.cfg.beforePromote(id)
+		}
 		ctx, cancel := context.WithTimeout(r.haltCtx, promoteWait)
 		err := r.proposeConfChange(ctx, raftpb.ConfChangeType_ConfChangeAddNode, m)
 		cancel()

@@ -134,6 +134,10 @@ type Config struct {
 	// beforeSnapshotWrite, when set, runs before the file of a snapshot
 	// received from the leader is written: tests make the disk slow with it.
 	beforeSnapshotWrite func(index uint64)
+	// beforePromote, when set, runs before a learner promotion is
+	// proposed, on the goroutine that proposes it: tests make a promotion
+	// take as long as they want with it.
+	beforePromote func(id uint64)
 }
 
 func (c *Config) setDefaults() {
