@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidaldb/tidal/buildinfo/gobuild"
 	"github.com/tidaldb/tidal/harness/checker"
 	"github.com/tidaldb/tidal/harness/history"
 	"github.com/tidaldb/tidal/tidal-server/client"
@@ -36,8 +37,8 @@ func runTests(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	serverBin = filepath.Join(dir, "tidal-server")
 	// Build from the module root so the test runs from any directory.
-	build := exec.Command("go", "build", "-o", serverBin, "./tidal-server")
-	build.Dir = filepath.Join("..", "..")
+	root := filepath.Join("..", "..")
+	build := gobuild.Command(context.Background(), root, gobuild.StampOf(root), serverBin, "./tidal-server")
 	if out, err := build.CombinedOutput(); err != nil {
 		buildErr = fmt.Errorf("building tidal-server: %v\n%s", err, out)
 	}
