@@ -55,3 +55,7 @@ func HoldPacks(r *Replica) (queued func() int, release func()) {
 	}
 	return queued, func() { r.flushPacks() }
 }
+
+// AgeHeard moves r's record of when it last heard from each peer ticks
+// further into the past, as if that many ticks had passed in silence.
+func AgeHeard(r *Replica, ticks uint64) { r.heardAt.now.Add(ticks) }

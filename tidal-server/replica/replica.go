@@ -250,6 +250,8 @@ type Replica struct {
 	// promoteKick wakes the promote goroutine (every 5 ticks).
 	promoteKick     chan struct{}
 	promotionRounds atomic.Uint64
+	// heardAt: when each peer was last heard from, for leaderLacksQuorum.
+	heardAt heardClock
 
 	// The pipeline (see doc.go): Ready loop (stages WAL batches) -> syncq
 	// -> sync goroutine; Ready loop and sync goroutine -> applyq -> apply
@@ -687,6 +689,7 @@ func (r *Replica) Receive(ctx context.Context, data []byte) error {
 	if err := proto.Unmarshal(data, m); err != nil {
 		return fmt.Errorf("decode raft message (%d bytes): %w", len(data), err)
 	}
+	r.heardAt.heard(m.GetFrom())
 	if m.GetType() == raftpb.MsgProp {
 		if r.holdForwarded(m) {
 			return nil
