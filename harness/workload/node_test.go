@@ -161,18 +161,7 @@ func runAgainst(t *testing.T, cfg Config, addr string, final bool) (*Workload, [
 			t.Fatal(err)
 		}
 	}
-	if err := rec.Close(); err != nil {
-		t.Fatal(err)
-	}
-	ops, err := history.Read(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := history.Pairs(ops); err != nil {
-		t.Fatalf("history.Pairs refused the workload's history: %v", err)
-	}
-	checkProgress(t, w.Progress(), ops)
-	return w, ops
+	return w, closeHistory(t, rec, path, w)
 }
 
 // checkProgress compares the live counters with the history: they must
