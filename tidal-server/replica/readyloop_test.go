@@ -113,14 +113,7 @@ func TestReadyLoopKeepsDrainingWhileLearnerPromotionWaits(t *testing.T) {
 	t.Cleanup(unblock) // before the cluster's cleanup stops the nodes
 	c.waitLeader(1)
 	c.mustPropose(1, "first")
-	err := retrying(func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		return c.node(1).r.AddMember(ctx, replica.Member{ID: 2, PeerAddr: peerAddr(2)})
-	})
-	if err != nil {
-		t.Fatalf("AddMember(2): %v", err)
-	}
+	c.mustAddMember(1, 2)
 	c.start(2, true)
 	select {
 	case id := <-promoting:
