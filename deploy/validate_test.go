@@ -1,14 +1,16 @@
 package deploy
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"testing/fstest"
+
+	"github.com/tidaldb/tidal/buildinfo/gobuild"
 )
 
 // tidal is the real tidal-server, built once for the package's tests.
@@ -21,8 +23,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	tidal = Binary{Path: filepath.Join(dir, "tidal-server")}
-	build := exec.Command("go", "build", "-o", tidal.Path, "./tidal-server")
-	build.Dir = ".."
+	build := gobuild.Command(context.Background(), "..", gobuild.StampOf(".."), tidal.Path, "./tidal-server")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "deploy: go build ./tidal-server: %v\n%s", err, out)
 		os.RemoveAll(dir)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tidaldb/tidal/buildinfo"
+	"github.com/tidaldb/tidal/buildinfo/gobuild"
 	"github.com/tidaldb/tidal/tcp-relay/control"
 	"github.com/tidaldb/tidal/tcp-relay/relay"
 )
@@ -32,13 +33,21 @@ func freePort(t *testing.T) string {
 func TestBinary(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "tcp-relay")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+	if out, err := gobuild.Command(context.Background(), "..", gobuild.StampOf(".."), bin, "./tcp-relay").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	version, err := exec.Command(bin, "--version").CombinedOutput()
 	if want := buildinfo.Line("tcp-relay"); err != nil || !strings.HasPrefix(string(version), "tcp-relay ") || !strings.Contains(string(version), "(commit ") ||
 		strings.Count(string(version), "\n") != 1 {
 		t.Errorf("--version: expected one line like %q, found %q (%v)", want, version, err)
+	}
+	// Regression (issue 9 item 18): a binary a test builds itself said
+	// "commit unknown" under GOFLAGS=-buildvcs=false; only `make build`
+	// linked the commit in.
+	if head, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil {
+		if c := strings.TrimSpace(string(head))[:12]; !strings.Contains(string(version), "(commit "+c) {
+			t.Errorf("--version names no commit %s (git rev-parse HEAD): %q", c, version)
+		}
 	}
 	help, err := exec.Command(bin, "--help").CombinedOutput()
 	if err != nil {

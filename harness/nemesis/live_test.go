@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidaldb/tidal/buildinfo/gobuild"
 	"github.com/tidaldb/tidal/harness/checker"
 	"github.com/tidaldb/tidal/harness/cluster"
 	"github.com/tidaldb/tidal/harness/history"
@@ -37,8 +37,8 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	serverBin = filepath.Join(dir, "tidal-server")
-	cmd := exec.Command("go", "build", "-o", serverBin, "./tidal-server")
-	cmd.Dir = "../.." // the repository root
+	root := "../.." // the repository root
+	cmd := gobuild.Command(context.Background(), root, gobuild.StampOf(root), serverBin, "./tidal-server")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "go build ./tidal-server: %v\n%s", err, out)
 		os.RemoveAll(dir)

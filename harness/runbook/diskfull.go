@@ -39,14 +39,11 @@ const diskQuota = 24 << 20
 // stays, with the quota, until the cluster is closed: only moving the
 // ballast off makes room again.
 var FillFollowerDisk = Scenario{Name: "fill-follower-disk", Inject: func(ctx context.Context, c *LocalCluster, leader string, members []string) (Injected, error) {
-	name, err := follower(leader, members)
+	s, err := followerSlot(c, leader, members)
 	if err != nil {
 		return Injected{}, err
 	}
-	s, err := c.Slot(name)
-	if err != nil {
-		return Injected{}, err
-	}
+	name := s.Name
 	if err := c.Stop(ctx, s); err != nil {
 		return Injected{}, err
 	}

@@ -122,14 +122,11 @@ var LoseQuorumKeepLog = Scenario{Name: "lose-quorum-keep-log", Inject: func(ctx 
 // survivor's settled applied index into the page's loss bound.
 func loseQuorum(ctx context.Context, c *LocalCluster, leader string, members []string,
 	bound func(s Slot, applied uint64) (uint64, string, error)) (Injected, error) {
-	name, err := follower(leader, members)
+	survivor, err := followerSlot(c, leader, members)
 	if err != nil {
 		return Injected{}, err
 	}
-	survivor, err := c.Slot(name)
-	if err != nil {
-		return Injected{}, err
-	}
+	name := survivor.Name
 	ls, err := c.Slot(leader)
 	if err != nil {
 		return Injected{}, err

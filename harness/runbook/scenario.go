@@ -32,27 +32,24 @@ type Injected struct {
 	Loss   *LossBound
 }
 
-// follower picks the first member that does not lead.
-func follower(leader string, members []string) (string, error) {
+// followerSlot is the slot of the first member that does not lead.
+func followerSlot(c *LocalCluster, leader string, members []string) (Slot, error) {
 	for _, m := range members {
 		if m != leader {
-			return m, nil
+			return c.Slot(m)
 		}
 	}
-	return "", fmt.Errorf("runbook: no follower among %v (leader %q)", members, leader)
+	return Slot{}, fmt.Errorf("runbook: no follower among %v (leader %q)", members, leader)
 }
 
 // LoseFollowerDisk kills a follower (SIGKILL, as a machine whose disk died
 // goes down) and deletes its data directory.
 var LoseFollowerDisk = Scenario{Name: "lose-follower-disk", Inject: func(ctx context.Context, c *LocalCluster, leader string, members []string) (Injected, error) {
-	name, err := follower(leader, members)
+	s, err := followerSlot(c, leader, members)
 	if err != nil {
 		return Injected{}, err
 	}
-	s, err := c.Slot(name)
-	if err != nil {
-		return Injected{}, err
-	}
+	name := s.Name
 	if err := c.Kill(ctx, s); err != nil {
 		return Injected{}, err
 	}
@@ -64,14 +61,11 @@ var LoseFollowerDisk = Scenario{Name: "lose-follower-disk", Inject: func(ctx con
 // corruption that the node refuses to start on, not a torn tail it would
 // truncate. It checks that `wal verify` sees it that way.
 var CorruptFollowerWAL = Scenario{Name: "corrupt-follower-wal", Inject: func(ctx context.Context, c *LocalCluster, leader string, members []string) (Injected, error) {
-	name, err := follower(leader, members)
+	s, err := followerSlot(c, leader, members)
 	if err != nil {
 		return Injected{}, err
 	}
-	s, err := c.Slot(name)
-	if err != nil {
-		return Injected{}, err
-	}
+	name := s.Name
 	if err := c.Stop(ctx, s); err != nil {
 		return Injected{}, err
 	}
@@ -136,14 +130,11 @@ func corruptMiddleRecord(dir string) error {
 // debugger, a hung disk) and waits until the leader reports it lagging by
 // at least 100 entries.
 var StallFollower = Scenario{Name: "stall-follower", Inject: func(ctx context.Context, c *LocalCluster, leader string, members []string) (Injected, error) {
-	name, err := follower(leader, members)
+	s, err := followerSlot(c, leader, members)
 	if err != nil {
 		return Injected{}, err
 	}
-	s, err := c.Slot(name)
-	if err != nil {
-		return Injected{}, err
-	}
+	name := s.Name
 	ls, err := c.Slot(leader)
 	if err != nil {
 		return Injected{}, err

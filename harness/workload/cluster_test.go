@@ -83,17 +83,7 @@ func TestClusterLeaderKill(t *testing.T) {
 	if err := w.FinalReads(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := rec.Close(); err != nil {
-		t.Fatal(err)
-	}
-	ops, err := history.Read(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := history.Pairs(ops); err != nil {
-		t.Fatalf("history.Pairs refused the workload's history: %v", err)
-	}
-	checkProgress(t, w.Progress(), ops)
+	ops := closeHistory(t, rec, path, w)
 
 	audits := map[string][]checker.AuditEntry{}
 	for _, n := range c.Names() {

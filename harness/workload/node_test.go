@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidaldb/tidal/buildinfo/gobuild"
 	"github.com/tidaldb/tidal/harness/checker"
 	"github.com/tidaldb/tidal/harness/history"
 	"github.com/tidaldb/tidal/tidal-server/client"
@@ -36,8 +37,8 @@ func runTests(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	serverBin = filepath.Join(dir, "tidal-server")
 	// Build from the module root so the test runs from any directory.
-	build := exec.Command("go", "build", "-o", serverBin, "./tidal-server")
-	build.Dir = filepath.Join("..", "..")
+	root := filepath.Join("..", "..")
+	build := gobuild.Command(context.Background(), root, gobuild.StampOf(root), serverBin, "./tidal-server")
 	if out, err := build.CombinedOutput(); err != nil {
 		buildErr = fmt.Errorf("building tidal-server: %v\n%s", err, out)
 	}
@@ -160,18 +161,7 @@ func runAgainst(t *testing.T, cfg Config, addr string, final bool) (*Workload, [
 			t.Fatal(err)
 		}
 	}
-	if err := rec.Close(); err != nil {
-		t.Fatal(err)
-	}
-	ops, err := history.Read(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := history.Pairs(ops); err != nil {
-		t.Fatalf("history.Pairs refused the workload's history: %v", err)
-	}
-	checkProgress(t, w.Progress(), ops)
-	return w, ops
+	return w, closeHistory(t, rec, path, w)
 }
 
 // checkProgress compares the live counters with the history: they must

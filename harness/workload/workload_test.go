@@ -95,6 +95,14 @@ func recordWith(t *testing.T, cfg Config, targets Targets, before func(*Workload
 	if final {
 		finalErr = w.FinalReads(ctx)
 	}
+	ops := closeHistory(t, rec, path, w)
+	return w, ops, finalErr
+}
+
+// closeHistory closes rec, reads back the history it wrote to path, and
+// checks that it pairs up and agrees with w's live counters.
+func closeHistory(t *testing.T, rec *history.Recorder, path string, w *Workload) []history.Op {
+	t.Helper()
 	if err := rec.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +114,7 @@ func recordWith(t *testing.T, cfg Config, targets Targets, before func(*Workload
 		t.Fatalf("history.Pairs refused the workload's history: %v", err)
 	}
 	checkProgress(t, w.Progress(), ops)
-	return w, ops, finalErr
+	return ops
 }
 
 // checkGoroutines fails the test if goroutines started after the call

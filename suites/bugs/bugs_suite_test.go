@@ -6,13 +6,15 @@
 package bugs
 
 import (
+	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+
+	"github.com/tidaldb/tidal/buildinfo/gobuild"
 	"github.com/tidaldb/tidal/suites/fixture"
 )
 
@@ -35,9 +37,7 @@ var _ = SynchronizedBeforeSuite(func() []byte {
 	Expect(err).NotTo(HaveOccurred())
 	root, err := fixture.RepoRoot()
 	Expect(err).NotTo(HaveOccurred())
-	cmd := exec.Command("go", "build", "-tags", "tidalbugs", "-o", filepath.Join(dir, "tidal-server-bugs"), "./tidal-server")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd := gobuild.Command(context.Background(), root, gobuild.StampOf(root), filepath.Join(dir, "tidal-server-bugs"), "./tidal-server", "-tags", "tidalbugs")
 	out, err := cmd.CombinedOutput()
 	Expect(err).NotTo(HaveOccurred(), "go build -tags tidalbugs ./tidal-server:\n%s", out)
 	return []byte(dir)

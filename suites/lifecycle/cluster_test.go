@@ -41,57 +41,35 @@ func newCluster(name string, n int) (*cluster.Cluster, string) {
 // load writes from workers goroutines, each write to the node pick
 // returns, until the returned stop is called.
 func load(w *fixture.Writer, workers int, pick func(int) (string, *client.Client)) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		w.Run(ctx, workers, pick)
-	}()
-	return func() {
-		cancel()
-		<-done
-		GinkgoWriter.Printf("load: %s\n", w.Summary())
-	}
+	return fixture.StartLoad(w, workers, pick, GinkgoWriter)
 }
 
 // toRunning sends each write to the next running node.
 func toRunning(c *cluster.Cluster) func(int) (string, *client.Client) {
-	var next atomic.Int64
-	clients := map[string]*client.Client{}
-	for _, n := range c.Names() {
-		clients[n] = c.Client(n, client.WithRetries(2), client.WithTimeout(5*time.Second))
-	}
-	return func(int) (string, *client.Client) {
-		names := c.RunningNames()
-		if len(names) == 0 {
-			names = c.Names()
-		}
-		name := names[int(next.Add(1))%len(names)]
-		return name, clients[name]
-	}
+	return fixture.ToRunning(c, 5*time.Second)
 }
 
 // expectNoAckedLoss checks that every running node holds every write w saw
 // acknowledged, exactly once, and that all agree on one digest.
 func expectNoAckedLoss(ctx context.Context, c *cluster.Cluster, w *fixture.Writer) {
-	// "No acked write lost" holds for no writes and for no nodes; neither
-	// may pass for a check (issue 16 item 5).
-	Expect(w.Acked()).NotTo(BeEmpty(), "expected acknowledged writes to check, found none: %s", w.Summary())
-	Expect(c.RunningNames()).NotTo(BeEmpty(), "expected running nodes to audit, found none")
-	wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-	defer cancel()
-	Expect(c.WaitConverged(wctx)).To(Succeed())
-	for _, name := range c.RunningNames() {
-		rep, err := w.Check(wctx, name, c.AdminClient(name))
-		Expect(err).NotTo(HaveOccurred())
-		GinkgoWriter.Println(rep.String())
-		Expect(rep.OK()).To(BeTrue(), rep.String())
-	}
-	// Digests compare only when read at one applied index: a restarted
-	// node may publish its address after the convergence above.
-	digests, err := fixture.DigestsAtOneIndex(wctx, c, fixture.AdminDigests(c))
+	Expect(fixture.CheckNoAckedLoss(ctx, c, w, 90*time.Second, GinkgoWriter)).To(Succeed())
+}
+
+// stopFollower stops a node that is not the leader (the first or second
+// by name) and returns its name.
+func stopFollower(ctx context.Context, c *cluster.Cluster) string {
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	leader, err := c.WaitLeader(lctx)
+	cancel()
 	Expect(err).NotTo(HaveOccurred())
-	Expect(fixture.DigestsDiffer(digests)).To(BeEmpty(), "digests differ at one applied index: %v", digests)
+	victim := c.Names()[0]
+	if victim == leader {
+		victim = c.Names()[1]
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	Expect(c.Stop(sctx, victim)).To(Succeed())
+	cancel()
+	return victim
 }
 
 func nodeDir(c *cluster.Cluster, name string) string {
@@ -276,17 +254,7 @@ var _ = Describe("a 3-node cluster through its lifecycle", func() {
 		stop := load(w, 8, toRunning(c))
 		waitFor("writes acknowledged", 90*time.Second, func() bool { return len(w.Acked()) >= 1000 })
 
-		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		leader, err := c.WaitLeader(lctx)
-		cancel()
-		Expect(err).NotTo(HaveOccurred())
-		victim := c.Names()[0]
-		if victim == leader {
-			victim = c.Names()[1]
-		}
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		Expect(c.Stop(sctx, victim)).To(Succeed())
-		cancel()
+		victim := stopFollower(ctx, c)
 
 		data := filepath.Join(nodeDir(c, victim), "data")
 		walDir := filepath.Join(data, "wal")
@@ -337,17 +305,7 @@ var _ = Describe("a 3-node cluster through its lifecycle", func() {
 		w := fixture.NewWriter("above")
 		stop := load(w, 8, toRunning(c))
 		waitFor("writes acknowledged", 90*time.Second, func() bool { return len(w.Acked()) >= 500 })
-		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		leader, err := c.WaitLeader(lctx)
-		cancel()
-		Expect(err).NotTo(HaveOccurred())
-		victim := c.Names()[0]
-		if victim == leader {
-			victim = c.Names()[1]
-		}
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		Expect(c.Stop(sctx, victim)).To(Succeed())
-		cancel()
+		victim := stopFollower(ctx, c)
 
 		// After the last good record of the newest segment: junk, then a
 		// valid HardState record (commit 1). A valid record after the junk

@@ -17,6 +17,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+
+	"github.com/tidaldb/tidal/buildinfo/gobuild"
 	"github.com/tidaldb/tidal/suites/fixture"
 )
 
@@ -156,8 +158,7 @@ var _ = Describe("README's secure cluster", Label("lifecycle"), func() {
 		binDir := filepath.Join(dir, "bin")
 		Expect(os.MkdirAll(binDir, 0o755)).To(Succeed())
 		Expect(os.Symlink(bins.TidalServer, filepath.Join(binDir, "tidal-server"))).To(Succeed())
-		build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(binDir, "tidal-stress"), "./harness/cmd/tidal-stress")
-		build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+		build := gobuild.Command(ctx, root, gobuild.StampOf(root), filepath.Join(binDir, "tidal-stress"), "./harness/cmd/tidal-stress")
 		out, err := build.CombinedOutput()
 		Expect(err).NotTo(HaveOccurred(), "building tidal-stress: %s", out)
 

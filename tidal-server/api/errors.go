@@ -104,7 +104,7 @@ func toAPIError(err error) *Error {
 	switch {
 	case errors.Is(err, ErrQueueFull), errors.Is(err, replica.ErrOverloaded):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error(), RetryAfter: 1}
-	case errors.Is(err, replica.ErrNoLeader):
+	case errors.Is(err, replica.ErrNoLeader), errors.Is(err, replica.ErrNoQuorum):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error(), RetryAfter: 1}
 	case errors.Is(err, replica.ErrConfChangeDropped):
 		// Another membership change was still being applied: this one was

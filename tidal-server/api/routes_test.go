@@ -342,15 +342,18 @@ func TestAdmin(t *testing.T) {
 	// Regression (issue 9 item 2): a change raft dropped because another
 	// was pending is certainly not made: 503 with Retry-After, at once,
 	// for both kinds of change — not 504 after the write timeout.
-	e.fake.adminErr = replica.ErrConfChangeDropped
-	for _, req := range []struct{ method, path, body string }{
-		{"POST", "/admin/members", `{"id":2,"peer_addr":"127.0.0.1:7081"}`},
-		{"DELETE", "/admin/members/2", ``},
-	} {
-		rec := e.do(req.method, req.path, "application/json", req.body)
-		wantError(t, rec, http.StatusServiceUnavailable, CodeUnavailable, "")
-		if rec.Header().Get("Retry-After") == "" {
-			t.Errorf("%s %s: 503 for a dropped membership change without Retry-After", req.method, req.path)
+	// So is one a leader without a quorum refused before proposing it.
+	for _, refused := range []error{replica.ErrConfChangeDropped, replica.ErrNoQuorum} {
+		e.fake.adminErr = refused
+		for _, req := range []struct{ method, path, body string }{
+			{"POST", "/admin/members", `{"id":2,"peer_addr":"127.0.0.1:7081"}`},
+			{"DELETE", "/admin/members/2", ``},
+		} {
+			rec := e.do(req.method, req.path, "application/json", req.body)
+			wantError(t, rec, http.StatusServiceUnavailable, CodeUnavailable, "")
+			if rec.Header().Get("Retry-After") == "" {
+				t.Errorf("%s %s: 503 for %q without Retry-After", req.method, req.path, refused)
+			}
 		}
 	}
 	e.fake.adminErr = replica.ErrNoLeader

@@ -685,6 +685,20 @@ func (c *cluster) mustPropose(id uint64, payload string) replica.Applied {
 	return a
 }
 
+// mustAddMember adds member id (a learner) through node via, retrying
+// while raft drops the change or no leader is known.
+func (c *cluster) mustAddMember(via, id uint64) {
+	c.t.Helper()
+	err := retrying(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return c.node(via).r.AddMember(ctx, replica.Member{ID: id, PeerAddr: peerAddr(id)})
+	})
+	if err != nil {
+		c.t.Fatalf("AddMember(%d) through node %d: %v", id, via, err)
+	}
+}
+
 // waitFor polls cond until it holds or timeout passes; cond describes what
 // it saw so a timeout says what was expected and what was found.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {

@@ -85,6 +85,12 @@ func (r *Replica) proposeConfChange(ctx context.Context, typ raftpb.ConfChangeTy
 	if r.leader.Load() == raft.None {
 		return ErrNoLeader
 	}
+	// Without a quorum the change (or the empty entry raft logs in place
+	// of one it drops) could not commit, and the caller would wait out its
+	// deadline for a 504; refusing before proposing is certain.
+	if r.leaderLacksQuorum() {
+		return ErrNoQuorum
+	}
 	req, err := r.ids.next()
 	if err != nil {
 		return err
@@ -188,12 +194,15 @@ func (r *Replica) maybePromoteLearners() {
 			continue
 		}
 		r.log.Info("promoting learner to voter", "id", id, "match", pr.Match, "commit", commit)
+		if r.cfg.beforePromote != nil {
+			r.cfg.beforePromote(id)
+		}
 		ctx, cancel := context.WithTimeout(r.haltCtx, promoteWait)
 		err := r.proposeConfChange(ctx, raftpb.ConfChangeType_ConfChangeAddNode, m)
 		cancel()
 		switch {
 		case err == nil:
-		case errors.Is(err, ErrConfChangeDropped), errors.Is(err, ErrNoLeader), errors.Is(err, ErrOverloaded):
+		case errors.Is(err, ErrConfChangeDropped), errors.Is(err, ErrNoLeader), errors.Is(err, ErrNoQuorum), errors.Is(err, ErrOverloaded):
 			// Certainly not made: the next round tries again.
 			r.mu.Lock()
 			delete(r.promoting, id)

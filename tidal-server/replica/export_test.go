@@ -18,6 +18,12 @@ func SetWallClock(t testing.TB, now func() time.Time) {
 // that writes it: hook stands for a disk as slow as the test wants.
 func SetSlowSnapshotDisk(cfg *Config, hook func(index uint64)) { cfg.beforeSnapshotWrite = hook }
 
+// SetSlowPromotion makes the replica started with cfg call hook before it
+// proposes a learner's promotion, on the goroutine that proposes it: hook
+// stands for a promotion that takes as long as the test wants (raft holding
+// a conf change back while another is pending, a leader slow to commit).
+func SetSlowPromotion(cfg *Config, hook func(id uint64)) { cfg.beforePromote = hook }
+
 // ReadiesHandled is how many Readys r's Ready loop has taken from raft.
 func ReadiesHandled(r *Replica) uint64 { return r.readies.Load() }
 
@@ -49,3 +55,7 @@ func HoldPacks(r *Replica) (queued func() int, release func()) {
 	}
 	return queued, func() { r.flushPacks() }
 }
+
+// AgeHeard moves r's record of when it last heard from each peer ticks
+// further into the past, as if that many ticks had passed in silence.
+func AgeHeard(r *Replica, ticks uint64) { r.heardAt.now.Add(ticks) }

@@ -33,6 +33,7 @@ func (r *Replica) run() {
 		select {
 		case <-ticker.C:
 			r.node.Tick()
+			r.heardAt.tick()
 			ticks++
 			if ticks%5 == 0 {
 				select {

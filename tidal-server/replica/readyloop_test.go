@@ -89,3 +89,58 @@ func TestReadyLoopKeepsDrainingWhileReceivedSnapshotIsWritten(t *testing.T) {
 	c.mustPropose(down, "after")
 	c.waitConverged()
 }
+
+// Regression (issue 9 item 3): the Ready loop ran learner promotion rounds
+// itself, and a round proposes a conf change and waits for its outcome —
+// up to a tick when raft holds the proposal back, up to promoteWait for the
+// outcome, which the blocked loop itself would have to deliver. A promotion
+// now runs on its own goroutine (promoteLoop): while one is stuck, the
+// leader's Ready loop keeps taking Readys and its writes keep committing.
+func TestReadyLoopKeepsDrainingWhileLearnerPromotionWaits(t *testing.T) {
+	promoting := make(chan uint64, 1)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	c := newCluster(t, 1, func(cfg *replica.Config) {
+		replica.SetSlowPromotion(cfg, func(id uint64) {
+			select {
+			case promoting <- id:
+			default:
+			}
+			<-release
+		})
+	})
+	t.Cleanup(unblock) // before the cluster's cleanup stops the nodes
+	c.waitLeader(1)
+	c.mustPropose(1, "first")
+	c.mustAddMember(1, 2)
+	c.start(2, true)
+	select {
+	case id := <-promoting:
+		t.Logf("leader 1 is promoting learner %d", id)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("leader 1 never began promoting learner 2")
+	}
+
+	r := c.node(1).r
+	base := replica.ReadiesHandled(r)
+	waitFor(t, 30*time.Second, "leader 1's Ready loop to keep taking Readys while a learner promotion waits", func() (bool, string) {
+		n := replica.ReadiesHandled(r)
+		return n >= base+20, fmt.Sprintf("%d Readys since the promotion began", n-base)
+	})
+	if _, err := c.proposeRetrying(1, "during-promotion", 30*time.Second); err != nil {
+		t.Fatalf("write on leader 1 while a learner promotion waits: %v", err)
+	}
+
+	unblock()
+	waitFor(t, 30*time.Second, "node 2 to be promoted to voter", func() (bool, string) {
+		for _, m := range r.Status().Members {
+			if m.ID == 2 {
+				return m.Role == "follower", "role " + m.Role
+			}
+		}
+		return false, "absent"
+	})
+	c.mustPropose(2, "from-new-voter")
+	c.waitConverged(1, 2)
+}

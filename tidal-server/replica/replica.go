@@ -134,6 +134,10 @@ type Config struct {
 	// beforeSnapshotWrite, when set, runs before the file of a snapshot
 	// received from the leader is written: tests make the disk slow with it.
 	beforeSnapshotWrite func(index uint64)
+	// beforePromote, when set, runs before a learner promotion is
+	// proposed, on the goroutine that proposes it: tests make a promotion
+	// take as long as they want with it.
+	beforePromote func(id uint64)
 }
 
 func (c *Config) setDefaults() {
@@ -246,6 +250,8 @@ type Replica struct {
 	// promoteKick wakes the promote goroutine (every 5 ticks).
 	promoteKick     chan struct{}
 	promotionRounds atomic.Uint64
+	// heardAt: when each peer was last heard from, for leaderLacksQuorum.
+	heardAt heardClock
 
 	// The pipeline (see doc.go): Ready loop (stages WAL batches) -> syncq
 	// -> sync goroutine; Ready loop and sync goroutine -> applyq -> apply
@@ -683,6 +689,7 @@ func (r *Replica) Receive(ctx context.Context, data []byte) error {
 	if err := proto.Unmarshal(data, m); err != nil {
 		return fmt.Errorf("decode raft message (%d bytes): %w", len(data), err)
 	}
+	r.heardAt.heard(m.GetFrom())
 	if m.GetType() == raftpb.MsgProp {
 		if r.holdForwarded(m) {
 			return nil

@@ -557,14 +557,7 @@ func TestAddLearnerPromotedAfterCatchUp(t *testing.T) {
 	if via == lead {
 		via = 2
 	}
-	err := retrying(func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		return c.node(via).r.AddMember(ctx, replica.Member{ID: 4, PeerAddr: peerAddr(4)})
-	})
-	if err != nil {
-		t.Fatalf("AddMember(4) through follower %d: %v", via, err)
-	}
+	c.mustAddMember(via, 4)
 	roleOf := func(id uint64) string {
 		for _, m := range c.node(c.waitLeader(1, 2, 3)).r.Status().Members {
 			if m.ID == id {
@@ -615,14 +608,7 @@ func TestLearnerNeverHeardFromIsNotPromoted(t *testing.T) {
 	c := newCluster(t, 1, nil)
 	c.waitLeader(1)
 	c.mustPropose(1, "alone")
-	err := retrying(func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		return c.node(1).r.AddMember(ctx, replica.Member{ID: 2, PeerAddr: peerAddr(2)})
-	})
-	if err != nil {
-		t.Fatalf("AddMember(2): %v", err)
-	}
+	c.mustAddMember(1, 2)
 	waitPromotionRounds(t, c, 3)
 	for _, m := range c.node(1).r.Status().Members {
 		if m.ID == 2 && m.Role != "learner" {

@@ -32,6 +32,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tidaldb/tidal/buildinfo/gobuild"
 	"github.com/tidaldb/tidal/harness/stress"
 )
 
@@ -254,12 +255,10 @@ func render(ctx context.Context, o options) error {
 	return os.WriteFile(filepath.Join(dir, stem+".md"), []byte(summary(&r, prev, filepath.Base(prevPath), stat)), 0o644)
 }
 
-// build compiles pkg as a release binary (no cgo, no race detector).
+// build compiles pkg as a release binary (no cgo, no race detector, the
+// version and commit linked in as `make build` does).
 func build(ctx context.Context, repo, pkg, out string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
-	cmd.Dir = repo
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
+	if b, err := gobuild.Command(ctx, repo, gobuild.StampOf(repo), out, pkg).CombinedOutput(); err != nil {
 		return fmt.Errorf("building %s: %v\n%s", pkg, err, b)
 	}
 	return nil
