@@ -343,6 +343,46 @@ func (c *LocalCluster) waitGone(ctx context.Context, s Slot, pid int) error {
 	return nil
 }
 
+// waitWrapperGone waits for the processes that still name slot's data dir
+// on their command line to end: local-cluster.sh's wrapper, which records
+// the node's exit in the slot's events and stdout.log after the node is
+// gone. Returning before it did let a test's clean-up remove the slot's
+// directory while the wrapper was still writing into it ("directory not
+// empty", harness/runbook tests under load).
+func waitWrapperGone(ctx context.Context, s Slot) error {
+	for {
+		pids := slotProcesses(s)
+		if len(pids) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("runbook: %s: processes %v still name its data dir: %w", s.Name, pids, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// slotProcesses lists the processes whose command line names slot's data
+// dir: its node and the node's wrapper.
+func slotProcesses(s Slot) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if isNode(pid, s) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
 // Close kills every node process still running, by the pid in its slot's
 // pid file. Nodes a page left running, or paused, go too.
 func (c *LocalCluster) Close() error {
@@ -359,6 +399,8 @@ func (c *LocalCluster) Close() error {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if err := c.waitGone(ctx, s, pid); err != nil {
+			errs = append(errs, err)
+		} else if err := waitWrapperGone(ctx, s); err != nil {
 			errs = append(errs, err)
 		}
 		cancel()

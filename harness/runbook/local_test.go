@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
@@ -436,5 +437,25 @@ func TestReapUnmountsDeadFUSEMounts(t *testing.T) {
 	}
 	if _, err := os.Stat(mnt); err != nil {
 		t.Fatalf("stat %s after Reap: %v; expected the directory under the mount", mnt, err)
+	}
+}
+
+// Regression: Close returned once a node was gone, while the wrapper that
+// records its exit (local-cluster.sh) still wrote into the slot's
+// directory, and the tests' clean-up failed with "directory not empty"
+// (TestExitsExpectedByAFault and others, under load). After Close no
+// process names a slot's data dir.
+func TestCloseWaitsForTheWrapperThatRecordsTheExit(t *testing.T) {
+	c := newFakeCluster(t)
+	for i := 1; i <= 3; i++ {
+		exec1(t, c, fmt.Sprintf("tidal_start %d --id %d\n", i, i))
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range c.Slots() {
+		if pids := slotProcesses(s); len(pids) > 0 {
+			t.Errorf("%s: processes %v still name its data dir after Close", s.Name, pids)
+		}
 	}
 }
