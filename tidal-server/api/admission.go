@@ -27,12 +27,27 @@ import (
 //     unknown), which costs the client a retry and the cluster a possible
 //     duplicate proposal; shedding it up front costs neither.
 //
-// The expected wait comes from Little's law: in a queue that is moving,
-// each write ahead of a newcomer costs about latency/(depth+1) of recent
-// writes, so a newcomer at depth d waits about (d+1) times that. Group
-// commit makes the cost per write fall as the depth grows, so the estimate
-// errs on the side of shedding while a burst starts, and corrects itself
-// as the burst's writes complete. Two guards keep it honest:
+// The expected wait comes from Little's law: a newcomer at depth d waits
+// about (d+1)/λ, with λ the rate at which this node completes writes while
+// it has some queued. λ is measured, not derived from a cost per write:
+// packed proposals (replica/pack.go) commit every write queued at once in
+// one raft entry, so the writes in a deep queue do not cost one after the
+// other and a cost per write learnt at a shallow depth, multiplied by a
+// deep one, overstates the wait many times over (issue 14: 256 writes on
+// one ingest stream shed up to 1.3% of writes that would have committed in
+// milliseconds). The rate is completions over busy time (time with a
+// write queued; idle time teaches nothing, a quiet node is not a slow
+// one): each completion brings the busy interval since the one before, and
+// older intervals weigh exp(-(busy time since)/tau), tau = MaxWriteWait/20
+// within [5ms, 100ms], so that a slowdown is believed within a few
+// entries. The writes of one packed entry complete together and count
+// against the interval that produced them, so a deep queue that drains in
+// one entry every few milliseconds reads as the fast queue it is, and a
+// short stall that ends with one entry completing the whole queue reads as
+// one long interval with as many completions: the next newcomer at that
+// depth is told about the stall's length, not the stall times the depth.
+// While nothing completes the rate stays as it was; two guards keep it
+// honest:
 //
 //   - a write that finds the queue empty is always admitted: it waits
 //     behind no one, and it is the probe that lets the estimate recover
@@ -103,14 +118,15 @@ func (e *errExpectedWait) retryAfter() int {
 	return min(10, max(1, int(math.Ceil(e.wait.Seconds()))))
 }
 
-// The per-write cost estimate is a moving average that rises faster than
-// it falls: a slowdown (a busy disk, a starved CPU) must shed before the
-// writes it would strand time out, while a recovery can afford to be
-// believed a little later (a write shed costs a retry; one stranded, an
-// unknown outcome).
+// The rate's time constant is MaxWriteWait/20 within these bounds. An
+// admitted write may wait up to --write-timeout (2 x MaxWriteWait by
+// default) before it is a 504, so the rate learnt before a slowdown must
+// fade well within MaxWriteWait: at e^-5 after 5 tau. maxRateTau keeps
+// that within half a second with a long MaxWriteWait; minRateTau keeps a
+// few entries' completions counting together with a tiny one.
 const (
-	ewmaRise = 0.3  // weight of a sample above the estimate
-	ewmaFall = 0.05 // weight of a sample below it
+	minRateTau = 5 * time.Millisecond
+	maxRateTau = 100 * time.Millisecond
 )
 
 // writeQueue bounds the writes waiting for commit on this node, by count
@@ -122,16 +138,61 @@ type writeQueue struct {
 
 	mu        sync.Mutex
 	depth     int
-	perWrite  float64   // seconds each write ahead of a newcomer costs; 0 = no sample yet
 	busySince time.Time // when depth last rose from 0
 	lastDone  time.Time // last completion that said how long commit takes
+	// The drain rate (see the Admission comment): doneW completions over
+	// busyW seconds of busy time, each completion's interval (the busy
+	// time since the one before) weighted exp(-(busy time since)/tau).
+	// doneW == 0: no completion measured yet.
+	doneW, busyW float64
+	pendingBusy  float64   // busy seconds since the last timed completion
+	lastEvent    time.Time // when pendingBusy was last brought up to date
 }
 
 // writeTicket is one admitted write.
 type writeTicket struct {
-	q        *writeQueue
-	admitted time.Time
-	depth    int // writes ahead of it when admitted
+	q *writeQueue
+}
+
+// tauLocked is the rate's time constant in seconds.
+func (q *writeQueue) tauLocked() float64 {
+	return min(max(q.maxWait/20, minRateTau), maxRateTau).Seconds()
+}
+
+// accrueLocked adds the busy time since the last event (time with
+// depth > 0; idle time does not count) to pendingBusy. Called at every
+// admission and completion, before depth changes.
+func (q *writeQueue) accrueLocked(now time.Time) {
+	if q.depth > 0 {
+		if dt := now.Sub(q.lastEvent).Seconds(); dt > 0 {
+			q.pendingBusy += dt
+		}
+	}
+	q.lastEvent = now
+}
+
+// completedLocked records one timed completion: the rate's memory decays
+// by the busy time since the previous one, and that interval enters at
+// full weight. The interval is not folded in continuously: when entries
+// commit further apart than tau (a slow disk), the last interval is the
+// whole measure of the rate, not tau's share of it. The completions of
+// one packed entry arrive together, and all but the first bring an
+// interval of about 0: the entry's writes count against the interval
+// that produced them.
+func (q *writeQueue) completedLocked() {
+	keep := math.Exp(-q.pendingBusy / q.tauLocked())
+	q.doneW = q.doneW*keep + 1
+	q.busyW = q.busyW*keep + q.pendingBusy
+	q.pendingBusy = 0
+}
+
+// drainRateLocked is the measured completions per second while busy, 0
+// before the first measurement.
+func (q *writeQueue) drainRateLocked() float64 {
+	if q.doneW == 0 {
+		return 0
+	}
+	return q.doneW / max(q.busyW, 1e-6)
 }
 
 // expectedLocked returns how long a newcomer would wait and whether the
@@ -147,7 +208,11 @@ func (q *writeQueue) expectedLocked(now time.Time) (time.Duration, bool) {
 	if stalled := now.Sub(progress); stalled > q.maxWait {
 		return stalled, true
 	}
-	return time.Duration(math.Round(float64(q.depth+1) * q.perWrite * float64(time.Second))), false
+	rate := q.drainRateLocked()
+	if rate <= 0 {
+		return 0, false // nothing measured yet: the count bound alone
+	}
+	return time.Duration(math.Round(float64(q.depth+1) / rate * float64(time.Second))), false
 }
 
 // check reports, without admitting, whether a write arriving now would be
@@ -176,37 +241,31 @@ func (q *writeQueue) admit() (*writeTicket, error) {
 	if err := q.refuseLocked(now); err != nil {
 		return nil, err
 	}
+	q.accrueLocked(now)
 	if q.depth == 0 {
 		q.busySince = now
 	}
-	t := &writeTicket{q: q, admitted: now, depth: q.depth}
 	q.depth++
-	return t, nil
+	return &writeTicket{q: q}, nil
 }
 
-// done leaves the queue. timed says whether the outcome measured how long
-// commit takes here (acknowledged, refused by apply, or timed out); a
+// done leaves the queue. timed says whether the outcome measured how fast
+// commits complete here (acknowledged, refused by apply, or timed out); a
 // write refused before it was proposed (no leader, raft's own bound) says
-// nothing about the queue's speed.
+// nothing about the queue's speed, though the busy time it spent queued
+// still counts.
 func (t *writeTicket) done(timed bool) {
 	q := t.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	now := q.now()
+	q.accrueLocked(now)
 	q.depth--
 	if !timed {
 		return
 	}
-	now := q.now()
 	q.lastDone = now
-	cost := now.Sub(t.admitted).Seconds() / float64(t.depth+1)
-	switch {
-	case q.perWrite == 0:
-		q.perWrite = cost
-	case cost > q.perWrite:
-		q.perWrite += ewmaRise * (cost - q.perWrite)
-	default:
-		q.perWrite += ewmaFall * (cost - q.perWrite)
-	}
+	q.completedLocked()
 }
 
 // inflight is the queue's depth (the tidal_http_writes_inflight gauge).

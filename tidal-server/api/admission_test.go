@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -33,6 +34,15 @@ func (c *fakeClock) advance(d time.Duration) {
 
 func newQueue(clock *fakeClock) *writeQueue {
 	return &writeQueue{limit: 100, maxWait: 500 * time.Millisecond, now: clock.now}
+}
+
+// newDeepQueue is newQueue with room for thousands of writes (the
+// default --max-inflight-writes is 4096), so that only the expected wait
+// sheds.
+func newDeepQueue(clock *fakeClock) *writeQueue {
+	q := newQueue(clock)
+	q.limit = 4096
+	return q
 }
 
 func wantShed(t *testing.T, err error, stalled bool) *errExpectedWait {
@@ -146,8 +156,166 @@ func TestWriteQueueCountsOnlyTimedOutcomes(t *testing.T) {
 	w, _ := q.admit()
 	clock.advance(10 * time.Second)
 	w.done(false)
-	if q.perWrite != 0 || q.inflight() != 0 {
-		t.Fatalf("an untimed outcome set the estimate to %vs (depth %d), want no sample and depth 0", q.perWrite, q.inflight())
+	if rate := q.drainRateLocked(); rate != 0 || q.inflight() != 0 {
+		t.Fatalf("an untimed outcome set the drain rate to %v/s (depth %d), want no sample and depth 0", rate, q.inflight())
+	}
+}
+
+// packSim drives a writeQueue as a packing node does: writes queue, and
+// a packed entry completes every write queued before it at once. It keeps
+// each admitted write's admission time, so a test can see how long the
+// writes the queue admitted really waited.
+type packSim struct {
+	t       *testing.T
+	clock   *fakeClock
+	q       *writeQueue
+	queued  []simWrite
+	shed    int
+	maxWait time.Duration // the longest an admitted write waited
+	order   *rand.Rand    // the order a packed entry's answers leave in
+}
+
+func newPackSim(t *testing.T, clock *fakeClock) *packSim {
+	return &packSim{t: t, clock: clock, q: newDeepQueue(clock), order: rand.New(rand.NewPCG(14, 4))}
+}
+
+type simWrite struct {
+	ticket   *writeTicket
+	admitted time.Time
+}
+
+// arrive offers one write; it reports whether it was admitted.
+func (s *packSim) arrive() bool {
+	s.t.Helper()
+	tk, err := s.q.admit()
+	if err != nil {
+		wantShed(s.t, err, false)
+		s.shed++
+		return false
+	}
+	s.queued = append(s.queued, simWrite{tk, s.clock.now()})
+	return true
+}
+
+// commit completes the first n queued writes (all of them when n < 0 or
+// more than are queued): one packed entry. Their answers leave in an
+// order of the scheduler's choosing (a seeded shuffle here), not in the
+// order they were admitted.
+func (s *packSim) commit(n int) {
+	if n < 0 || n > len(s.queued) {
+		n = len(s.queued)
+	}
+	now := s.clock.now()
+	pack := s.queued[:n]
+	s.order.Shuffle(len(pack), func(i, j int) { pack[i], pack[j] = pack[j], pack[i] })
+	for _, w := range pack {
+		s.maxWait = max(s.maxWait, now.Sub(w.admitted))
+		w.ticket.done(true)
+	}
+	s.queued = s.queued[n:]
+}
+
+// closedLoopRounds runs rounds of 256 closed-loop writers against a node
+// that packs: all 256 arrive over 5ms (the answers of the last entry
+// reach their writers one by one), then the entry carrying them commits
+// 5ms later.
+func (s *packSim) closedLoopRounds(rounds int) {
+	for r := 0; r < rounds; r++ {
+		for i := 0; i < 256; i++ {
+			s.arrive()
+			s.clock.advance(20 * time.Microsecond)
+		}
+		s.clock.advance(5 * time.Millisecond)
+		s.commit(-1)
+	}
+}
+
+// Regression (issue 14, admission over the stream; issue 10 item 4 kept):
+// the estimate was depth x a cost per write learnt as latency/(depth at
+// admission + 1), which assumes the writes ahead commit one after the
+// other. With packed proposals 256 queued writes commit together in
+// ~10ms, but the writes admitted first in each round (depth 0..few) waited
+// the whole round, taught a cost of ~10ms a write, and the estimate at
+// depth 255 came to seconds: the node shed writes that would have
+// committed in milliseconds. The queue now divides the depth by the
+// measured drain rate, and admits the deep queue.
+func TestWriteQueueAdmitsADeepQueueThatDrainsInPacks(t *testing.T) {
+	clock := newFakeClock()
+	s := newPackSim(t, clock) // max wait 500ms
+	s.closedLoopRounds(100)
+	if s.shed != 0 {
+		t.Fatalf("shed %d of %d writes from 256 writers whose queue commits every 10ms (max wait 500ms); drain rate %.0f/s",
+			s.shed, 100*256, s.q.drainRateLocked())
+	}
+
+	// A scheduler stall of 300ms (under the 500ms max wait) holds a full
+	// queue; then its entry commits and the writers come back at once.
+	// The stall's busy time without completions must not turn into a burst
+	// of sheds once the queue moves again.
+	for i := 0; i < 256; i++ {
+		s.arrive()
+	}
+	clock.advance(300 * time.Millisecond)
+	s.commit(-1)
+	s.closedLoopRounds(10)
+	if s.shed != 0 {
+		t.Fatalf("shed %d writes after a 300ms stall (max wait 500ms); drain rate %.0f/s", s.shed, s.q.drainRateLocked())
+	}
+}
+
+// TestWriteQueueShedsWhenTheDrainCannotMeetTheDeadline is the other side
+// of the packing fix (issue 10 item 4 kept): open-loop writes arrive at
+// 500/s at a node that completes 100/s (an entry of 10 every 100ms), for
+// 10s. The queue must shed the excess, and every write it admits must
+// complete within the write timeout (2 x max wait): an admitted write
+// that outlives it is a 504, outcome unknown.
+func TestWriteQueueShedsWhenTheDrainCannotMeetTheDeadline(t *testing.T) {
+	clock := newFakeClock()
+	s := newPackSim(t, clock) // max wait 500ms, write timeout 1s
+	q := s.q
+	admitted := 0
+	for ms := 1; ms <= 10000; ms++ {
+		clock.advance(time.Millisecond)
+		if ms%2 == 0 && s.arrive() {
+			admitted++
+		}
+		if ms%100 == 0 {
+			s.commit(10)
+		}
+	}
+	t.Logf("admitted %d, shed %d, longest wait of an admitted write %v, drain rate %.0f/s", admitted, s.shed, s.maxWait, q.drainRateLocked())
+	if s.shed == 0 {
+		t.Fatalf("no write shed while 500/s arrived at a node completing 100/s; depth %d", q.inflight())
+	}
+	if admitted > 1100+100 { // what 10s at 100/s drains, plus the queue left
+		t.Fatalf("admitted %d writes in 10s at a node completing 100/s", admitted)
+	}
+	if s.maxWait > 2*q.maxWait {
+		t.Fatalf("an admitted write waited %v, past the write timeout %v: it would have ended 504", s.maxWait, 2*q.maxWait)
+	}
+
+	// The same node after a fast phase (packs of 256 every 10ms): the
+	// rate it learnt there must give way within the write timeout when
+	// the drain slows to 100/s under the same overload.
+	clock = newFakeClock()
+	s = newPackSim(t, clock)
+	q = s.q
+	s.closedLoopRounds(100)
+	for ms := 1; ms <= 5000; ms++ {
+		clock.advance(time.Millisecond)
+		if ms%2 == 0 {
+			s.arrive()
+		}
+		if ms%100 == 0 {
+			s.commit(10)
+		}
+	}
+	t.Logf("after a fast phase: shed %d, longest wait of an admitted write %v, drain rate %.0f/s", s.shed, s.maxWait, q.drainRateLocked())
+	if s.shed == 0 {
+		t.Fatal("no write shed once the drain slowed from ~25,000/s to 100/s under 500/s of arrivals")
+	}
+	if s.maxWait > 2*q.maxWait {
+		t.Fatalf("after a slowdown an admitted write waited %v, past the write timeout %v: it would have ended 504", s.maxWait, 2*q.maxWait)
 	}
 }
 
