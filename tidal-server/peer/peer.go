@@ -149,9 +149,18 @@ func (o *Options) setDefaults() {
 // batch (BatchMaxBytes, 4 MiB by default) with room, so a window never
 // throttles a send on loopback or a LAN; a window update is sent once a
 // quarter of the window has been read.
+//
+// connBufferBytes is gRPC's write buffer (frames gathered until a flush
+// or until it is full) and read buffer per peer connection. Its default,
+// 32 KiB, cut a batch of appends into a write system call per 32 KiB (and
+// the receiver's reads alike); a batch is up to BatchMaxBytes. The write
+// buffer is pooled and released at every flush (SharedWriteBuffer), so an
+// idle connection holds none of it; the read buffer stays, 256 KiB per
+// peer connection.
 const (
 	streamWindowBytes = 8 << 20
 	connWindowBytes   = 16 << 20
+	connBufferBytes   = 256 << 10
 )
 
 // maxMessageBytes bounds one gRPC message either way: a batch, or a
@@ -237,6 +246,9 @@ func New(self uint64, inbound server.Inbound, opts Options, reg prometheus.Regis
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: opts.KeepaliveTime, Timeout: opts.KeepaliveTimeout}),
 		grpc.StaticStreamWindowSize(streamWindowBytes),
 		grpc.StaticConnWindowSize(connWindowBytes),
+		grpc.WriteBufferSize(connBufferBytes),
+		grpc.SharedWriteBuffer(true),
+		grpc.ReadBufferSize(connBufferBytes),
 	}
 	if opts.ServerTLS != nil {
 		sopts = append(sopts, grpc.Creds(countingCreds{credentials.NewTLS(opts.ServerTLS), t.noteHandshakeFailure}))

@@ -78,6 +78,9 @@ func (s *sender) dial() (*grpc.ClientConn, error) {
 		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}), grpc.MaxCallSendMsgSize(o.maxMessageBytes()), grpc.MaxCallRecvMsgSize(o.maxMessageBytes())),
 		grpc.WithStaticStreamWindowSize(streamWindowBytes),
 		grpc.WithStaticConnWindowSize(connWindowBytes),
+		grpc.WithWriteBufferSize(connBufferBytes),
+		grpc.WithSharedWriteBuffer(true),
+		grpc.WithReadBufferSize(connBufferBytes),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout, PermitWithoutStream: true}),
 		// gRPC's default reconnect backoff grows to 120s: a peer restarted
 		// after a minute down would stay unreachable for another minute.
