@@ -80,7 +80,6 @@ func (s *sender) dial() (*grpc.ClientConn, error) {
 		grpc.WithStaticConnWindowSize(connWindowBytes),
 		grpc.WithWriteBufferSize(connBufferBytes),
 		grpc.WithSharedWriteBuffer(true),
-		grpc.WithReadBufferSize(connBufferBytes),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout, PermitWithoutStream: true}),
 		// gRPC's default reconnect backoff grows to 120s: a peer restarted
 		// after a minute down would stay unreachable for another minute.
