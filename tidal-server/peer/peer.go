@@ -138,6 +138,32 @@ func (o *Options) setDefaults() {
 	}
 }
 
+// Flow-control windows of every peer connection, both directions, fixed.
+// A fixed window turns off gRPC's bandwidth estimator, which otherwise
+// answers nearly every DATA frame a connection receives with a PING (and
+// a WINDOW_UPDATE) of its own, and the sending side with a PING ack: on a
+// leader under single-event writes half of the peer plane's write system
+// calls were those pings and acks, not raft messages (docs/performance.md,
+// "Peer plane: fixed flow-control windows"). The sizes are what the
+// estimator grows to for a fast link (its cap is 16 MiB) and hold a full
+// batch (BatchMaxBytes, 4 MiB by default) with room, so a window never
+// throttles a send on loopback or a LAN; a window update is sent once a
+// quarter of the window has been read.
+//
+// connBufferBytes is gRPC's write buffer per peer connection (frames
+// gathered until a flush or until it is full). Its default, 32 KiB, cut a
+// batch of appends into a write system call per 32 KiB; a batch is up to
+// BatchMaxBytes. It is pooled and released at every flush
+// (SharedWriteBuffer), so an idle connection holds none of it. The read
+// buffer keeps its default: at 256 KiB the receiver read ahead into
+// pooled buffers and a 32 MiB inbound snapshot left 8–9 MiB more live
+// heap (TestSnapshotSpooledToDiskNotMemory's bound is 8).
+const (
+	streamWindowBytes = 8 << 20
+	connWindowBytes   = 16 << 20
+	connBufferBytes   = 256 << 10
+)
+
 // maxMessageBytes bounds one gRPC message either way: a batch, or a
 // snapshot chunk. It is the most the receiver holds per stream.
 func (o *Options) maxMessageBytes() int { return o.BatchMaxBytes + (8 << 20) }
@@ -219,6 +245,10 @@ func New(self uint64, inbound server.Inbound, opts Options, reg prometheus.Regis
 		grpc.MaxRecvMsgSize(opts.maxMessageBytes()),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: opts.KeepaliveTime / 2, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: opts.KeepaliveTime, Timeout: opts.KeepaliveTimeout}),
+		grpc.StaticStreamWindowSize(streamWindowBytes),
+		grpc.StaticConnWindowSize(connWindowBytes),
+		grpc.WriteBufferSize(connBufferBytes),
+		grpc.SharedWriteBuffer(true),
 	}
 	if opts.ServerTLS != nil {
 		sopts = append(sopts, grpc.Creds(countingCreds{credentials.NewTLS(opts.ServerTLS), t.noteHandshakeFailure}))

@@ -76,6 +76,10 @@ func (s *sender) dial() (*grpc.ClientConn, error) {
 	return grpc.NewClient(s.addr,
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}), grpc.MaxCallSendMsgSize(o.maxMessageBytes()), grpc.MaxCallRecvMsgSize(o.maxMessageBytes())),
+		grpc.WithStaticStreamWindowSize(streamWindowBytes),
+		grpc.WithStaticConnWindowSize(connWindowBytes),
+		grpc.WithWriteBufferSize(connBufferBytes),
+		grpc.WithSharedWriteBuffer(true),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout, PermitWithoutStream: true}),
 		// gRPC's default reconnect backoff grows to 120s: a peer restarted
 		// after a minute down would stay unreachable for another minute.
