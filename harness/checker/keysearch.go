@@ -62,6 +62,19 @@ func SearchKeys(model porcupine.Model, perKey [][]porcupine.Operation, timeout t
 	return out
 }
 
+// Tally counts the illegal and the unknown (undecided) keys of a search.
+func Tally(searched []KeySearch) (illegal, unknown int) {
+	for _, ks := range searched {
+		switch ks.Result {
+		case "illegal":
+			illegal++
+		case "unknown":
+			unknown++
+		}
+	}
+	return illegal, unknown
+}
+
 // VisualizeWithFaults writes porcupine's HTML of info to path, with the
 // nemesis faults as a row of their own below the clients, so a reader
 // sees what was broken when.

@@ -38,3 +38,10 @@ func TestSearchKeys(t *testing.T) {
 		t.Fatalf("expected the visualization written: %v", err)
 	}
 }
+
+func TestTally(t *testing.T) {
+	il, un := Tally([]KeySearch{{Result: "ok"}, {Result: "illegal"}, {Result: "unknown"}, {Result: "unknown"}})
+	if il != 1 || un != 2 {
+		t.Fatalf("expected 1 illegal and 2 unknown, found %d and %d", il, un)
+	}
+}

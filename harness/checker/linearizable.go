@@ -184,13 +184,8 @@ func Linearizable(ops []history.Op, outDir string, timeout time.Duration) Result
 		ks := searched[i]
 		d.Keys = append(d.Keys, KeyLinearizability{Key: k, Ops: len(perKey[k]), Pending: pending[k],
 			Result: ks.Result, Visualization: ks.Visualization, Error: ks.Error})
-		switch ks.Result {
-		case "illegal":
-			d.Illegal++
-		case "unknown":
-			d.Unknown++
-		}
 	}
+	d.Illegal, d.Unknown = Tally(searched)
 	sort.Slice(d.Keys, func(i, j int) bool { return d.Keys[i].Key < d.Keys[j].Key })
 
 	switch {

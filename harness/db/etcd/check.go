@@ -210,13 +210,8 @@ func CheckRegister(ops []history.Op, outDir, reads string, timeout time.Duration
 		ks := searched[i]
 		d.Keys = append(d.Keys, KeyResult{Key: k, Ops: len(perKey[k]), Pending: pending[k],
 			Result: ks.Result, Visualization: ks.Visualization, Error: ks.Error})
-		switch ks.Result {
-		case "illegal":
-			d.Illegal++
-		case "unknown":
-			d.Unknown++
-		}
 	}
+	d.Illegal, d.Unknown = checker.Tally(searched)
 	sort.Slice(d.Keys, func(i, j int) bool { return d.Keys[i].Key < d.Keys[j].Key })
 	scope := "linearizable reads and writes"
 	if reads == Serializable {
