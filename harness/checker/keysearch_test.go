@@ -1,11 +1,13 @@
 package checker
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/tidaldb/tidal/harness/history"
 )
 
 // SearchKeys decides each key alone: a legal key ok, an illegal one
@@ -43,5 +45,17 @@ func TestTally(t *testing.T) {
 	il, un := Tally([]KeySearch{{Result: "ok"}, {Result: "illegal"}, {Result: "unknown"}, {Result: "unknown"}})
 	if il != 1 || un != 2 {
 		t.Fatalf("expected 1 illegal and 2 unknown, found %d and %d", il, un)
+	}
+}
+
+func TestOkCounterRead(t *testing.T) {
+	pair := func(completion string) history.Pair {
+		return history.Pair{Completion: history.Op{Type: history.OK, F: history.FRead, Value: json.RawMessage(completion)}}
+	}
+	if k, v, err := okCounterRead(pair(`{"key":7,"value":3}`)); err != nil || k != 7 || v != 3 {
+		t.Fatalf("expected key 7 value 3, found %d %d %v", k, v, err)
+	}
+	if _, _, err := okCounterRead(pair(`{"key":7,"value":null}`)); err == nil {
+		t.Fatal("an ok read without a value: expected an error")
 	}
 }

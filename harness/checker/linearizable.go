@@ -118,14 +118,11 @@ func Linearizable(ops []history.Op, outDir string, timeout time.Duration) Result
 			if p.Type() != history.OK {
 				continue
 			}
-			v, err := history.Decode[history.ReadValue](p.Completion)
+			k, value, err := okCounterRead(p)
 			if err != nil {
 				return unknown(name, "%v", err)
 			}
-			if v.Value == nil {
-				return unknown(name, "%s: expected an ok read to carry a value, found null", p.Completion)
-			}
-			key, in, out = v.Key, counterInput{read: true}, *v.Value
+			key, in, out = k, counterInput{read: true}, value
 		default:
 			continue
 		}
