@@ -18,15 +18,12 @@ import (
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/tidaldb/tidal/harness/latency"
 )
 
-// Histogram bounds: 1µs to 1 minute at 3 significant digits. An op is
-// bounded by the caller's per-op timeout, far below the top.
-const (
-	histLowest  = int64(time.Microsecond)
-	histHighest = int64(time.Minute)
-	histDigits  = 3
-)
+// histHighest is the histograms' top (they start at 1µs): an op is
+// bounded by the caller's per-op timeout, far below it.
+const histHighest = time.Minute
 
 // Op is one request of one worker: seq counts the worker's ops from 0. It
 // returns how many events the op carried (a batch write carries many) and
@@ -46,16 +43,9 @@ type Config struct {
 	clock func() time.Time // tests: a clock that moves when told; nil = time.Now
 }
 
-// Latencies summarise a latency distribution.
-type Latencies struct {
-	Count int64         `json:"count"`
-	Mean  time.Duration `json:"mean_ns"`
-	P50   time.Duration `json:"p50_ns"`
-	P90   time.Duration `json:"p90_ns"`
-	P99   time.Duration `json:"p99_ns"`
-	P999  time.Duration `json:"p999_ns"`
-	Max   time.Duration `json:"max_ns"`
-}
+// Latencies summarise a latency distribution (harness/latency's, as the
+// open-loop generator's are).
+type Latencies = latency.Summary
 
 // Result is what a run measured.
 type Result struct {
@@ -113,8 +103,8 @@ func Run(ctx context.Context, cfg Config, newOp func(worker int) Op) (Result, er
 	var wg sync.WaitGroup
 	for i := range workers {
 		w := &worker{
-			ok:     hdrhistogram.New(histLowest, histHighest, histDigits),
-			failed: hdrhistogram.New(histLowest, histHighest, histDigits),
+			ok:     latency.New(histHighest),
+			failed: latency.New(histHighest),
 		}
 		workers[i] = w
 		wg.Go(func() { w.loop(ctx, cfg, ops[i], start, end) })
@@ -148,27 +138,20 @@ func (w *worker) loop(ctx context.Context, cfg Config, op Op, start, end time.Ti
 			if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 				return // the run was cancelled, not the op refused
 			}
-			record(w.failed, t1.Sub(t0))
+			latency.Record(w.failed, t1.Sub(t0))
 			if len(w.errs) < cfg.MaxErrorSamples {
 				w.errs = append(w.errs, err.Error())
 			}
 		default:
-			record(w.ok, t1.Sub(t0))
+			latency.Record(w.ok, t1.Sub(t0))
 			w.events += int64(n)
 		}
 	}
 }
 
-// record adds d, clamped into the histogram's range so that an outlier is
-// counted at the top rather than dropped.
-func record(h *hdrhistogram.Histogram, d time.Duration) {
-	v := min(max(int64(d), histLowest), histHighest)
-	_ = h.RecordValue(v) // in range by construction
-}
-
 func merge(cfg Config, workers []*worker, start, end time.Time) Result {
-	ok := hdrhistogram.New(histLowest, histHighest, histDigits)
-	failed := hdrhistogram.New(histLowest, histHighest, histDigits)
+	ok := latency.New(histHighest)
+	failed := latency.New(histHighest)
 	r := Result{Clients: cfg.Clients, StartedAt: start.UTC()}
 	seen := map[string]bool{}
 	for _, w := range workers {
@@ -193,27 +176,10 @@ func merge(cfg Config, workers []*worker, start, end time.Time) Result {
 	window := max(0, min(cfg.clock().Sub(start), end.Sub(start)))
 	r.Seconds = window.Seconds()
 	r.Ops, r.Errors = ok.TotalCount(), failed.TotalCount()
-	r.Latency, r.ErrorLatency = Summarize(ok), Summarize(failed)
+	r.Latency, r.ErrorLatency = latency.Summarize(ok), latency.Summarize(failed)
 	if r.Seconds > 0 {
 		r.OpsPerSec = float64(r.Ops) / r.Seconds
 		r.EventsPerSec = float64(r.Events) / r.Seconds
 	}
 	return r
-}
-
-// Summarize reads the usual percentiles off h.
-func Summarize(h *hdrhistogram.Histogram) Latencies {
-	if h.TotalCount() == 0 {
-		return Latencies{}
-	}
-	q := h.ValueAtPercentiles([]float64{50, 90, 99, 99.9})
-	return Latencies{
-		Count: h.TotalCount(),
-		Mean:  time.Duration(h.Mean()),
-		P50:   time.Duration(q[50]),
-		P90:   time.Duration(q[90]),
-		P99:   time.Duration(q[99]),
-		P999:  time.Duration(q[99.9]),
-		Max:   time.Duration(h.Max()),
-	}
 }

@@ -102,14 +102,11 @@ func Counter(ops []history.Op) Result {
 			if p.Type() != history.OK {
 				continue
 			}
-			v, err := history.Decode[history.ReadValue](p.Completion)
+			key, value, err := okCounterRead(p)
 			if err != nil {
 				return unknown(name, "%v", err)
 			}
-			if v.Value == nil {
-				return unknown(name, "%s: expected an ok read to carry a value, found null", p.Completion)
-			}
-			reads[v.Key] = append(reads[v.Key], read{p: p, value: *v.Value})
+			reads[key] = append(reads[key], read{p: p, value: value})
 			d.Reads++
 		}
 	}
@@ -163,4 +160,17 @@ func Counter(ops []history.Op) Result {
 		return Result{Name: name, Valid: Unknown, Details: d, Summary: "no ok reads to check"}
 	}
 	return Result{Name: name, Valid: Valid, Details: d, Summary: fmt.Sprintf("all %d reads of %d keys within bounds", d.Reads, d.Keys)}
+}
+
+// okCounterRead is the key and value an ok counter read returned; an ok
+// read without a value is an error (the history is malformed).
+func okCounterRead(p history.Pair) (key uint64, value int64, err error) {
+	v, err := history.Decode[history.ReadValue](p.Completion)
+	if err != nil {
+		return 0, 0, err
+	}
+	if v.Value == nil {
+		return 0, 0, fmt.Errorf("%s: expected an ok read to carry a value, found null", p.Completion)
+	}
+	return v.Key, *v.Value, nil
 }

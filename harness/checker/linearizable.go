@@ -3,7 +3,6 @@ package checker
 import (
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -119,14 +118,11 @@ func Linearizable(ops []history.Op, outDir string, timeout time.Duration) Result
 			if p.Type() != history.OK {
 				continue
 			}
-			v, err := history.Decode[history.ReadValue](p.Completion)
+			k, value, err := okCounterRead(p)
 			if err != nil {
 				return unknown(name, "%v", err)
 			}
-			if v.Value == nil {
-				return unknown(name, "%s: expected an ok read to carry a value, found null", p.Completion)
-			}
-			key, in, out = v.Key, counterInput{read: true}, *v.Value
+			key, in, out = k, counterInput{read: true}, value
 		default:
 			continue
 		}
@@ -163,42 +159,30 @@ func Linearizable(ops []history.Op, outDir string, timeout time.Duration) Result
 	})
 
 	var d LinearizableDetails
-	var deadline time.Time
-	if timeout > 0 {
-		deadline = time.Now().Add(timeout)
-	}
+	ordered := make([][]porcupine.Operation, len(keys))
 	for i, k := range keys {
-		kr := KeyLinearizability{Key: k, Ops: len(perKey[k]), Pending: pending[k], Result: "unknown"}
-		budget := time.Duration(0)
-		if !deadline.IsZero() {
-			if budget = time.Until(deadline) / time.Duration(len(keys)-i); budget <= 0 {
-				kr.Error = "not checked: the time budget ran out on earlier keys"
-				d.Unknown++
-				d.Keys = append(d.Keys, kr)
-				continue
-			}
-		}
-		res, info := porcupine.CheckOperationsVerbose(counterModel, perKey[k], budget)
-		switch res {
-		case porcupine.Ok:
-			kr.Result = "ok"
-		case porcupine.Illegal:
-			kr.Result = "illegal"
-			d.Illegal++
-			if outDir != "" {
-				path := filepath.Join(outDir, fmt.Sprintf("linearizable-%d.html", k))
-				if err := writeVisualization(info, windows, path); err != nil {
-					kr.Error = err.Error()
-				} else {
-					kr.Visualization = path
-				}
-			}
-		default:
-			kr.Error = fmt.Sprintf("search did not finish within its share %v of the %v budget (%d ops, %d pending adds)", budget.Round(time.Millisecond), timeout, kr.Ops, kr.Pending)
-			d.Unknown++
-		}
-		d.Keys = append(d.Keys, kr)
+		ordered[i] = perKey[k]
 	}
+	searched := SearchKeys(counterModel, ordered, timeout,
+		func(i int, info porcupine.LinearizationInfo) (string, error) {
+			if outDir == "" {
+				return "", nil
+			}
+			path := filepath.Join(outDir, fmt.Sprintf("linearizable-%d.html", keys[i]))
+			if err := VisualizeWithFaults(counterModel, info, windows, path); err != nil {
+				return "", fmt.Errorf("linearizable: %w", err)
+			}
+			return path, nil
+		},
+		func(i int) string {
+			return fmt.Sprintf("%d ops, %d pending adds", len(perKey[keys[i]]), pending[keys[i]])
+		})
+	for i, k := range keys {
+		ks := searched[i]
+		d.Keys = append(d.Keys, KeyLinearizability{Key: k, Ops: len(perKey[k]), Pending: pending[k],
+			Result: ks.Result, Visualization: ks.Visualization, Error: ks.Error})
+	}
+	d.Illegal, d.Unknown = Tally(searched)
 	sort.Slice(d.Keys, func(i, j int) bool { return d.Keys[i].Key < d.Keys[j].Key })
 
 	switch {
@@ -220,25 +204,4 @@ func Linearizable(ops []history.Op, outDir string, timeout time.Duration) Result
 		return Result{Name: name, Valid: Unknown, Details: d, Summary: fmt.Sprintf("%d of %d keys undecided within %v", d.Unknown, len(keys), timeout)}
 	}
 	return Result{Name: name, Valid: Valid, Details: d, Summary: fmt.Sprintf("all %d keys linearizable", len(keys))}
-}
-
-// writeVisualization writes porcupine's HTML, with the nemesis faults as
-// a row of their own below the clients, so a reader sees what was broken
-// when.
-func writeVisualization(info porcupine.LinearizationInfo, windows []FaultWindow, path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("linearizable: visualization: %w", err)
-	}
-	anns := make([]porcupine.Annotation, 0, len(windows))
-	for _, w := range windows {
-		anns = append(anns, porcupine.Annotation{
-			Tag: "nemesis", Start: w.Start, End: w.End,
-			Description: w.Label(), Details: w.String(), BackgroundColor: "#f4c7c3",
-		})
-	}
-	info.AddAnnotations(anns)
-	if err := porcupine.VisualizePath(counterModel, info, path); err != nil {
-		return fmt.Errorf("linearizable: writing visualization %s: %w", path, err)
-	}
-	return nil
 }

@@ -1,12 +1,8 @@
 package nemesis
 
 import (
-	"bufio"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path"
@@ -15,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/tidaldb/tidal/harness/faultfs"
+	"github.com/tidaldb/tidal/tidal-server/replica"
+	"github.com/tidaldb/tidal/tidal-server/wal"
 )
 
 // Where corrupt-read flips bits (CorruptPick.Where). The range is chosen
@@ -43,21 +41,6 @@ type CorruptPick struct {
 // corruptSpan is how many bytes a picked range flips: a few, so the
 // damage is a flipped field, not a wiped file.
 const corruptSpan = 8
-
-// The WAL and snapshot framing, as tidal-server/wal and
-// tidal-server/replica write them (record: u32 length, u32 crc32c over
-// type and payload, u8 type, payload; the first record of a segment is its
-// header; snapshot: 24-byte header, then the payload). Kept here, not
-// imported, because those packages keep it private; the tests check this
-// copy against logs and snapshots tidal-server's packages write.
-const (
-	walRecordHeader  = 9
-	walSegmentHeader = 1
-	walMaxPayload    = 256 << 20
-	snapFileHeader   = 24
-)
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // pickCorruptRange returns the range of the data dir under root that pick
 // corrupts, and a sentence saying what it is. A pick that finds nothing to
@@ -95,16 +78,18 @@ func pickSnapshotRange(root string, r *rand.Rand) (faultfs.CorruptRead, string, 
 		return faultfs.CorruptRead{}, "", false, err
 	}
 	newest := names[len(names)-1] // <term>-<index> in fixed-width hex
-	st, err := os.Stat(filepath.Join(root, "snap", newest))
+	start, payload, err := replica.SnapshotPayload(filepath.Join(root, "snap", newest))
 	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return faultfs.CorruptRead{}, "", false, nil // pruned meanwhile
+		}
 		return faultfs.CorruptRead{}, "", false, err
 	}
-	payload := st.Size() - snapFileHeader
 	if payload <= 0 {
 		return faultfs.CorruptRead{}, "", false, nil
 	}
-	off := snapFileHeader + r.Int64N(payload)
-	n := min(corruptSpan, snapFileHeader+payload-off)
+	off := start + r.Int64N(payload)
+	n := min(corruptSpan, start+payload-off)
 	rel := path.Join("snap", newest)
 	return faultfs.CorruptRead{Path: rel, Offset: off, Length: n},
 		fmt.Sprintf("%d bytes of %s's payload at offset %d", n, rel, off), true, nil
@@ -112,14 +97,14 @@ func pickSnapshotRange(root string, r *rand.Rand) (faultfs.CorruptRead, string, 
 
 // walRecord is a record found in a segment: where its payload lies.
 type walRecord struct {
-	file          string
-	offset        int64 // of the record header
-	payload       int64 // payload bytes
-	followedByOne bool  // a good record comes after it in the segment
+	file string
+	wal.RecordSpan
 }
 
 // pickWALRecordRange picks bytes inside the payload of a record that a
-// good record follows in its segment.
+// good record follows in its segment. The records are the WAL's own
+// reading of the segments (wal.SegmentRecords): the good ones, up to the
+// first that does not decode.
 func pickWALRecordRange(root string, r *rand.Rand) (faultfs.CorruptRead, string, bool, error) {
 	dir := filepath.Join(root, "wal")
 	names, err := filesWithSuffix(dir, ".wal")
@@ -128,14 +113,16 @@ func pickWALRecordRange(root string, r *rand.Rand) (faultfs.CorruptRead, string,
 	}
 	var candidates []walRecord
 	for _, name := range names {
-		recs, err := scanWALRecords(filepath.Join(dir, name))
+		spans, err := wal.SegmentRecords(filepath.Join(dir, name))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // removed by compaction meanwhile
+		}
 		if err != nil {
 			return faultfs.CorruptRead{}, "", false, err
 		}
-		for _, rec := range recs {
-			if rec.followedByOne && rec.payload > 0 {
-				rec.file = path.Join("wal", name)
-				candidates = append(candidates, rec)
+		for i, sp := range spans {
+			if i+1 < len(spans) && sp.Length > 0 { // a good record after it
+				candidates = append(candidates, walRecord{file: path.Join("wal", name), RecordSpan: sp})
 			}
 		}
 	}
@@ -143,56 +130,11 @@ func pickWALRecordRange(root string, r *rand.Rand) (faultfs.CorruptRead, string,
 		return faultfs.CorruptRead{}, "", false, nil
 	}
 	rec := candidates[r.IntN(len(candidates))]
-	body := rec.offset + walRecordHeader
-	off := body + r.Int64N(rec.payload)
-	n := min(corruptSpan, body+rec.payload-off)
+	body := rec.Offset + wal.RecordHeaderSize
+	off := body + r.Int64N(rec.Length)
+	n := min(corruptSpan, body+rec.Length-off)
 	return faultfs.CorruptRead{Path: rec.file, Offset: off, Length: n},
-		fmt.Sprintf("%d bytes inside the body of the WAL record at offset %d of %s (one of %d with a record after them)", n, rec.offset, rec.file, len(candidates)), true, nil
-}
-
-// scanWALRecords walks a segment's records after its header, checking
-// each checksum, up to the first that does not decode (a clean end,
-// preallocated zeroes, or a record being written).
-func scanWALRecords(file string) ([]walRecord, error) {
-	f, err := os.Open(file)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil // removed by compaction meanwhile
-		}
-		return nil, err
-	}
-	defer f.Close()
-	br := bufio.NewReaderSize(f, 1<<20)
-	var recs []walRecord
-	var off int64
-	var hdr [walRecordHeader]byte
-	for {
-		if _, err := io.ReadFull(br, hdr[:]); err != nil {
-			break
-		}
-		length := binary.LittleEndian.Uint32(hdr[0:4])
-		sum := binary.LittleEndian.Uint32(hdr[4:8])
-		typ := hdr[8]
-		if typ == 0 || length > walMaxPayload {
-			break
-		}
-		payload := make([]byte, length)
-		if _, err := io.ReadFull(br, payload); err != nil {
-			break
-		}
-		crc := crc32.Update(0, castagnoli, hdr[8:9])
-		if crc32.Update(crc, castagnoli, payload) != sum {
-			break
-		}
-		if off > 0 || typ != walSegmentHeader {
-			if n := len(recs); n > 0 {
-				recs[n-1].followedByOne = true
-			}
-			recs = append(recs, walRecord{offset: off, payload: int64(length)})
-		}
-		off += walRecordHeader + int64(length)
-	}
-	return recs, nil
+		fmt.Sprintf("%d bytes inside the body of the WAL record at offset %d of %s (one of %d with a record after them)", n, rec.Offset, rec.file, len(candidates)), true, nil
 }
 
 // filesWithSuffix lists dir's regular files ending in suffix, sorted; a

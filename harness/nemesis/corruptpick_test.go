@@ -110,6 +110,65 @@ func TestPickCorruptRangeInsideAWALRecordBody(t *testing.T) {
 	}
 }
 
+// The picker's WAL ranges lie inside the payloads of records the real WAL
+// writer wrote, never in a header, never in the last record of a segment,
+// and reach every segment: the framing is the WAL's own
+// (wal.SegmentRecords), checked there against what the writer wrote
+// (TestSegmentRecordsMatchTheWriter); here, that the picker aims within it.
+func TestPickCorruptRangeMatchesTheWALWritersRecords(t *testing.T) {
+	root := t.TempDir()
+	w, _, err := wal.Open(filepath.Join(root, "wal"), wal.Options{SegmentSize: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 4000; i += 10 { // several 64 KiB segments
+		var b wal.Batch
+		for j := i; j < i+10; j++ {
+			b.Entries = append(b.Entries, wal.Entry{Index: uint64(j), Term: 1, Data: []byte(fmt.Sprintf("entry %d %s", j, strings.Repeat("x", j%50)))})
+		}
+		b.HardState = &wal.HardState{Term: 1, Commit: uint64(i)}
+		if err := w.Save(context.Background(), b, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, "wal")
+	names, err := filesWithSuffix(dir, ".wal")
+	if err != nil || len(names) < 2 {
+		t.Fatalf("expected several segments, found %v (%v)", names, err)
+	}
+	spans := map[string][]wal.RecordSpan{}
+	for _, name := range names {
+		if spans["wal/"+name], err = wal.SegmentRecords(filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := map[string]bool{}
+	for seed := int64(1); seed <= 64; seed++ {
+		cr, what, err := pickCorruptRange(root, CorruptPick{Where: CorruptWALRecord, Seed: seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs := spans[cr.Path]
+		inside := -1
+		for i, sp := range recs {
+			body := sp.Offset + wal.RecordHeaderSize
+			if cr.Offset >= body && cr.Offset+cr.Length <= body+sp.Length {
+				inside = i
+			}
+		}
+		if inside < 0 || inside == len(recs)-1 || cr.Length < 1 {
+			t.Fatalf("seed %d: picked %+v (%s): expected a range inside the payload of a record with another after it in %s", seed, cr, what, cr.Path)
+		}
+		files[cr.Path] = true
+	}
+	if len(files) < 2 {
+		t.Errorf("64 seeds picked in %d segment(s) of %d: %v", len(files), len(names), files)
+	}
+}
+
 // TestPickCorruptRangeSnapshotAndFallbacks: a snapshot pick lands inside
 // the newest snapshot's payload; without a snapshot it picks a WAL record,
 // and without a record that has another after it, segment headers.
@@ -128,6 +187,9 @@ func TestPickCorruptRangeSnapshotAndFallbacks(t *testing.T) {
 	if err := os.MkdirAll(snap, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// Snapshot files as tidal-server/replica frames them: a 24-byte
+	// header (magic, version, checksum, payload length), then the payload.
+	const snapFileHeader = 24
 	for i, size := range []int{100, 300} { // the newest by name is the second
 		b := make([]byte, snapFileHeader+size)
 		copy(b, "TIDALSNP")

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -584,13 +583,13 @@ func collect(ctx context.Context, lc *LocalCluster, run *report.Run, members map
 			ev.AuditErrors[name], ev.DigestErrors[name] = why, why
 			continue
 		}
-		if err := retry(ctx, func() error {
-			return fetch(ctx, hc, lc.URL(s)+"/v1/audit/events", func(r io.Reader) error { return run.WriteAudit(name, r) })
+		if err := report.Retry(ctx, func() error {
+			return report.Fetch(ctx, hc, lc.URL(s)+"/v1/audit/events", func(r io.Reader) error { return run.WriteAudit(name, r) })
 		}); err != nil {
 			ev.AuditErrors[name] = err.Error()
 			fmt.Fprintf(out, "  warning: audit of %s: %v\n", name, err)
 		}
-		if err := retry(ctx, func() error {
+		if err := report.Retry(ctx, func() error {
 			dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
 			dc := lc.AdminClient(s, client.WithRetries(0))
@@ -603,7 +602,7 @@ func collect(ctx context.Context, lc *LocalCluster, run *report.Run, members map
 		}); err != nil {
 			ev.DigestErrors[name] = fmt.Sprintf("GET /v1/audit/digest: %v", err)
 		}
-		fetch(ctx, hc, lc.URL(s)+"/metrics", func(r io.Reader) error {
+		report.Fetch(ctx, hc, lc.URL(s)+"/metrics", func(r io.Reader) error {
 			f, err := os.Create(filepath.Join(s.Dir, "metrics.txt"))
 			if err != nil {
 				return err
@@ -614,37 +613,6 @@ func collect(ctx context.Context, lc *LocalCluster, run *report.Run, members map
 		})
 	}
 	return digests
-}
-
-func retry(ctx context.Context, fn func() error) error {
-	var err error
-	for range 3 {
-		if err = fn(); err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(time.Second):
-		}
-	}
-	return err
-}
-
-func fetch(ctx context.Context, hc *http.Client, url string, fn func(io.Reader) error) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return fn(resp.Body)
 }
 
 // analyze runs every checker over what the run stored and writes

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -528,10 +527,6 @@ func probeNodes(ctx context.Context, c db.Cluster, watch *exitWatch, dir string)
 	return out
 }
 
-// auditAttempts is how many times collect asks a node for its audit or
-// digest before it records the node's as unreadable.
-const auditAttempts = 3
-
 // collect saves each node's audit, digest and metrics into the store.
 // Nodes removed for good are skipped; for every other node whose audit or
 // digest cannot be read (not running, timeout, 5xx, a stream cut short)
@@ -553,14 +548,14 @@ func collect(ctx context.Context, c *cluster.Cluster, alive func(string) bool, r
 			fmt.Fprintf(out, "  warning: no audit or digest of %s: %s\n", n.Name, why)
 			continue
 		}
-		err := retry(ctx, func() error {
-			return fetchTo(ctx, hc, c.URL(n.ClientAddr)+"/v1/audit/events", func(r io.Reader) error { return run.WriteAudit(n.Name, r) })
+		err := report.Retry(ctx, func() error {
+			return report.Fetch(ctx, hc, c.URL(n.ClientAddr)+"/v1/audit/events", func(r io.Reader) error { return run.WriteAudit(n.Name, r) })
 		})
 		if err != nil {
 			ev.AuditErrors[n.Name] = err.Error()
 			fmt.Fprintf(out, "  warning: audit of %s: %v\n", n.Name, err)
 		}
-		err = retry(ctx, func() error {
+		err = report.Retry(ctx, func() error {
 			d, err := c.AdminClient(n.Name).Digest(ctx)
 			if err == nil {
 				digests[n.Name] = checker.DigestSample{AppliedIndex: d.AppliedIndex, Digest: d.Digest}
@@ -571,7 +566,7 @@ func collect(ctx context.Context, c *cluster.Cluster, alive func(string) bool, r
 			ev.DigestErrors[n.Name] = fmt.Sprintf("GET /v1/audit/digest: %v", err)
 			fmt.Fprintf(out, "  warning: digest of %s: %v\n", n.Name, err)
 		}
-		fetchTo(ctx, hc, c.URL(n.ClientAddr)+"/metrics", func(r io.Reader) error {
+		report.Fetch(ctx, hc, c.URL(n.ClientAddr)+"/metrics", func(r io.Reader) error {
 			f, err := os.Create(filepath.Join(run.NodeDir(n.Name), "metrics.txt"))
 			if err != nil {
 				return err
@@ -597,42 +592,6 @@ func collect(ctx context.Context, c *cluster.Cluster, alive func(string) bool, r
 	if err := run.WriteDigests(digests); err != nil {
 		fmt.Fprintf(out, "  warning: digests: %v\n", err)
 	}
-}
-
-// retry runs fn up to auditAttempts times, a second apart, and returns
-// its last error.
-func retry(ctx context.Context, fn func() error) error {
-	var err error
-	for i := 0; i < auditAttempts; i++ {
-		if err = fn(); err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(time.Second):
-		}
-	}
-	return err
-}
-
-func fetchTo(ctx context.Context, hc *http.Client, url string, fn func(io.Reader) error) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	if err := fn(resp.Body); err != nil {
-		return fmt.Errorf("GET %s: reading the body: %w", url, err)
-	}
-	return nil
 }
 
 // Analyze runs every checker over what a run stored and writes

@@ -9,55 +9,18 @@ import (
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/tidaldb/tidal/harness/latency"
 )
 
-// Histogram bounds: 1µs to 5 minutes at 3 significant digits (0.1%
-// resolution). An op is bounded by Config.Timeout, far below the top.
-const (
-	histLowest  = int64(time.Microsecond)
-	histHighest = int64(5 * time.Minute)
-	histDigits  = 3
-)
+// histHighest is the histograms' top (they start at 1µs): an op is
+// bounded by Config.Timeout, far below it.
+const histHighest = 5 * time.Minute
 
-func newHistogram() *hdrhistogram.Histogram {
-	return hdrhistogram.New(histLowest, histHighest, histDigits)
-}
+func newHistogram() *hdrhistogram.Histogram { return latency.New(histHighest) }
 
-// recordDuration records d, clamped into the histogram's range so that an
-// outlier is counted at the top rather than dropped.
-func recordDuration(h *hdrhistogram.Histogram, d time.Duration) {
-	v := int64(d)
-	v = max(v, histLowest)
-	v = min(v, histHighest)
-	_ = h.RecordValue(v) // in range by construction
-}
-
-// Latencies summarise a latency distribution.
-type Latencies struct {
-	Count int64         `json:"count"`
-	Mean  time.Duration `json:"mean_ns"`
-	P50   time.Duration `json:"p50_ns"`
-	P90   time.Duration `json:"p90_ns"`
-	P99   time.Duration `json:"p99_ns"`
-	P999  time.Duration `json:"p999_ns"`
-	Max   time.Duration `json:"max_ns"`
-}
-
-func summarize(h *hdrhistogram.Histogram) Latencies {
-	if h.TotalCount() == 0 {
-		return Latencies{}
-	}
-	q := h.ValueAtPercentiles([]float64{50, 90, 99, 99.9})
-	return Latencies{
-		Count: h.TotalCount(),
-		Mean:  time.Duration(h.Mean()),
-		P50:   time.Duration(q[50]),
-		P90:   time.Duration(q[90]),
-		P99:   time.Duration(q[99]),
-		P999:  time.Duration(q[99.9]),
-		Max:   time.Duration(h.Max()),
-	}
-}
+// Latencies summarise a latency distribution (harness/latency's, as the
+// closed loop's of bench/closedloop are).
+type Latencies = latency.Summary
 
 // Errors counts the ops of a stage that did not succeed, by kind. Shed ops
 // were never sent: the generator's own in-flight limit was reached when

@@ -41,6 +41,7 @@ import (
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/tidaldb/tidal/harness/latency"
 
 	"github.com/tidaldb/tidal/tidal-server/client"
 )
@@ -554,18 +555,18 @@ func (g *generator) sendHTTP(ctx context.Context, seq uint64, kind opKind, rng *
 // record books one op's outcome.
 func (g *generator) record(o op, kind opKind, start time.Time, res outcome, status int) {
 	done := time.Now()
-	latency := done.Sub(o.due)
+	took := done.Sub(o.due)
 
 	st := o.stage
 	st.mu.Lock()
-	recordDuration(st.dispatch, start.Sub(o.due))
+	latency.Record(st.dispatch, start.Sub(o.due))
 	if done.After(st.lastDone) {
 		st.lastDone = done
 	}
 	if res == outcomeOK {
-		recordDuration(st.latency[kind], latency)
+		latency.Record(st.latency[kind], took)
 	} else {
-		recordDuration(st.failed, latency)
+		latency.Record(st.failed, took)
 	}
 	switch res {
 	case outcomeOK:
@@ -588,7 +589,7 @@ func (g *generator) record(o op, kind opKind, start time.Time, res outcome, stat
 	g.window.mu.Lock()
 	if res == outcomeOK {
 		g.window.ok++
-		recordDuration(g.window.latency, latency)
+		latency.Record(g.window.latency, took)
 	} else {
 		g.window.errs++
 	}
@@ -613,11 +614,11 @@ func (g *generator) finish(i int, stage Stage, start time.Time, elapsed time.Dur
 		OK:            st.ok,
 		Events:        st.events,
 		Errors:        st.errs,
-		Latency:       summarize(ok),
-		FailedLatency: summarize(st.failed),
-		AllLatency:    summarize(sent),
+		Latency:       latency.Summarize(ok),
+		FailedLatency: latency.Summarize(st.failed),
+		AllLatency:    latency.Summarize(sent),
 
-		DispatchDelay: summarize(st.dispatch),
+		DispatchDelay: latency.Summarize(st.dispatch),
 	}
 	sr.Errors.Shed = st.shed
 	if len(sr.Errors.ByStatus) == 0 {
@@ -635,7 +636,7 @@ func (g *generator) finish(i int, stage Stage, start time.Time, elapsed time.Dur
 	}
 	sr.MeanInFlight = sr.AchievedRate * sr.Latency.Mean.Seconds()
 	if g.cfg.Mix == MixMixed {
-		r, w := summarize(st.latency[kindRead]), summarize(st.latency[kindWrite])
+		r, w := latency.Summarize(st.latency[kindRead]), latency.Summarize(st.latency[kindWrite])
 		sr.Reads, sr.Writes = &r, &w
 	}
 	sr.Pass, sr.Reason = g.cfg.SLO.Judge(sr)
@@ -657,7 +658,7 @@ func (g *generator) reportProgress(stop <-chan struct{}, started time.Time, plan
 		p := Progress{
 			Elapsed: time.Since(started), Stage: int(current.Load()), Stages: len(plan),
 			Sent: w.sent.Swap(0), OK: w.ok, Errors: w.errs, Shed: w.shed.Swap(0),
-			InFlight: g.inFlight.Load(), Latency: summarize(w.latency),
+			InFlight: g.inFlight.Load(), Latency: latency.Summarize(w.latency),
 		}
 		w.ok, w.errs = 0, 0
 		w.latency.Reset()

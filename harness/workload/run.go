@@ -96,33 +96,13 @@ func (w *Workload) Run(ctx context.Context) error {
 	}
 
 	first := w.workers.Add(int64(w.cfg.Concurrency)) - int64(w.cfg.Concurrency)
-	var jobs chan struct{}
-	if w.cfg.Rate > 0 {
-		jobs = make(chan struct{}) // unbuffered: a send succeeds only when a worker is idle
-	}
-	var wg sync.WaitGroup
-	for i := range w.cfg.Concurrency {
+	steps := make([]func(), w.cfg.Concurrency)
+	for i := range steps {
 		wk := &worker{w: w, index: int(first) + i, rng: rand.New(rand.NewPCG(w.cfg.Seed, uint64(first)+uint64(i)))}
 		wk.retire()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if jobs == nil {
-				for issue.Err() == nil {
-					wk.step(ctx)
-				}
-				return
-			}
-			for range jobs {
-				wk.step(ctx)
-			}
-		}()
+		steps[i] = func() { wk.step(ctx) }
 	}
-	if jobs != nil {
-		w.schedule(issue, jobs)
-		close(jobs)
-	}
-	wg.Wait()
+	Drive(issue, w.cfg.Rate, steps, func() { w.progress.shed.Add(1) })
 	stopRun()
 	bg.Wait()
 	w.pick.closeIdle()
@@ -130,46 +110,6 @@ func (w *Workload) Run(ctx context.Context) error {
 		return fmt.Errorf("workload: recording the history: %w", err)
 	}
 	return nil
-}
-
-// schedule offers ops to the workers at cfg.Rate until issue ends. Op i is
-// due at i/Rate after the start, computed from i so a long run does not
-// drift; one that finds every worker busy is shed, never queued, so the
-// offered load stays what the schedule says however slow the cluster is.
-//
-// No op due at or past issue's deadline is offered. The loop must not
-// rely on issue.Err() for that: a context's deadline is enforced by a
-// runtime timer, and a loaded machine runs that timer late, while a
-// generator that woke late itself finds every op due since "ready" and
-// offers them in a burst. That is how TestOpenLoopSheds saw 104 ops
-// offered in a 500ms run at 200/s (issue 11, flake).
-func (w *Workload) schedule(issue context.Context, jobs chan<- struct{}) {
-	start := time.Now()
-	end, bounded := issue.Deadline()
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	<-timer.C
-	for i := int64(0); ; i++ {
-		due := start.Add(time.Duration(float64(i) * float64(time.Second) / w.cfg.Rate))
-		if bounded && !due.Before(end) {
-			return
-		}
-		if d := time.Until(due); d > 0 {
-			timer.Reset(d)
-			select {
-			case <-issue.Done():
-				return
-			case <-timer.C:
-			}
-		} else if issue.Err() != nil {
-			return
-		}
-		select {
-		case jobs <- struct{}{}:
-		default:
-			w.progress.shed.Add(1)
-		}
-	}
 }
 
 // worker is one client: a sequence of processes, each retired by an info.

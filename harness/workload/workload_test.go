@@ -301,7 +301,7 @@ func TestScheduleStopsAtDeadline(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		w.schedule(ctx, jobs)
+		schedule(ctx, jobs, w.cfg.Rate, func() { w.progress.shed.Add(1) })
 		close(jobs)
 	}()
 	select {

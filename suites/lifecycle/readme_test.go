@@ -1,7 +1,6 @@
 package lifecycle
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -14,12 +13,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/tidaldb/tidal/harness/process"
 )
 
 var _ = Describe("the README", func() {
@@ -101,7 +100,7 @@ func runReadmeScript(ctx SpecContext, root, script string) string {
 		"trap 'echo \"README script: exit status $? from: $BASH_COMMAND\" >&2' ERR\n"
 	cmd := exec.Command("bash", "-c", prelude+script+"\necho readme-script-done\n")
 	cmd.Dir = root
-	out := &lockedBuffer{}
+	out := &process.Output{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// Background jobs inherit the output pipe; do not wait on it for ever
@@ -136,25 +135,6 @@ wait:
 	Expect(err).NotTo(HaveOccurred(), "the README script failed; its output:\n%s", out.String())
 	Expect(out.String()).To(ContainSubstring("readme-script-done"))
 	return out.String()
-}
-
-// lockedBuffer holds a script's output: its processes write it while the
-// spec watches it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // repoRoot is the checkout this suite runs in.

@@ -1,7 +1,6 @@
 package lifecycle
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,12 +10,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/tidaldb/tidal/harness/process"
 	"github.com/tidaldb/tidal/suites/fixture"
 	"github.com/tidaldb/tidal/tidal-server/client"
 )
@@ -27,28 +26,9 @@ import (
 // spec reads; it is killed by pid in cleanup.
 type node struct {
 	cmd    *exec.Cmd
-	out    *syncBuffer
+	out    *process.Output
 	exited chan struct{}
 	err    error // valid once exited is closed
-}
-
-// syncBuffer is a bytes.Buffer safe for the process's writer goroutine and
-// the spec reading it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startNode runs tidal-server with args; with fileBlocks >= 0 it runs under
@@ -62,7 +42,7 @@ func startNode(fileBlocks int, args ...string) *node {
 	} else {
 		cmd = exec.Command(bins.TidalServer, args...)
 	}
-	n := &node{cmd: cmd, out: &syncBuffer{}, exited: make(chan struct{})}
+	n := &node{cmd: cmd, out: &process.Output{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = n.out, n.out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	Expect(cmd.Start()).To(Succeed())

@@ -238,20 +238,31 @@ func (c *Client) do(ctx context.Context, r *request, handle func(*http.Response)
 		if !retry || r.probe || attempts > c.retries || ctx.Err() != nil {
 			return fail(err)
 		}
-		wait := c.wait(attempts)
-		if ae := apiError(err); ae != nil && ae.RetryAfter > wait {
-			wait = ae.RetryAfter
-		}
-		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
+		if !c.pauseBeforeRetry(ctx, attempts, err) {
 			return fail(err)
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fail(err)
-		case <-t.C:
-		}
+	}
+}
+
+// pauseBeforeRetry waits out the backoff before retry number attempts
+// (1-based), or the server's Retry-After when err carries a longer one. It
+// returns false, at once, when ctx's deadline falls before the retry, or
+// when ctx ends while it waits.
+func (c *Client) pauseBeforeRetry(ctx context.Context, attempts int, err error) bool {
+	wait := c.wait(attempts)
+	if ae := apiError(err); ae != nil && ae.RetryAfter > wait {
+		wait = ae.RetryAfter
+	}
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
+		return false
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

@@ -280,19 +280,8 @@ func (s *IngestStream) WriteSignals(ctx context.Context, events []Event) (Ack, e
 		if !retry || attempts > s.cfg.retries || ctx.Err() != nil {
 			return fail(err)
 		}
-		wait := s.cfg.wait(attempts)
-		if ae := apiError(err); ae != nil && ae.RetryAfter > wait {
-			wait = ae.RetryAfter
-		}
-		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
+		if !s.cfg.pauseBeforeRetry(ctx, attempts, err) {
 			return fail(err)
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fail(err)
-		case <-t.C:
 		}
 	}
 }

@@ -135,3 +135,38 @@ func TestSnapStoreRefusesAFlippedPayloadNamingFileAndOffset(t *testing.T) {
 		t.Fatalf("load of a flipped snapshot: got %v, want an error containing %q", err, want)
 	}
 }
+
+// SnapshotPayload says where save put the payload: the bytes there are the
+// marshalled snapshot. A file that is not a snapshot is an error.
+func TestSnapshotPayloadMatchesSave(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "snap")
+	s, err := newSnapStore(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := &raftpb.Snapshot{Data: bytes.Repeat([]byte("state "), 100), Metadata: &raftpb.SnapshotMetadata{
+		Index: proto.Uint64(9), Term: proto.Uint64(3), ConfState: &raftpb.ConfState{Voters: []uint64{1}}}}
+	if err := s.save(snap); err != nil {
+		t.Fatal(err)
+	}
+	name := filepath.Join(dir, snapName(3, 9))
+	off, n, err := SnapshotPayload(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := proto.Marshal(snap)
+	if off+n != int64(len(b)) || !bytes.Equal(b[off:off+n], want) {
+		t.Fatalf("expected the payload at [%d, %d) to be the marshalled snapshot (%d bytes) ending the file (%d bytes)", off, off+n, len(want), len(b))
+	}
+	other := filepath.Join(dir, "other.snap")
+	if err := os.WriteFile(other, bytes.Repeat([]byte{1}, 64), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := SnapshotPayload(other); err == nil {
+		t.Error("a file without the magic: expected an error")
+	}
+}

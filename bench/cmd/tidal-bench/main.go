@@ -149,28 +149,11 @@ func main() {
 }
 
 func run(ctx context.Context, o options) (err error) {
-	repo, err := filepath.Abs(o.repo)
+	repo, outDir, work, err := workspace(o.repo, o.out, "tidal-bench-")
 	if err != nil {
 		return err
 	}
-	outDir := o.out
-	if !filepath.IsAbs(outDir) {
-		outDir = filepath.Join(repo, outDir)
-	}
-	if err := os.MkdirAll(outDir, 0o755); err != nil {
-		return err
-	}
-	work, err := os.MkdirTemp("", "tidal-bench-")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil || o.keep {
-			fmt.Fprintf(os.Stderr, "tidal-bench: working directory kept: %s\n", work)
-			return
-		}
-		os.RemoveAll(work)
-	}()
+	defer removeWork(work, o.keep, &err)
 
 	started := time.Now()
 	res := &results{Schema: 1, Time: started.UTC(), Quick: o.quick}
@@ -257,6 +240,37 @@ func render(ctx context.Context, o options) error {
 
 // build compiles pkg as a release binary (no cgo, no race detector, the
 // version and commit linked in as `make build` does).
+// workspace resolves a run's directories: the repository, the results
+// directory (out, relative to the repository unless absolute; made if
+// missing) and a new working directory named with prefix.
+func workspace(repoFlag, out, prefix string) (repo, outDir, work string, err error) {
+	if repo, err = filepath.Abs(repoFlag); err != nil {
+		return "", "", "", err
+	}
+	outDir = out
+	if !filepath.IsAbs(outDir) {
+		outDir = filepath.Join(repo, outDir)
+	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return "", "", "", err
+	}
+	if work, err = os.MkdirTemp("", prefix); err != nil {
+		return "", "", "", err
+	}
+	return repo, outDir, work, nil
+}
+
+// removeWork removes the working directory at the end of a run, unless
+// the run failed (*runErr) or keep asks to keep it: then it says where it
+// is.
+func removeWork(work string, keep bool, runErr *error) {
+	if *runErr != nil || keep {
+		fmt.Fprintf(os.Stderr, "tidal-bench: working directory kept: %s\n", work)
+		return
+	}
+	os.RemoveAll(work)
+}
+
 func build(ctx context.Context, repo, pkg, out string) error {
 	if b, err := gobuild.Command(ctx, repo, gobuild.StampOf(repo), out, pkg).CombinedOutput(); err != nil {
 		return fmt.Errorf("building %s: %v\n%s", pkg, err, b)

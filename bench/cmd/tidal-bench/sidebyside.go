@@ -137,28 +137,11 @@ func runSideBySide(ctx context.Context, o options) (err error) {
 	if err := so.checkProtocols(); err != nil {
 		return err
 	}
-	repo, err := filepath.Abs(o.repo)
+	repo, outDir, work, err := workspace(o.repo, o.out, "tidal-bench-sbs-")
 	if err != nil {
 		return err
 	}
-	outDir := o.out
-	if !filepath.IsAbs(outDir) {
-		outDir = filepath.Join(repo, outDir)
-	}
-	if err := os.MkdirAll(outDir, 0o755); err != nil {
-		return err
-	}
-	work, err := os.MkdirTemp("", "tidal-bench-sbs-")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil || o.keep {
-			fmt.Fprintf(os.Stderr, "tidal-bench: working directory kept: %s\n", work)
-			return
-		}
-		os.RemoveAll(work)
-	}()
+	defer removeWork(work, o.keep, &err)
 
 	started := time.Now()
 	res := &sideBySide{Schema: 1, Kind: sideBySideKind, Time: started.UTC(), Quick: o.quick, Note: sharedMachineNote,

@@ -7,33 +7,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/tidaldb/tidal/harness/faultfs"
+	"github.com/tidaldb/tidal/harness/process"
 	"golang.org/x/sys/unix"
 )
-
-// syncBuffer is a bytes.Buffer safe for the mount command's goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func runCLI(t *testing.T, args ...string) (string, error) {
 	t.Helper()
@@ -87,7 +69,7 @@ func TestFaultfsCLI(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	root := newRoot()
-	var out syncBuffer
+	var out process.Output
 	root.SetOut(&out)
 	root.SetErr(&out)
 	root.SetArgs([]string{"faultfs", "mount", "--backing", backing, "--mountpoint", mnt, "--control", control})

@@ -3,7 +3,6 @@ package etcd
 import (
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -194,37 +193,25 @@ func CheckRegister(ops []history.Op, outDir, reads string, timeout time.Duration
 		}
 		return keys[i] < keys[j]
 	})
-	deadline := time.Now().Add(timeout)
+	ordered := make([][]porcupine.Operation, len(keys))
 	for i, k := range keys {
-		kr := KeyResult{Key: k, Ops: len(perKey[k]), Pending: pending[k], Result: "unknown"}
-		budget := time.Until(deadline) / time.Duration(len(keys)-i)
-		if budget <= 0 {
-			kr.Error = "not checked: the time budget ran out on earlier keys"
-			d.Unknown++
-			d.Keys = append(d.Keys, kr)
-			continue
-		}
-		res, info := porcupine.CheckOperationsVerbose(registerModel, perKey[k], budget)
-		switch res {
-		case porcupine.Ok:
-			kr.Result = "ok"
-		case porcupine.Illegal:
-			kr.Result = "illegal"
-			d.Illegal++
-			if outDir != "" {
-				path := filepath.Join(outDir, "register-"+strings.ReplaceAll(strings.TrimPrefix(k, registerPrefix), "/", "_")+".html")
-				if err := visualize(info, windows, path); err != nil {
-					kr.Error = err.Error()
-				} else {
-					kr.Visualization = path
-				}
-			}
-		default:
-			kr.Error = fmt.Sprintf("search did not finish within its share %v (%d ops, %d pending)", budget.Round(time.Millisecond), kr.Ops, kr.Pending)
-			d.Unknown++
-		}
-		d.Keys = append(d.Keys, kr)
+		ordered[i] = perKey[k]
 	}
+	searched := checker.SearchKeys(registerModel, ordered, timeout,
+		func(i int, info porcupine.LinearizationInfo) (string, error) {
+			if outDir == "" {
+				return "", nil
+			}
+			path := filepath.Join(outDir, "register-"+strings.ReplaceAll(strings.TrimPrefix(keys[i], registerPrefix), "/", "_")+".html")
+			return path, checker.VisualizeWithFaults(registerModel, info, windows, path)
+		},
+		func(i int) string { return fmt.Sprintf("%d ops, %d pending", len(perKey[keys[i]]), pending[keys[i]]) })
+	for i, k := range keys {
+		ks := searched[i]
+		d.Keys = append(d.Keys, KeyResult{Key: k, Ops: len(perKey[k]), Pending: pending[k],
+			Result: ks.Result, Visualization: ks.Visualization, Error: ks.Error})
+	}
+	d.Illegal, d.Unknown = checker.Tally(searched)
 	sort.Slice(d.Keys, func(i, j int) bool { return d.Keys[i].Key < d.Keys[j].Key })
 	scope := "linearizable reads and writes"
 	if reads == Serializable {
@@ -252,16 +239,4 @@ func CheckRegister(ops []history.Op, outDir, reads string, timeout time.Duration
 		return checker.Result{Name: name, Valid: checker.Unknown, Details: d, Summary: fmt.Sprintf("%d of %d register keys undecided within %v", d.Unknown, len(keys), timeout)}
 	}
 	return checker.Result{Name: name, Valid: checker.Valid, Details: d, Summary: fmt.Sprintf("all %d register keys linearizable (%s)", len(keys), scope)}
-}
-
-func visualize(info porcupine.LinearizationInfo, windows []checker.FaultWindow, path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	anns := make([]porcupine.Annotation, 0, len(windows))
-	for _, w := range windows {
-		anns = append(anns, porcupine.Annotation{Tag: "nemesis", Start: w.Start, End: w.End, Description: w.Label(), Details: w.String(), BackgroundColor: "#f4c7c3"})
-	}
-	info.AddAnnotations(anns)
-	return porcupine.VisualizePath(registerModel, info, path)
 }

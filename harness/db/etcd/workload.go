@@ -176,48 +176,13 @@ func (w *Workload) Final(ctx context.Context) error {
 func (w *Workload) Run(ctx context.Context) error {
 	issue, cancel := context.WithTimeout(ctx, w.duration)
 	defer cancel()
-	var jobs chan struct{}
-	if w.cfg.Rate > 0 {
-		jobs = make(chan struct{})
-	}
-	var wg sync.WaitGroup
-	for i := range w.cfg.Concurrency {
+	steps := make([]func(), w.cfg.Concurrency)
+	for i := range steps {
 		wk := &worker{w: w, index: i, rng: rand.New(rand.NewPCG(w.cfg.Seed, uint64(i)))}
 		wk.proc = w.newProcess()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if jobs == nil {
-				for issue.Err() == nil {
-					wk.step(ctx)
-				}
-				return
-			}
-			for range jobs {
-				wk.step(ctx)
-			}
-		}()
+		steps[i] = func() { wk.step(ctx) }
 	}
-	if jobs != nil {
-		start := time.Now()
-		for i := int64(0); issue.Err() == nil; i++ {
-			due := start.Add(time.Duration(float64(i) * float64(time.Second) / w.cfg.Rate))
-			select {
-			case <-issue.Done():
-			case <-time.After(time.Until(due)):
-			}
-			if issue.Err() != nil {
-				break
-			}
-			select {
-			case jobs <- struct{}{}:
-			default:
-				w.shed.Add(1)
-			}
-		}
-		close(jobs)
-	}
-	wg.Wait()
+	workload.Drive(issue, w.cfg.Rate, steps, func() { w.shed.Add(1) })
 	for _, a := range w.clients {
 		a.close()
 	}
