@@ -244,7 +244,8 @@ type Replica struct {
 	// backwards, so each checks snapIndex under it.
 	snapMu    sync.Mutex
 	snapIndex atomic.Uint64
-	snapBusy  atomic.Bool // a periodic snapshot is being written
+	snapBytes atomic.Int64 // length of the last snapshot encoded from a capture
+	snapBusy  atomic.Bool  // a periodic snapshot is being written
 	// snapForMember asks for a snapshot as soon as possible: a member was
 	// added, and the newest snapshot's ConfState does not know it.
 	snapForMember atomic.Bool

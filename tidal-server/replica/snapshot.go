@@ -120,10 +120,16 @@ func (r *Replica) encodeSnapshot(j *snapJob) error {
 		return nil
 	}
 	buf := bytes.NewBuffer(j.data)
+	// Room for the previous snapshot and an eighth more: states grow, and
+	// a buffer doubling its way up copies the snapshot again and again.
+	if prev := r.snapBytes.Load(); prev > 0 {
+		buf.Grow(int(prev + prev/8))
+	}
 	if err := j.encode(buf); err != nil {
 		return fmt.Errorf("state machine snapshot at %d: %w", j.index, err)
 	}
 	j.data, j.encode = buf.Bytes(), nil
+	r.snapBytes.Store(int64(len(j.data)))
 	return nil
 }
 

@@ -245,6 +245,9 @@ func (s *StateMachine) CaptureSnapshot() (func(io.Writer) error, error) {
 		return nil, err
 	}
 	return func(w io.Writer) error {
+		if b, ok := w.(*bytes.Buffer); ok {
+			return encodeInto(b, applied, led, &vbuf, &ebuf)
+		}
 		var lbuf bytes.Buffer
 		if err := led.Snapshot(&lbuf); err != nil {
 			return err
@@ -261,6 +264,29 @@ func (s *StateMachine) CaptureSnapshot() (func(io.Writer) error, error) {
 		}
 		return bw.Flush()
 	}, nil
+}
+
+// encodeInto writes the snapshot into b with the ledger's section, the
+// largest, encoded in place and its length filled in afterwards, so that
+// the section is not built in a buffer of its own and copied: a snapshot
+// is encoded (by the replica, into a buffer) while the node serves.
+func encodeInto(b *bytes.Buffer, applied uint64, led *ledger.Captured, vbuf, ebuf *bytes.Buffer) error {
+	var n [8]byte
+	b.WriteString(smMagic)
+	binary.LittleEndian.PutUint64(n[:], applied)
+	b.Write(n[:])
+	at := b.Len()
+	b.Write(n[:]) // the ledger section's length, once known
+	if err := led.Snapshot(b); err != nil {
+		return err
+	}
+	binary.LittleEndian.PutUint64(b.Bytes()[at:], uint64(b.Len()-at-8))
+	for _, sec := range []*bytes.Buffer{vbuf, ebuf} {
+		binary.LittleEndian.PutUint64(n[:], uint64(sec.Len()))
+		b.Write(n[:])
+		b.Write(sec.Bytes())
+	}
+	return nil
 }
 
 // Restore implements replica.StateMachine.

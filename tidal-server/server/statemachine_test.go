@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -212,6 +213,15 @@ func TestCaptureSnapshotIsTheStateAtCapture(t *testing.T) {
 	}
 	if !bytes.Equal(again.Bytes(), want.Bytes()) {
 		t.Fatal("capture encoded after the later commands differs from Snapshot at the capture")
+	}
+	// Any writer, not only a bytes.Buffer (whose ledger section is
+	// encoded in place), gets the same bytes.
+	var plain bytes.Buffer
+	if err := encode(struct{ io.Writer }{&plain}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(plain.Bytes(), want.Bytes()) {
+		t.Fatal("capture encoded into a plain writer differs from the encoding into a bytes.Buffer")
 	}
 	if _, now := sm.Digest(); now == wantDigest {
 		t.Fatal("the state did not change after the capture: the test proves nothing")
