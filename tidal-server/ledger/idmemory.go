@@ -1,6 +1,9 @@
 package ledger
 
-import "hash/maphash"
+import (
+	"hash/maphash"
+	"slices"
+)
 
 // generation is one generation of the id memory. Apply adds ids in log
 // order, so they are held sorted by (index, position) by construction:
@@ -147,6 +150,14 @@ func (g *generation) getHashed(id string, hash uint64) (idRecord, bool) {
 			return r.idRecord, true
 		}
 	}
+}
+
+// frozen returns the generation as it is now, for reading (len, each)
+// while ids go on being added to g: its chunk headers are copied with
+// their lengths, so later appends stay out of view (see Captured). The
+// copy has no index; it cannot look ids up.
+func (g *generation) frozen() generation {
+	return generation{chunks: slices.Clone(g.chunks), n: g.n}
 }
 
 // each calls fn for every id in log order. The id's bytes are only valid

@@ -39,14 +39,88 @@ const (
 )
 
 // Snapshot writes the whole state in the canonical encoding above. Equal
-// states give equal bytes. The shared lock is held while writing, so pass
-// a writer that does not block (a file, a buffer).
+// states give equal bytes. It is Capture followed by the capture's
+// Snapshot: the lock is held only while capturing.
 func (l *Ledger) Snapshot(w io.Writer) error {
+	return l.Capture().Snapshot(w)
+}
+
+// Digest is the hex sha256 of the canonical encoding of the state: the
+// applied index, every aggregate, the id memory and the options that shape
+// them. Replicas that applied the same log prefix report the same digest;
+// it equals the checksum that ends a Snapshot of the same state.
+func (l *Ledger) Digest() string {
+	f := l.Capture()
+	h := sha256.New()
+	enc := &encoder{h: h}
+	f.encode(enc)
+	enc.flush()
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Captured is the ledger's state at one instant, taken by Capture and
+// encoded later by its Snapshot, without the ledger's lock, while Apply
+// goes on (issue 14: a snapshot encoded on the apply path stopped every
+// write's acknowledgement for as long as the encoding took, hundreds of
+// milliseconds for a few hundred thousand remembered ids).
+//
+// Capturing copies the entity state, which Apply changes in place (slots,
+// cells, window buckets: a few bytes per key), and shares the id memory,
+// which it does not: a generation only ever appends ids — a record below
+// a chunk's captured length, and the arena bytes it points at, never
+// change, and an append that outgrows an arena moves it and leaves the
+// captured one as it was — and a full generation is replaced, not reused.
+// So a capture costs a copy of the aggregates plus a copy of each
+// generation's chunk headers, not an encoding of every id.
+type Captured struct {
+	schema    Schema
+	sigs      []sigSpec
+	idsPerGen int
+	applied   uint64
+	ids       []uint64
+	cells     []cell
+	// bkts holds every window's buckets back to back: those of
+	// Ledger.bkts[i] are bkts[bktOff[i]:bktOff[i+1]].
+	bkts     []bucket
+	bktOff   []uint32
+	old, cur generation // chunk headers only; no index
+}
+
+// Capture takes the state as it is now for a later Snapshot. It holds the
+// shared lock while copying the aggregates (see Captured).
+func (l *Ledger) Capture() *Captured {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
+	c := &Captured{
+		schema:    l.schema,
+		sigs:      l.sigs,
+		idsPerGen: l.idsPerGen,
+		applied:   l.applied,
+		ids:       slices.Clone(l.ids),
+		cells:     slices.Clone(l.cells),
+		bkts:      make([]bucket, 0, l.buckets),
+		bktOff:    make([]uint32, len(l.bkts)+1),
+		old:       l.old.frozen(),
+		cur:       l.cur.frozen(),
+	}
+	for i, bs := range l.bkts {
+		c.bktOff[i] = uint32(len(c.bkts))
+		c.bkts = append(c.bkts, bs...)
+	}
+	c.bktOff[len(l.bkts)] = uint32(len(c.bkts))
+	return c
+}
+
+// AppliedIndex is the applied index of the captured state.
+func (c *Captured) AppliedIndex() uint64 { return c.applied }
+
+// Snapshot writes the captured state in the canonical encoding: the bytes
+// Ledger.Snapshot would have written at the moment of the capture. It may
+// be called more than once, from any goroutine.
+func (c *Captured) Snapshot(w io.Writer) error {
 	h := sha256.New()
 	enc := &encoder{w: w, h: h}
-	l.encode(enc)
+	c.encode(enc)
 	if enc.err == nil {
 		enc.flush()
 	}
@@ -59,25 +133,11 @@ func (l *Ledger) Snapshot(w io.Writer) error {
 	return nil
 }
 
-// Digest is the hex sha256 of the canonical encoding of the state: the
-// applied index, every aggregate, the id memory and the options that shape
-// them. Replicas that applied the same log prefix report the same digest;
-// it equals the checksum that ends a Snapshot of the same state.
-func (l *Ledger) Digest() string {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	h := sha256.New()
-	enc := &encoder{h: h}
-	l.encode(enc)
-	enc.flush()
-	return hex.EncodeToString(h.Sum(nil))
-}
-
-func (l *Ledger) encode(e *encoder) {
+func (c *Captured) encode(e *encoder) {
 	e.raw([]byte(snapshotMagic))
 	e.uvarint(snapshotVersion)
-	e.uvarint(uint64(len(l.schema.Signals)))
-	for _, st := range l.schema.Signals {
+	e.uvarint(uint64(len(c.schema.Signals)))
+	for _, st := range c.schema.Signals {
 		e.str(st.Name)
 		e.uvarint(uint64(st.HalfLife))
 		e.uvarint(uint64(len(st.Windows)))
@@ -86,36 +146,40 @@ func (l *Ledger) encode(e *encoder) {
 			e.uvarint(uint64(w.Duration))
 		}
 	}
-	e.uvarint(uint64(l.idsPerGen))
-	e.uvarint(l.applied)
+	e.uvarint(uint64(c.idsPerGen))
+	e.uvarint(c.applied)
 
 	// Slots in ascending entity id order.
-	order := make([]uint32, len(l.ids))
+	order := make([]uint32, len(c.ids))
 	for s := range order {
 		order[s] = uint32(s)
 	}
-	slices.SortFunc(order, func(a, b uint32) int { return cmp.Compare(l.ids[a], l.ids[b]) })
+	slices.SortFunc(order, func(a, b uint32) int { return cmp.Compare(c.ids[a], c.ids[b]) })
 	e.uvarint(uint64(len(order)))
+	nsig := len(c.sigs)
 	for _, slot := range order {
-		id := l.ids[slot]
+		id := c.ids[slot]
+		cells := c.cells[int(slot)*nsig : (int(slot)+1)*nsig]
 		var mask uint64
-		for si := range l.sigs {
-			if l.cellAt(int(slot), si).count != 0 {
+		for si := range cells {
+			if cells[si].count != 0 {
 				mask |= 1 << si
 			}
 		}
 		e.uvarint(id)
 		e.uvarint(mask)
-		for si := range l.sigs {
-			c := l.cellAt(int(slot), si)
-			if c.count == 0 {
+		for si := range cells {
+			cl := &cells[si]
+			if cl.count == 0 {
 				continue
 			}
-			e.uvarint(c.count)
-			e.f64(c.weightSum)
-			e.varint(c.anchor)
-			e.f64(c.decayed)
-			for _, bs := range l.cellBuckets(c, &l.sigs[si]) {
+			e.uvarint(cl.count)
+			e.f64(cl.weightSum)
+			e.varint(cl.anchor)
+			e.f64(cl.decayed)
+			for w := range c.sigs[si].bucketed {
+				i := int(cl.bkt) + w
+				bs := c.bkts[c.bktOff[i]:c.bktOff[i+1]]
 				e.uvarint(uint64(len(bs)))
 				for _, b := range bs {
 					e.varint(b.k)
@@ -127,7 +191,7 @@ func (l *Ledger) encode(e *encoder) {
 			return
 		}
 	}
-	for _, gen := range []*generation{l.old, l.cur} {
+	for _, gen := range []*generation{&c.old, &c.cur} {
 		e.uvarint(uint64(gen.len()))
 		gen.each(func(id []byte, r *idRecord) {
 			e.uvarint(uint64(len(id)))

@@ -51,6 +51,19 @@ type StateMachine interface {
 	Restore(r io.Reader) error
 }
 
+// SnapshotCapturer is a StateMachine that can take its state quickly and
+// encode it later (issue 14). CaptureSnapshot is called on the apply
+// goroutine, so what it captures is exactly the applied prefix; the
+// function it returns is called on the snapshot goroutine while entries
+// go on being applied, and must write the bytes Snapshot would have
+// written at the capture. A replica whose state machine is one never
+// encodes a periodic snapshot on the apply path, which otherwise holds up
+// every write's acknowledgement for as long as the encoding takes.
+type SnapshotCapturer interface {
+	StateMachine
+	CaptureSnapshot() (encode func(io.Writer) error, err error)
+}
+
 // BatchStateMachine is a StateMachine that can apply several consecutive
 // committed entries in one call (issue 14, build item 2: one lock and one
 // pass per raft Ready instead of per entry). ApplyBatch must leave the
@@ -231,7 +244,8 @@ type Replica struct {
 	// backwards, so each checks snapIndex under it.
 	snapMu    sync.Mutex
 	snapIndex atomic.Uint64
-	snapBusy  atomic.Bool // a periodic snapshot is being written
+	snapBytes atomic.Int64 // length of the last snapshot encoded from a capture
+	snapBusy  atomic.Bool  // a periodic snapshot is being written
 	// snapForMember asks for a snapshot as soon as possible: a member was
 	// added, and the newest snapshot's ConfState does not know it.
 	snapForMember atomic.Bool

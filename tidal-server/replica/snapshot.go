@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/tidaldb/tidal/tidal-server/wal"
@@ -14,20 +15,23 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// snapJob is a state snapshot encoded by the apply goroutine, on its way
-// to the snapshot goroutine that makes it durable.
+// snapJob is a state snapshot taken by the apply goroutine, on its way to
+// the snapshot goroutine that makes it durable: encoded (data), or captured
+// (encode: data holds the membership header, encode appends the state).
 type snapJob struct {
 	index, term uint64
 	cs          *raftpb.ConfState
 	data        []byte
+	encode      func(io.Writer) error
 	reply       chan snapshotResult // nil for a periodic snapshot
 }
 
-// startSnapshot runs on the apply goroutine, so the state it encodes is
-// exactly the applied prefix; writing the file, the WAL mark and compacting
-// happen on the snapshot goroutine while apply goes on. It returns false
-// once the replica is halting. Snapshot framing: u32 len | membership JSON
-// | state machine bytes.
+// startSnapshot runs on the apply goroutine, so the state it takes is
+// exactly the applied prefix; with a SnapshotCapturer it only captures it,
+// and encoding, writing the file, the WAL mark and compacting happen on
+// the snapshot goroutine while apply goes on. It returns false once the
+// replica is halting. Snapshot framing: u32 len | membership JSON | state
+// machine bytes.
 func (r *Replica) startSnapshot(reply chan snapshotResult) bool {
 	r.appliedMu.Lock()
 	index, term := r.applied, r.appliedTerm
@@ -43,12 +47,18 @@ func (r *Replica) startSnapshot(reply chan snapshotResult) bool {
 	cs := proto.Clone(r.confState).(*raftpb.ConfState)
 	r.mu.Unlock()
 	var buf bytes.Buffer
+	var encode func(io.Writer) error
 	if err == nil {
 		var n [4]byte
 		binary.BigEndian.PutUint32(n[:], uint32(len(mem)))
 		buf.Write(n[:])
 		buf.Write(mem)
-		if err = r.sm.Snapshot(&buf); err != nil {
+		if c, ok := r.sm.(SnapshotCapturer); ok {
+			encode, err = c.CaptureSnapshot()
+		} else {
+			err = r.sm.Snapshot(&buf)
+		}
+		if err != nil {
 			err = fmt.Errorf("state machine snapshot at %d: %w", index, err)
 		}
 	}
@@ -63,21 +73,27 @@ func (r *Replica) startSnapshot(reply chan snapshotResult) bool {
 		r.snapBusy.Store(true)
 	}
 	select {
-	case r.snapq <- snapJob{index: index, term: term, cs: cs, data: buf.Bytes(), reply: reply}:
+	case r.snapq <- snapJob{index: index, term: term, cs: cs, data: buf.Bytes(), encode: encode, reply: reply}:
 		return true
 	case <-r.stopc:
 		return false
 	}
 }
 
-// snapshotLoop makes encoded snapshots durable, one at a time.
+// snapshotLoop encodes captured snapshots and makes them durable, one at
+// a time.
 func (r *Replica) snapshotLoop() {
 	defer r.wg.Done()
 	for {
 		select {
 		case j := <-r.snapq:
 			start := time.Now()
-			idx, term, err := r.persistSnapshot(j)
+			var idx, term uint64
+			err := r.encodeSnapshot(&j)
+			encoded := time.Now()
+			if err == nil {
+				idx, term, err = r.persistSnapshot(j)
+			}
 			if j.reply == nil {
 				r.snapBusy.Store(false)
 			} else {
@@ -90,12 +106,31 @@ func (r *Replica) snapshotLoop() {
 			if idx == j.index {
 				r.metrics.Snapshots.Inc()
 				r.metrics.SnapshotSeconds.Observe(time.Since(start).Seconds())
-				r.log.Info("snapshot taken", "index", idx, "term", term, "bytes", len(j.data), "persist_took", time.Since(start))
+				r.log.Info("snapshot taken", "index", idx, "term", term, "bytes", len(j.data), "encode_took", encoded.Sub(start), "persist_took", time.Since(encoded))
 			}
 		case <-r.stopc:
 			return
 		}
 	}
+}
+
+// encodeSnapshot encodes a captured snapshot's state after its header.
+func (r *Replica) encodeSnapshot(j *snapJob) error {
+	if j.encode == nil {
+		return nil
+	}
+	buf := bytes.NewBuffer(j.data)
+	// Room for the previous snapshot and an eighth more: states grow, and
+	// a buffer doubling its way up copies the snapshot again and again.
+	if prev := r.snapBytes.Load(); prev > 0 {
+		buf.Grow(int(prev + prev/8))
+	}
+	if err := j.encode(buf); err != nil {
+		return fmt.Errorf("state machine snapshot at %d: %w", j.index, err)
+	}
+	j.data, j.encode = buf.Bytes(), nil
+	r.snapBytes.Store(int64(len(j.data)))
+	return nil
 }
 
 // persistSnapshot writes the snapshot file (fsynced), then the WAL mark,

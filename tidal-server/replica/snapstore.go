@@ -79,18 +79,19 @@ func snapName(term, index uint64) string {
 
 // save writes snap durably and removes all but the newest snapsKept files.
 func (s *snapStore) save(snap *raftpb.Snapshot) error {
-	payload, err := proto.Marshal(snap)
+	// Marshalled straight after the header: one copy of the state, not two.
+	buf := make([]byte, snapHeaderSize, snapHeaderSize+proto.Size(snap))
+	buf, err := proto.MarshalOptions{}.MarshalAppend(buf, snap)
 	if err != nil {
 		return fmt.Errorf("marshal snapshot: %w", err)
 	}
+	payload := buf[snapHeaderSize:]
 	md := snap.GetMetadata()
 	name := filepath.Join(s.dir, snapName(md.GetTerm(), md.GetIndex()))
-	buf := make([]byte, snapHeaderSize, snapHeaderSize+len(payload))
 	copy(buf, snapMagic)
 	binary.LittleEndian.PutUint32(buf[8:], snapWriteVersion)
 	binary.LittleEndian.PutUint32(buf[12:], crc32.Checksum(payload, castagnoli))
 	binary.LittleEndian.PutUint64(buf[16:], uint64(len(payload)))
-	buf = append(buf, payload...)
 	if err := wal.WriteFileAtomic(name, buf); err != nil {
 		return err
 	}

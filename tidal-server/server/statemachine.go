@@ -211,34 +211,82 @@ func (s *StateMachine) SetApplied(index uint64) {
 // sections being the ledger, the vectors and the embedding write ids.
 const smMagic = "TSM1"
 
-// Snapshot implements replica.StateMachine.
+// Snapshot implements replica.StateMachine. The lock is held only while
+// the state is captured (CaptureSnapshot), not while it is encoded.
 func (s *StateMachine) Snapshot(w io.Writer) error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.snapshotLocked(w)
+	encode, err := s.CaptureSnapshot()
+	if err != nil {
+		return err
+	}
+	return encode(w)
 }
 
-func (s *StateMachine) snapshotLocked(w io.Writer) error {
-	bw := bufio.NewWriter(w)
-	bw.WriteString(smMagic)
-	var n [8]byte
-	binary.LittleEndian.PutUint64(n[:], s.applied)
-	bw.Write(n[:])
+// CaptureSnapshot implements replica.SnapshotCapturer: it takes the state
+// as it is now, under the read lock, and returns what encodes it later
+// (into the bytes Snapshot would have written now), from any goroutine
+// and while Apply goes on. The ledger, whose encoding is the long part
+// (its id memory above all), is captured without being encoded
+// (ledger.Captured); the vectors and the embedding write ids are encoded
+// here, as before.
+func (s *StateMachine) CaptureSnapshot() (func(io.Writer) error, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	applied := s.applied
+	led := s.ledger.Capture()
 	vecs := s.vectors.Snapshot
 	if bugs.Active(bugs.DropVectorsInSnapshot) {
 		vecs = vectors.New(s.schema.EmbeddingDim).Snapshot // planted: an empty store in place of ours
 	}
-	sections := []func(io.Writer) error{s.ledger.Snapshot, vecs, s.embeds.snapshot}
-	for _, sec := range sections {
-		var buf bytes.Buffer
-		if err := sec(&buf); err != nil {
+	var vbuf, ebuf bytes.Buffer
+	if err := vecs(&vbuf); err != nil {
+		return nil, err
+	}
+	if err := s.embeds.snapshot(&ebuf); err != nil {
+		return nil, err
+	}
+	return func(w io.Writer) error {
+		if b, ok := w.(*bytes.Buffer); ok {
+			return encodeInto(b, applied, led, &vbuf, &ebuf)
+		}
+		var lbuf bytes.Buffer
+		if err := led.Snapshot(&lbuf); err != nil {
 			return err
 		}
-		binary.LittleEndian.PutUint64(n[:], uint64(buf.Len()))
+		bw := bufio.NewWriter(w)
+		bw.WriteString(smMagic)
+		var n [8]byte
+		binary.LittleEndian.PutUint64(n[:], applied)
 		bw.Write(n[:])
-		bw.Write(buf.Bytes())
+		for _, sec := range []*bytes.Buffer{&lbuf, &vbuf, &ebuf} {
+			binary.LittleEndian.PutUint64(n[:], uint64(sec.Len()))
+			bw.Write(n[:])
+			bw.Write(sec.Bytes())
+		}
+		return bw.Flush()
+	}, nil
+}
+
+// encodeInto writes the snapshot into b with the ledger's section, the
+// largest, encoded in place and its length filled in afterwards, so that
+// the section is not built in a buffer of its own and copied: a snapshot
+// is encoded (by the replica, into a buffer) while the node serves.
+func encodeInto(b *bytes.Buffer, applied uint64, led *ledger.Captured, vbuf, ebuf *bytes.Buffer) error {
+	var n [8]byte
+	b.WriteString(smMagic)
+	binary.LittleEndian.PutUint64(n[:], applied)
+	b.Write(n[:])
+	at := b.Len()
+	b.Write(n[:]) // the ledger section's length, once known
+	if err := led.Snapshot(b); err != nil {
+		return err
 	}
-	return bw.Flush()
+	binary.LittleEndian.PutUint64(b.Bytes()[at:], uint64(b.Len()-at-8))
+	for _, sec := range []*bytes.Buffer{vbuf, ebuf} {
+		binary.LittleEndian.PutUint64(n[:], uint64(sec.Len()))
+		b.Write(n[:])
+		b.Write(sec.Bytes())
+	}
+	return nil
 }
 
 // Restore implements replica.StateMachine.
