@@ -209,17 +209,14 @@ const RefusedAtOpenTrailer = "tidal-refused-at-open"
 
 var refusedAtOpen = metadata.Pairs(RefusedAtOpenTrailer, "1")
 
-// received is one message off the stream, or why the stream ended.
-type received struct {
-	msg []byte
-	err error
-}
-
-// serveStream is one stream: a receiver goroutine reads requests, this
-// goroutine starts each in its own goroutine (so they reach the proposal
-// path together and are packed into shared raft entries), and a sender
-// goroutine writes the answers as they complete. gRPC's writer coalesces
-// answers sent together into one system call.
+// serveStream is one stream. A receiver goroutine reads requests and
+// starts each in its own goroutine (so they reach the proposal path
+// together and are packed into shared raft entries); each request's
+// goroutine writes its own answer (SendMsg under a lock only queues it for
+// gRPC's writer, which coalesces answers sent together into one system
+// call). A write's path thus crosses no goroutine of this service besides
+// its own (issue 14: one hand-off in and one out fewer than a dispatch
+// loop and a sender goroutine cost).
 func (s *Service) serveStream(_ any, ss grpc.ServerStream) error {
 	if err := s.authenticate(ss.Context()); err != nil {
 		ss.SetTrailer(refusedAtOpen)
@@ -236,76 +233,24 @@ func (s *Service) serveStream(_ any, ss grpc.ServerStream) error {
 	defer s.metrics.streams.Dec()
 	ctx := ss.Context()
 
-	out := make(chan []byte, 256)
-	sendDone := make(chan struct{})
-	go func() {
-		defer close(sendDone)
-		broken := false
-		for b := range out {
-			if !broken && ss.SendMsg(&b) != nil {
-				broken = true // keep draining so no request blocks on out
-			}
-		}
-	}()
+	st := &streamState{ss: ss}
+	recvDone := make(chan error, 1)
+	go func() { recvDone <- s.receive(ctx, st) }()
 
-	in := make(chan received, 64)
-	go func() {
-		for {
-			var msg []byte
-			err := ss.RecvMsg(&msg)
-			select {
-			case in <- received{msg, err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-
-	var inflight atomic.Int64
-	var wg sync.WaitGroup
 	var endErr error
-loop:
-	for {
-		select {
-		case r := <-in:
-			if r.err != nil {
-				if !errors.Is(r.err, io.EOF) {
-					endErr = r.err
-				}
-				break loop
-			}
-			if err := s.dispatch(ctx, r.msg, out, &inflight, &wg); err != nil {
-				endErr = err
-				break loop
-			}
-		case <-s.drain:
-			// Requests already received but not started are refused:
-			// certainly not applied, retry on another node.
-		drained:
-			for {
-				select {
-				case r := <-in:
-					if r.err != nil {
-						break drained
-					}
-					if req, err := requestID(r.msg); err == nil {
-						out <- s.refuse(req, &api.Error{Status: 503, Code: api.CodeUnavailable, RetryAfter: 1,
-							Message: "node is shutting down; this request was not taken"}, "shutdown")
-					}
-				default:
-					break drained
-				}
-			}
-			endErr = status.Error(codes.Unavailable, "node is shutting down; every request answered before this was taken or refused as said")
-			break loop
+	select {
+	case err := <-recvDone:
+		if err != nil && !errors.Is(err, io.EOF) {
+			endErr = err
 		}
+	case <-s.drain:
+		// Requests received from now on are not started (certainly not
+		// applied); those started are answered below.
+		st.stop()
+		endErr = status.Error(codes.Unavailable, "node is shutting down; every request answered before this was taken or refused as said")
 	}
-	wg.Wait()
-	close(out)
-	<-sendDone
+	st.wg.Wait()
+	st.closeSend()
 	if endErr != nil {
 		if _, ok := status.FromError(endErr); ok {
 			return endErr
@@ -315,28 +260,107 @@ loop:
 	return nil
 }
 
+// streamState is what a stream's receiver and its requests' goroutines
+// share.
+type streamState struct {
+	ss       grpc.ServerStream
+	inflight atomic.Int64
+	wg       sync.WaitGroup
+
+	mu      sync.Mutex // guards stopped
+	stopped bool       // no request is started any more
+
+	// sendMu serializes SendMsg and guards the fields below. It is not mu:
+	// a send blocked by flow control (a client slow to read its answers)
+	// must not stop the receiver from reading and starting requests.
+	sendMu sync.Mutex
+	closed bool // the handler is returning: nothing may be sent
+	broken bool // a send failed: the stream is gone
+}
+
+// start registers a request about to be started, unless the stream
+// stopped taking them.
+func (st *streamState) start() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.stopped {
+		return false
+	}
+	st.wg.Add(1)
+	return true
+}
+
+func (st *streamState) stop() {
+	st.mu.Lock()
+	st.stopped = true
+	st.mu.Unlock()
+}
+
+// send writes one answer. After a failed send the stream is gone and
+// answers are dropped, so no request blocks on it.
+func (st *streamState) send(b []byte) {
+	st.sendMu.Lock()
+	defer st.sendMu.Unlock()
+	if st.closed || st.broken {
+		return
+	}
+	if st.ss.SendMsg(&b) != nil {
+		st.broken = true
+	}
+}
+
+// closeSend is called once every started request has answered.
+func (st *streamState) closeSend() {
+	st.stop()
+	st.sendMu.Lock()
+	st.closed = true
+	st.sendMu.Unlock()
+}
+
+// receive reads requests until the stream ends, a request's header does
+// not read, or the stream stops taking requests, and starts each.
+func (s *Service) receive(ctx context.Context, st *streamState) error {
+	for {
+		var msg []byte
+		if err := st.ss.RecvMsg(&msg); err != nil {
+			return err
+		}
+		if err := s.dispatch(ctx, msg, st); err != nil {
+			st.stop()
+			return err
+		}
+	}
+}
+
 // dispatch starts one request, or refuses it at once. A request whose
 // header does not read ends the stream (InvalidArgument): there is no
 // request id to answer to.
-func (s *Service) dispatch(ctx context.Context, msg []byte, out chan<- []byte, inflight *atomic.Int64, wg *sync.WaitGroup) error {
+func (s *Service) dispatch(ctx context.Context, msg []byte, st *streamState) error {
 	req, err := requestID(msg)
 	if err != nil {
 		s.metrics.requests.WithLabelValues("malformed").Inc()
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
-	if n := inflight.Add(1); n > int64(s.opts.MaxInflightPerStream) {
-		inflight.Add(-1)
-		out <- s.refuse(req, &api.Error{Status: 503, Code: api.CodeUnavailable, RetryAfter: 1,
-			Message: fmt.Sprintf("%d requests in flight on this stream (the most it takes); wait for answers before sending more", s.opts.MaxInflightPerStream)}, "inflight_stream")
+	if !st.start() {
+		// Received while shutting down: refused, certainly not applied
+		// (dropped unanswered if the stream already ended).
+		st.send(s.refuse(req, &api.Error{Status: 503, Code: api.CodeUnavailable, RetryAfter: 1,
+			Message: "node is shutting down; this request was not taken"}, "shutdown"))
+		return nil
+	}
+	if n := st.inflight.Add(1); n > int64(s.opts.MaxInflightPerStream) {
+		st.inflight.Add(-1)
+		st.send(s.refuse(req, &api.Error{Status: 503, Code: api.CodeUnavailable, RetryAfter: 1,
+			Message: fmt.Sprintf("%d requests in flight on this stream (the most it takes); wait for answers before sending more", s.opts.MaxInflightPerStream)}, "inflight_stream"))
+		st.wg.Done()
 		return nil
 	}
 	s.metrics.inflight.Inc()
-	wg.Add(1)
 	go func() {
-		defer wg.Done()
-		defer inflight.Add(-1)
+		defer st.wg.Done()
+		defer st.inflight.Add(-1)
 		defer s.metrics.inflight.Dec()
-		out <- s.handle(ctx, req, msg)
+		st.send(s.handle(ctx, req, msg))
 	}()
 	return nil
 }

@@ -274,20 +274,29 @@ func (r *Replica) syncLoop() {
 	}
 }
 
-// deliver steps responses addressed to this node back into raft and sends
-// the rest to peers.
+// deliver sends the responses addressed to peers and then steps those
+// addressed to this node back into raft. Peers first: on a follower the
+// acknowledgement of a durable append (MsgAppResp) is what the leader
+// waits for to commit, and stepping first would put a rendezvous with
+// raft's goroutine in front of it (issue 14). Both only ever go out after
+// the write they acknowledge is durable, so their order does not matter
+// to raft.
 func (r *Replica) deliver(resps []*raftpb.Message) bool {
 	var peers []*raftpb.Message
 	for _, m := range resps {
 		if m.GetTo() != r.cfg.ID {
 			peers = append(peers, m)
+		}
+	}
+	r.send(peers)
+	for _, m := range resps {
+		if m.GetTo() != r.cfg.ID {
 			continue
 		}
 		if err := r.node.Step(r.haltCtx, m); err != nil {
 			return false
 		}
 	}
-	r.send(peers)
 	return true
 }
 
