@@ -241,6 +241,66 @@ func (s *StateMachine) snapshotLocked(w io.Writer) error {
 	return bw.Flush()
 }
 
+// SnapshotView implements replica.ViewStateMachine: the same bytes as
+// Snapshot, with the ledger and embedding-id sections encoded now (they
+// are small) and the vector store frozen (vectors.Store.Freeze) to be
+// encoded later, off the apply goroutine and without the store's lock
+// (issue 14).
+func (s *StateMachine) SnapshotView() (replica.SnapshotView, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var pre, post bytes.Buffer
+	pre.WriteString(smMagic)
+	var n [8]byte
+	binary.LittleEndian.PutUint64(n[:], s.applied)
+	pre.Write(n[:])
+	var sec bytes.Buffer
+	if err := s.ledger.Snapshot(&sec); err != nil {
+		return nil, err
+	}
+	binary.LittleEndian.PutUint64(n[:], uint64(sec.Len()))
+	pre.Write(n[:])
+	pre.Write(sec.Bytes())
+	store := s.vectors
+	if bugs.Active(bugs.DropVectorsInSnapshot) {
+		store = vectors.New(s.schema.EmbeddingDim) // planted: an empty store in place of ours
+	}
+	v := store.Freeze()
+	binary.LittleEndian.PutUint64(n[:], uint64(v.Size()))
+	pre.Write(n[:])
+	sec.Reset()
+	if err := s.embeds.snapshot(&sec); err != nil {
+		return nil, err
+	}
+	binary.LittleEndian.PutUint64(n[:], uint64(sec.Len()))
+	post.Write(n[:])
+	post.Write(sec.Bytes())
+	return &smView{pre: pre.Bytes(), vecs: v, post: post.Bytes()}, nil
+}
+
+// smView is a StateMachine snapshot with its vector section frozen.
+type smView struct {
+	pre, post []byte
+	vecs      *vectors.View
+}
+
+func (v *smView) Size() int64 { return int64(len(v.pre)) + v.vecs.Size() + int64(len(v.post)) }
+
+func (v *smView) WriteTo(w io.Writer) (int64, error) {
+	n, err := w.Write(v.pre)
+	total := int64(n)
+	if err != nil {
+		return total, err
+	}
+	m, err := v.vecs.WriteTo(w)
+	total += m
+	if err != nil {
+		return total, err
+	}
+	n, err = w.Write(v.post)
+	return total + int64(n), err
+}
+
 // Restore implements replica.StateMachine.
 func (s *StateMachine) Restore(r io.Reader) error {
 	br := bufio.NewReader(r)
