@@ -107,3 +107,43 @@ func TestFreezeCopiesAChunkOnce(t *testing.T) {
 		t.Fatal("expected chunk 1 to stay shared until written")
 	}
 }
+
+// A View is encoded on one goroutine while Puts (overwrites and appends)
+// go on on another: the encoding is the state at Freeze (run with -race:
+// the copy-on-write must leave the View's memory untouched).
+func TestViewEncodesWhilePutsGoOn(t *testing.T) {
+	const dim = 256 // 4096 vectors per chunk
+	s := New(dim)
+	r := rand.New(rand.NewPCG(11, 12))
+	for e := range uint64(9000) { // three chunks, the last one partly filled
+		if err := s.Put(e, randVec(r, dim)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var want bytes.Buffer
+	if err := s.Snapshot(&want); err != nil {
+		t.Fatal(err)
+	}
+	v := s.Freeze()
+	done := make(chan []byte)
+	go func() {
+		var got bytes.Buffer
+		if _, err := v.WriteTo(&got); err != nil {
+			t.Error(err)
+		}
+		done <- got.Bytes()
+	}()
+	w := rand.New(rand.NewPCG(13, 14))
+	for i := range 3000 {
+		e := uint64(w.IntN(9000)) // overwrite
+		if i%3 == 0 {
+			e = 9000 + uint64(i) // append
+		}
+		if err := s.Put(e, randVec(w, dim)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := <-done; !bytes.Equal(got, want.Bytes()) {
+		t.Fatalf("a View encoded during Puts differs from the state at Freeze (%d vs %d bytes)", len(got), want.Len())
+	}
+}
