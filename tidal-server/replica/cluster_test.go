@@ -45,6 +45,12 @@ type listSM struct {
 	applies  int // Apply calls this incarnation (entries, batched or not)
 	batches  int // ApplyBatch calls this incarnation
 	packed   int // commands applied from packed entries (Subs > 1)
+	// views makes CaptureSnapshot answer (replica.SnapshotCapturer); without
+	// it the replica calls Snapshot. encode, when set, runs wherever the
+	// state is encoded (Snapshot, or the captured encoder): a large state
+	// that takes as long to encode as the test says.
+	views  bool
+	encode func()
 }
 
 type smState struct {
@@ -108,9 +114,35 @@ func (s *listSM) SetApplied(index uint64) {
 }
 
 func (s *listSM) Snapshot(w io.Writer) error {
+	if s.encode != nil {
+		s.encode()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return json.NewEncoder(w).Encode(&s.st)
+}
+
+// CaptureSnapshot captures the state by encoding it (listSM is small);
+// the encoder it returns runs the encode hook, then writes those bytes.
+// Without views it answers nil: the replica calls Snapshot.
+func (s *listSM) CaptureSnapshot() (func(io.Writer) error, error) {
+	if !s.views {
+		return nil, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var b bytes.Buffer
+	if err := json.NewEncoder(&b).Encode(&s.st); err != nil {
+		return nil, err
+	}
+	hook := s.encode
+	return func(w io.Writer) error {
+		if hook != nil {
+			hook()
+		}
+		_, err := w.Write(b.Bytes())
+		return err
+	}, nil
 }
 
 func (s *listSM) Restore(r io.Reader) error {
@@ -518,6 +550,8 @@ type cluster struct {
 	peers []replica.Member
 	nodes map[uint64]*testNode
 	logs  *logBuffer
+	// setupSM, when set, adjusts each node's state machine as it starts.
+	setupSM func(*listSM)
 }
 
 func peerAddr(id uint64) string { return fmt.Sprintf("fake-%d", id) }
@@ -586,6 +620,9 @@ func (c *cluster) startWith(id uint64, join bool, mutate func(*replica.Config)) 
 		c.t.Fatalf("start node %d: already running", id)
 	}
 	nd.sm = &listSM{}
+	if c.setupSM != nil {
+		c.setupSM(nd.sm)
+	}
 	nd.ep = &endpoint{net: c.net, id: id, peers: map[uint64]string{}}
 	cfg := c.cfg
 	cfg.ID = id

@@ -59,3 +59,6 @@ func HoldPacks(r *Replica) (queued func() int, release func()) {
 // AgeHeard moves r's record of when it last heard from each peer ticks
 // further into the past, as if that many ticks had passed in silence.
 func AgeHeard(r *Replica, ticks uint64) { r.heardAt.now.Add(ticks) }
+
+// SnapshotIndex is the index of r's newest durable snapshot.
+func SnapshotIndex(r *Replica) uint64 { return r.snapIndex.Load() }

@@ -360,6 +360,19 @@ func (r *Replica) send(msgs []*raftpb.Message) {
 	}
 	out := make([]Outbound, 0, len(msgs))
 	for _, m := range msgs {
+		if m.GetType() == raftpb.MsgSnap {
+			// Marshalling a snapshot copies all its data (131 MB for
+			// 20,000 vectors of 1536): never on the Ready loop, whose
+			// ticks and heartbeats would wait for it (issue 14). The
+			// transport streams it on its own connection, so it never
+			// was ordered with the messages around it.
+			r.snapSends.Add(1)
+			go func() {
+				defer r.snapSends.Done()
+				r.sendSnapshot(m)
+			}()
+			continue
+		}
 		data, err := proto.Marshal(m)
 		if err != nil {
 			r.log.Error("marshal raft message", "type", m.GetType().String(), "err", err)
@@ -368,4 +381,15 @@ func (r *Replica) send(msgs []*raftpb.Message) {
 		out = append(out, Outbound{To: m.GetTo(), Snapshot: m.GetType() == raftpb.MsgSnap, Data: data})
 	}
 	r.cfg.Transport.Send(out)
+}
+
+// sendSnapshot marshals one MsgSnap and hands it to the transport.
+func (r *Replica) sendSnapshot(m *raftpb.Message) {
+	data, err := proto.Marshal(m)
+	if err != nil {
+		r.log.Error("marshal raft message", "type", m.GetType().String(), "err", err)
+		r.node.ReportSnapshot(m.GetTo(), raft.SnapshotFailure)
+		return
+	}
+	r.cfg.Transport.Send([]Outbound{{To: m.GetTo(), Snapshot: true, Data: data}})
 }

@@ -144,3 +144,89 @@ func TestReadyLoopKeepsDrainingWhileLearnerPromotionWaits(t *testing.T) {
 	c.mustPropose(2, "from-new-voter")
 	c.waitConverged(1, 2)
 }
+
+// Regression (issue 14, embeddings): the state was encoded into memory on
+// the apply goroutine, so while a large snapshot (131 MB of vectors) was
+// encoded nothing was applied — no write completed — and the encoding's
+// allocations stalled the whole process past an election timeout. Now the
+// apply goroutine only freezes the state (SnapshotView) and the snapshot
+// goroutine encodes it: while the encoding is stuck, writes keep being
+// applied and acknowledged on every node, the Ready loops keep taking
+// Readys, and once it finishes the snapshot restores exactly (restart).
+func TestWritesApplyWhileLargeSnapshotIsEncoded(t *testing.T) {
+	encoding := make(chan struct{}, 16)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	c := newCluster(t, 3, func(cfg *replica.Config) {
+		cfg.SnapshotEvery = 20
+		cfg.SnapshotCatchUp = 5
+	})
+	c.setupSM = func(sm *listSM) {
+		sm.views = true
+		sm.encode = func() {
+			select {
+			case encoding <- struct{}{}:
+			default:
+			}
+			<-release
+		}
+	}
+	for id := uint64(1); id <= 3; id++ { // restart with the hook in place
+		c.stop(id)
+	}
+	for id := uint64(1); id <= 3; id++ {
+		c.start(id, false)
+	}
+	t.Cleanup(unblock) // before the cluster's cleanup stops the nodes
+	lead := c.waitLeader()
+	for i := 0; i < 25; i++ {
+		c.mustPropose(lead, fmt.Sprintf("before-%02d", i))
+	}
+	select {
+	case <-encoding:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no node began encoding a snapshot after 25 writes (SnapshotEvery 20)")
+	}
+	bases := map[uint64]uint64{}
+	for id := uint64(1); id <= 3; id++ {
+		bases[id] = replica.ReadiesHandled(c.node(id).r)
+	}
+	for i := 0; i < 40; i++ {
+		if _, err := c.proposeRetrying(lead, fmt.Sprintf("during-%02d", i), 30*time.Second); err != nil {
+			t.Fatalf("write %d while a snapshot is being encoded: %v", i, err)
+		}
+	}
+	st := c.waitConverged()
+	for id := uint64(1); id <= 3; id++ {
+		if n := replica.ReadiesHandled(c.node(id).r); n < bases[id]+20 {
+			t.Errorf("node %d took %d Readys while its snapshot was encoded", id, n-bases[id])
+		}
+	}
+	unblock()
+	waitFor(t, 30*time.Second, "every node to finish its snapshot", func() (bool, string) {
+		for id := uint64(1); id <= 3; id++ {
+			if idx := replica.SnapshotIndex(c.node(id).r); idx < 20 {
+				return false, fmt.Sprintf("node %d snapshot index %d", id, idx)
+			}
+		}
+		return true, ""
+	})
+	// Restart every node: each rebuilds from its snapshot and WAL.
+	for id := uint64(1); id <= 3; id++ {
+		c.stop(id)
+	}
+	for id := uint64(1); id <= 3; id++ {
+		c.start(id, false)
+	}
+	c.waitLeader()
+	after := c.waitConverged()
+	if after.Digest != st.Digest || len(after.Entries) != len(st.Entries) {
+		t.Fatalf("after restart: %d entries digest %s, before: %d entries digest %s", len(after.Entries), after.Digest, len(st.Entries), st.Digest)
+	}
+	for id := uint64(1); id <= 3; id++ {
+		if restores, _ := c.node(id).sm.counts(); restores == 0 {
+			t.Errorf("node %d restarted without restoring its snapshot", id)
+		}
+	}
+}

@@ -58,7 +58,8 @@ type StateMachine interface {
 // go on being applied, and must write the bytes Snapshot would have
 // written at the capture. A replica whose state machine is one never
 // encodes a periodic snapshot on the apply path, which otherwise holds up
-// every write's acknowledgement for as long as the encoding takes.
+// every write's acknowledgement for as long as the encoding takes. A nil
+// encode with a nil error means: call Snapshot, on the apply goroutine.
 type SnapshotCapturer interface {
 	StateMachine
 	CaptureSnapshot() (encode func(io.Writer) error, err error)
@@ -280,7 +281,8 @@ type Replica struct {
 	haltCancel  context.CancelFunc
 	haltOnce    sync.Once
 	wg          sync.WaitGroup
-	done        chan struct{} // closed once every goroutine returned and raft stopped
+	snapSends   sync.WaitGroup // MsgSnaps being marshalled off the Ready loop
+	done        chan struct{}  // closed once every goroutine returned and raft stopped
 	stopOnce    sync.Once
 }
 
@@ -467,6 +469,7 @@ func Start(cfg Config) (*Replica, error) {
 	go r.promoteLoop()
 	go func() {
 		r.wg.Wait()
+		r.snapSends.Wait()
 		r.node.Stop()
 		close(r.done)
 	}()

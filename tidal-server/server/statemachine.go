@@ -224,29 +224,28 @@ func (s *StateMachine) Snapshot(w io.Writer) error {
 // CaptureSnapshot implements replica.SnapshotCapturer: it takes the state
 // as it is now, under the read lock, and returns what encodes it later
 // (into the bytes Snapshot would have written now), from any goroutine
-// and while Apply goes on. The ledger, whose encoding is the long part
-// (its id memory above all), is captured without being encoded
-// (ledger.Captured); the vectors and the embedding write ids are encoded
-// here, as before.
+// and while Apply goes on. The two large sections are taken without being
+// encoded: the ledger copied (ledger.Captured: aggregates copied, the
+// append-only id memory shared) and the vector store frozen
+// (vectors.Store.Freeze: copy-on-write chunks); only the embedding write
+// ids, which are small, are encoded here.
 func (s *StateMachine) CaptureSnapshot() (func(io.Writer) error, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	applied := s.applied
 	led := s.ledger.Capture()
-	vecs := s.vectors.Snapshot
+	store := s.vectors
 	if bugs.Active(bugs.DropVectorsInSnapshot) {
-		vecs = vectors.New(s.schema.EmbeddingDim).Snapshot // planted: an empty store in place of ours
+		store = vectors.New(s.schema.EmbeddingDim) // planted: an empty store in place of ours
 	}
-	var vbuf, ebuf bytes.Buffer
-	if err := vecs(&vbuf); err != nil {
-		return nil, err
-	}
+	vecs := store.Freeze()
+	var ebuf bytes.Buffer
 	if err := s.embeds.snapshot(&ebuf); err != nil {
 		return nil, err
 	}
 	return func(w io.Writer) error {
-		if b, ok := w.(*bytes.Buffer); ok {
-			return encodeInto(b, applied, led, &vbuf, &ebuf)
+		if b, ok := w.(snapshotBuffer); ok {
+			return encodeInto(b, applied, led, vecs, &ebuf)
 		}
 		var lbuf bytes.Buffer
 		if err := led.Snapshot(&lbuf); err != nil {
@@ -257,20 +256,37 @@ func (s *StateMachine) CaptureSnapshot() (func(io.Writer) error, error) {
 		var n [8]byte
 		binary.LittleEndian.PutUint64(n[:], applied)
 		bw.Write(n[:])
-		for _, sec := range []*bytes.Buffer{&lbuf, &vbuf, &ebuf} {
-			binary.LittleEndian.PutUint64(n[:], uint64(sec.Len()))
-			bw.Write(n[:])
-			bw.Write(sec.Bytes())
+		binary.LittleEndian.PutUint64(n[:], uint64(lbuf.Len()))
+		bw.Write(n[:])
+		bw.Write(lbuf.Bytes())
+		binary.LittleEndian.PutUint64(n[:], uint64(vecs.Size()))
+		bw.Write(n[:])
+		if _, err := vecs.WriteTo(bw); err != nil {
+			return err
 		}
+		binary.LittleEndian.PutUint64(n[:], uint64(ebuf.Len()))
+		bw.Write(n[:])
+		bw.Write(ebuf.Bytes())
 		return bw.Flush()
 	}, nil
 }
 
+// snapshotBuffer is a bytes.Buffer, or a writer around one (the replica
+// paces its encoder: replica.pacedBuffer), whose bytes can be patched
+// after they are written.
+type snapshotBuffer interface {
+	io.Writer
+	io.StringWriter
+	Len() int
+	Bytes() []byte
+}
+
 // encodeInto writes the snapshot into b with the ledger's section, the
-// largest, encoded in place and its length filled in afterwards, so that
-// the section is not built in a buffer of its own and copied: a snapshot
-// is encoded (by the replica, into a buffer) while the node serves.
-func encodeInto(b *bytes.Buffer, applied uint64, led *ledger.Captured, vbuf, ebuf *bytes.Buffer) error {
+// largest after the vectors, encoded in place and its length filled in
+// afterwards, so that the section is not built in a buffer of its own and
+// copied: a snapshot is encoded (by the replica, into a buffer) while the
+// node serves. The frozen vectors write straight into b.
+func encodeInto(b snapshotBuffer, applied uint64, led *ledger.Captured, vecs *vectors.View, ebuf *bytes.Buffer) error {
 	var n [8]byte
 	b.WriteString(smMagic)
 	binary.LittleEndian.PutUint64(n[:], applied)
@@ -281,11 +297,14 @@ func encodeInto(b *bytes.Buffer, applied uint64, led *ledger.Captured, vbuf, ebu
 		return err
 	}
 	binary.LittleEndian.PutUint64(b.Bytes()[at:], uint64(b.Len()-at-8))
-	for _, sec := range []*bytes.Buffer{vbuf, ebuf} {
-		binary.LittleEndian.PutUint64(n[:], uint64(sec.Len()))
-		b.Write(n[:])
-		b.Write(sec.Bytes())
+	binary.LittleEndian.PutUint64(n[:], uint64(vecs.Size()))
+	b.Write(n[:])
+	if _, err := vecs.WriteTo(b); err != nil {
+		return err
 	}
+	binary.LittleEndian.PutUint64(n[:], uint64(ebuf.Len()))
+	b.Write(n[:])
+	b.Write(ebuf.Bytes())
 	return nil
 }
 

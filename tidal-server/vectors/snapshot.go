@@ -2,6 +2,7 @@ package vectors
 
 import (
 	"bufio"
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -37,7 +38,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 func (s *Store) Snapshot(w io.Writer) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.encodeLocked(w)
+	return s.viewLocked().encode(w)
 }
 
 // Digest returns the hex SHA-256 of the canonical encoding (see Snapshot):
@@ -47,33 +48,103 @@ func (s *Store) Digest() string {
 	h := sha256.New()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if err := s.encodeLocked(h); err != nil {
+	if err := s.viewLocked().encode(h); err != nil {
 		// hash.Hash.Write never fails.
 		panic(fmt.Sprintf("vectors: hashing state: %v", err))
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-func (s *Store) encodeLocked(w io.Writer) error {
+// View is the store's state frozen at one moment, to be encoded later
+// without holding the store's lock (issue 14: a 100,000-vector store is
+// 614 MB; encoding it on the apply goroutine stalled every node). Freeze
+// costs one slice header per chunk; the store copies a chunk only when a
+// Put overwrites a vector in it while a View may still read it. A View is
+// read-only and safe to encode from any one goroutine while the store
+// goes on changing.
+type View struct {
+	dim      int
+	perChunk int
+	entities []uint64    // slot -> entity, frozen length
+	chunks   [][]float32 // frozen chunk headers
+}
+
+// Freeze returns a View of the store as it is now (see View).
+func (s *Store) Freeze() *View {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.shared {
+		s.shared[c] = true
+	}
+	return s.viewLocked()
+}
+
+// viewLocked returns the current state as a View without protecting it
+// from later Puts: callers encode it before they release the lock, or
+// mark the chunks shared (Freeze).
+func (s *Store) viewLocked() *View {
+	return &View{dim: s.dim, perChunk: s.perChunk,
+		entities: s.entities[:len(s.entities):len(s.entities)],
+		chunks:   slices.Clone(s.chunks)}
+}
+
+// Size is the exact length in bytes of the View's encoding.
+func (v *View) Size() int64 {
+	return headerSize + int64(len(v.entities))*int64(8+4*v.dim) + 4
+}
+
+// Len is the number of entities in the View.
+func (v *View) Len() int { return len(v.entities) }
+
+func (v *View) vec(i int) []float32 {
+	c := v.chunks[i/v.perChunk]
+	off := (i % v.perChunk) * v.dim
+	return c[off : off+v.dim : off+v.dim]
+}
+
+// WriteTo writes the View's canonical encoding (the format Snapshot
+// writes) to w.
+func (v *View) WriteTo(w io.Writer) (int64, error) {
+	cw := &countingWriter{w: w}
+	err := v.encode(cw)
+	return cw.n, err
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (v *View) encode(w io.Writer) error {
 	crc := crc32.New(castagnoli)
 	bw := bufio.NewWriterSize(io.MultiWriter(w, crc), 1<<16)
 
 	var hdr [headerSize]byte
 	copy(hdr[:8], snapshotMagic)
 	binary.LittleEndian.PutUint32(hdr[8:], snapshotVersion)
-	binary.LittleEndian.PutUint32(hdr[12:], uint32(s.dim))
-	binary.LittleEndian.PutUint64(hdr[16:], uint64(len(s.entities)))
+	binary.LittleEndian.PutUint32(hdr[12:], uint32(v.dim))
+	binary.LittleEndian.PutUint64(hdr[16:], uint64(len(v.entities)))
 	if _, err := bw.Write(hdr[:]); err != nil {
 		return fmt.Errorf("vectors: writing snapshot header: %w", err)
 	}
 
-	order := slices.Clone(s.entities)
-	slices.Sort(order)
-	rec := make([]byte, 8+4*s.dim)
-	for _, e := range order {
-		i := s.slot[e]
+	// Slots in ascending entity order.
+	order := make([]int32, len(v.entities))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int { return cmp.Compare(v.entities[a], v.entities[b]) })
+	rec := make([]byte, 8+4*v.dim)
+	for _, i := range order {
+		e := v.entities[i]
 		binary.LittleEndian.PutUint64(rec, e)
-		for j, x := range s.vec(i) {
+		for j, x := range v.vec(int(i)) {
 			binary.LittleEndian.PutUint32(rec[8+4*j:], math.Float32bits(x))
 		}
 		if _, err := bw.Write(rec); err != nil {
@@ -154,7 +225,7 @@ func (s *Store) Restore(r io.Reader) error {
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.slot, s.entities, s.norms, s.chunks = next.slot, next.entities, next.norms, next.chunks
+	s.slot, s.entities, s.norms, s.chunks, s.shared = next.slot, next.entities, next.norms, next.chunks, next.shared
 	return nil
 }
 

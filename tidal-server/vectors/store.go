@@ -79,6 +79,11 @@ type Store struct {
 	// doubling (60 µs per new 1536-dim vector in BenchmarkPut/new).
 	chunks   [][]float32
 	perChunk int
+	// shared[c] is set while a View (an unfinished snapshot) may read
+	// chunk c: the next Put that overwrites a vector in it copies the
+	// chunk first (copy-on-write), so the View keeps the bytes it froze.
+	// Appends need no copy: a View never reads past the length it froze.
+	shared []bool
 }
 
 // chunkFloats is the target size of a chunk: 4 MiB of float32s.
@@ -170,12 +175,19 @@ func (s *Store) putLocked(entity uint64, vec []float32, norm float64) {
 		s.norms = append(s.norms, norm)
 		if i%s.perChunk == 0 {
 			s.chunks = append(s.chunks, make([]float32, 0, s.perChunk*s.dim))
+			s.shared = append(s.shared, false)
 		}
 		last := len(s.chunks) - 1
 		s.chunks[last] = append(s.chunks[last], vec...)
 		return
 	}
 	s.norms[i] = norm
+	if c := i / s.perChunk; s.shared[c] {
+		old := s.chunks[c]
+		s.chunks[c] = make([]float32, len(old), cap(old))
+		copy(s.chunks[c], old)
+		s.shared[c] = false
+	}
 	copy(s.vec(i), vec)
 }
 
