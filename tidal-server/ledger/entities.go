@@ -1,7 +1,5 @@
 package ledger
 
-import "slices"
-
 // The entity state's layout (issue 14, build item 2). Before, a fold
 // followed five dependent pointers — entity map → entityState → cells
 // slice → cell → buckets — each a likely cache miss over 100,000 random
@@ -15,9 +13,9 @@ import "slices"
 //   - the cells of slot s are cells[s·signals : (s+1)·signals], inline and
 //     adjacent, so one entity's signals share cache lines; a cell whose
 //     count is 0 is absent (a present cell has count ≥ 1);
-//   - a present cell's window buckets are the slices
-//     bkts[cell.bkt : cell.bkt+bucketed], allocated when the cell first
-//     gets an event.
+//   - a present cell's windows are the records
+//     wins[cell.bkt : cell.bkt+bucketed] (chunked, see winRec), allocated
+//     when the cell first gets an event.
 //
 // What is stored is exactly what the old layout stored, so the canonical
 // encoding (snapshots, digests) is unchanged; TestStateBytesUnchangedByLayout
@@ -91,34 +89,97 @@ func (l *Ledger) entitySlot(id uint64) int {
 	return int(s)
 }
 
+// Cells and window records live in fixed-size chunks (issue 14, wave 5):
+// one growing slice of every cell was copied whole each time it grew
+// (append's 1.25× steps past 256 elements), and while a node met new
+// entities that copying — memmove and the page faults of each new array —
+// was a quarter of a follower's CPU under 100-event batches. A chunk is
+// never copied; a cell or record keeps its address for the ledger's life.
+const (
+	cellChunkShift = 10 // entities per cell chunk: 1 << cellChunkShift
+	cellChunkMask  = 1<<cellChunkShift - 1
+	winChunkLen    = 4096 // window records per chunk
+)
+
 // addEntity gives entity id a slot with every cell absent.
 func (l *Ledger) addEntity(id uint64) int {
 	s := len(l.ids)
 	l.ids = append(l.ids, id)
-	n := len(l.cells)
-	l.cells = slices.Grow(l.cells, len(l.sigs))[:n+len(l.sigs)]
-	clear(l.cells[n:])
+	if s&cellChunkMask == 0 {
+		l.cells = append(l.cells, make([]cell, (cellChunkMask+1)*len(l.sigs)))
+	}
 	l.index.insert(id, uint32(s))
 	return s
 }
 
 // cellAt returns the cell of (slot, signal index); absent when count is 0.
 func (l *Ledger) cellAt(slot, si int) *cell {
-	return &l.cells[slot*len(l.sigs)+si]
+	return &l.cells[slot>>cellChunkShift][(slot&cellChunkMask)*len(l.sigs)+si]
 }
 
-// cellBuckets returns a present cell's bucket slices, one per bucketed
-// window of its signal.
-func (l *Ledger) cellBuckets(c *cell, spec *sigSpec) [][]bucket {
-	return l.bkts[c.bkt : int(c.bkt)+spec.bucketed : int(c.bkt)+spec.bucketed]
+// A window's buckets are held in its record (issue 14, wave 5): up to
+// inlineBuckets of them inline, more in a slice of l.spills the record
+// names. Before, every window of every present cell had its own small
+// bucket array behind a slice header (two dependent cache misses per
+// window on each fold, and an object per window for the collector to
+// scan); most windows of most cells hold one to three buckets, which now
+// sit next to each other in one record without pointers. What a window
+// holds, and so the canonical encoding, is unchanged.
+const inlineBuckets = 3
+
+type winRec struct {
+	buf   [inlineBuckets]bucket
+	n     uint8  // buckets in buf when spill is 0
+	spill uint32 // 1 + index into Ledger.spills; 0: the buckets are buf[:n]
+}
+
+// cellWins returns a present cell's window records, one per bucketed
+// window of its signal (in winSpec.bucket order).
+func (l *Ledger) cellWins(c *cell, spec *sigSpec) []winRec {
+	if spec.bucketed == 0 {
+		return nil
+	}
+	off := int(c.bkt % winChunkLen)
+	return l.wins[c.bkt/winChunkLen][off : off+spec.bucketed : off+spec.bucketed]
+}
+
+// winBuckets returns a window's buckets. Unspilled, the slice is the
+// record's own array (capacity inlineBuckets), so addToBuckets inserts
+// in place until it needs more room.
+func (l *Ledger) winBuckets(r *winRec) []bucket {
+	if r.spill != 0 {
+		return l.spills[r.spill-1]
+	}
+	return r.buf[:r.n]
+}
+
+// setWinBuckets stores bs as the window's buckets: inline while they fit
+// and the window never spilled, in its spill slice otherwise (a window
+// that spilled stays spilled).
+func (l *Ledger) setWinBuckets(r *winRec, bs []bucket) {
+	switch {
+	case r.spill != 0:
+		l.spills[r.spill-1] = bs
+	case len(bs) <= inlineBuckets:
+		copy(r.buf[:], bs)
+		r.n = uint8(len(bs))
+	default:
+		l.spills = append(l.spills, bs)
+		r.spill = uint32(len(l.spills))
+	}
 }
 
 // present makes an absent cell present (count still 0: the caller folds).
 func (l *Ledger) present(c *cell, spec *sigSpec, anchor int64) {
 	c.anchor = anchor
-	c.bkt = uint32(len(l.bkts))
-	for range spec.bucketed {
-		l.bkts = append(l.bkts, nil)
+	if spec.bucketed > 0 {
+		// A cell's records never straddle two chunks.
+		if off := l.nwins % winChunkLen; off == 0 || off+spec.bucketed > winChunkLen {
+			l.nwins += (winChunkLen - off) % winChunkLen
+			l.wins = append(l.wins, make([]winRec, winChunkLen))
+		}
+		c.bkt = uint32(l.nwins)
+		l.nwins += spec.bucketed
 	}
 	l.keys++
 }

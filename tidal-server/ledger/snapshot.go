@@ -115,7 +115,9 @@ func (l *Ledger) encode(e *encoder) {
 			e.f64(c.weightSum)
 			e.varint(c.anchor)
 			e.f64(c.decayed)
-			for _, bs := range l.cellBuckets(c, &l.sigs[si]) {
+			ws := l.cellWins(c, &l.sigs[si])
+			for i := range ws {
+				bs := l.winBuckets(&ws[i])
 				e.uvarint(uint64(len(bs)))
 				for _, b := range bs {
 					e.varint(b.k)
@@ -209,7 +211,7 @@ func (l *Ledger) Restore(r io.Reader) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.applied, l.nextPos = fresh.applied, 0
-	l.index, l.ids, l.cells, l.bkts = fresh.index, fresh.ids, fresh.cells, fresh.bkts
+	l.index, l.ids, l.cells, l.wins, l.nwins, l.spills = fresh.index, fresh.ids, fresh.cells, fresh.wins, fresh.nwins, fresh.spills
 	l.keys, l.buckets = fresh.keys, fresh.buckets
 	l.cur, l.old = fresh.cur, fresh.old
 	return nil
@@ -270,7 +272,7 @@ func (l *Ledger) decode(d *decoder) error {
 			anchor := c.anchor
 			l.present(c, &l.sigs[si], anchor)
 			l.keys-- // counted below, as before
-			bkts := l.cellBuckets(c, &l.sigs[si])
+			ws := l.cellWins(c, &l.sigs[si])
 			for _, w := range l.sigs[si].windows {
 				if w.bucket < 0 {
 					continue
@@ -287,7 +289,7 @@ func (l *Ledger) decode(d *decoder) error {
 					}
 					bs = append(bs, b)
 				}
-				bkts[w.bucket] = bs
+				l.setWinBuckets(&ws[w.bucket], bs)
 				l.buckets += len(bs)
 			}
 			l.keys++
