@@ -1,5 +1,7 @@
 package ledger
 
+import "fmt"
+
 // The entity state's layout (issue 14, build item 2). Before, a fold
 // followed five dependent pointers — entity map → entityState → cells
 // slice → cell → buckets — each a likely cache miss over 100,000 random
@@ -118,19 +120,56 @@ func (l *Ledger) cellAt(slot, si int) *cell {
 }
 
 // A window's buckets are held in its record (issue 14, wave 5): up to
-// inlineBuckets of them inline, more in a slice of l.spills the record
-// names. Before, every window of every present cell had its own small
-// bucket array behind a slice header (two dependent cache misses per
-// window on each fold, and an object per window for the collector to
+// inlineBuckets of them inline, more in a region of the spill arena the
+// record names. Before, every window of every present cell had its own
+// small bucket array behind a slice header (two dependent cache misses
+// per window on each fold, and an object per window for the collector to
 // scan); most windows of most cells hold one to three buckets, which now
-// sit next to each other in one record without pointers. What a window
-// holds, and so the canonical encoding, is unchanged.
+// sit next to each other in one record, and nothing here holds a pointer.
+// What a window holds, and so the canonical encoding, is unchanged.
 const inlineBuckets = 3
 
 type winRec struct {
 	buf   [inlineBuckets]bucket
-	n     uint8  // buckets in buf when spill is 0
-	spill uint32 // 1 + index into Ledger.spills; 0: the buckets are buf[:n]
+	n     uint8  // buckets held (in buf, or in the spill region)
+	class uint8  // spilled: the region holds spillMin << class buckets
+	spill uint32 // 1 + offset of the region in the arena; 0: buf[:n]
+}
+
+// The spill arena: regions of spillMin << class buckets (8 to 64; a
+// window holds at most BucketsPerWindow+1 = 61) carved from chunks that
+// never move, a free list per class. A region is freed when its window
+// needs a larger one.
+const (
+	spillMin      = 8
+	spillClasses  = 4
+	spillChunkLen = 1 << 16 // buckets per arena chunk, a multiple of every region
+)
+
+type spillArena struct {
+	chunks [][]bucket
+	n      int // buckets handed out from the chunks
+	free   [spillClasses][]uint32
+}
+
+func (a *spillArena) region(off uint32, n, class uint8) []bucket {
+	c, o := off/spillChunkLen, off%spillChunkLen
+	return a.chunks[c][o : o+uint32(n) : o+spillMin<<class]
+}
+
+func (a *spillArena) alloc(class uint8) uint32 {
+	if f := a.free[class]; len(f) > 0 {
+		a.free[class] = f[:len(f)-1]
+		return f[len(f)-1]
+	}
+	size := spillMin << class
+	if off := a.n % spillChunkLen; off == 0 || off+size > spillChunkLen {
+		a.n += (spillChunkLen - off) % spillChunkLen
+		a.chunks = append(a.chunks, make([]bucket, spillChunkLen))
+	}
+	off := a.n
+	a.n += size
+	return uint32(off)
 }
 
 // cellWins returns a present cell's window records, one per bucketed
@@ -143,30 +182,41 @@ func (l *Ledger) cellWins(c *cell, spec *sigSpec) []winRec {
 	return l.wins[c.bkt/winChunkLen][off : off+spec.bucketed : off+spec.bucketed]
 }
 
-// winBuckets returns a window's buckets. Unspilled, the slice is the
-// record's own array (capacity inlineBuckets), so addToBuckets inserts
-// in place until it needs more room.
+// winBuckets returns a window's buckets: the record's own array or its
+// spill region, with their capacity, so addToBuckets inserts in place
+// until it needs more room (and then returns a new slice for
+// setWinBuckets to store).
 func (l *Ledger) winBuckets(r *winRec) []bucket {
 	if r.spill != 0 {
-		return l.spills[r.spill-1]
+		return l.spills.region(r.spill-1, r.n, r.class)
 	}
 	return r.buf[:r.n]
 }
 
 // setWinBuckets stores bs as the window's buckets: inline while they fit
-// and the window never spilled, in its spill slice otherwise (a window
-// that spilled stays spilled).
+// and the window never spilled, else in its spill region, moved to a
+// larger one when bs outgrew it (a window that spilled stays spilled).
 func (l *Ledger) setWinBuckets(r *winRec, bs []bucket) {
-	switch {
-	case r.spill != 0:
-		l.spills[r.spill-1] = bs
-	case len(bs) <= inlineBuckets:
+	if r.spill == 0 && len(bs) <= inlineBuckets {
 		copy(r.buf[:], bs)
 		r.n = uint8(len(bs))
-	default:
-		l.spills = append(l.spills, bs)
-		r.spill = uint32(len(l.spills))
+		return
 	}
+	if r.spill == 0 || len(bs) > spillMin<<r.class {
+		class := uint8(0)
+		for len(bs) > spillMin<<class {
+			class++
+		}
+		if class >= spillClasses {
+			panic(fmt.Sprintf("ledger: a window of %d buckets (at most %d are kept)", len(bs), BucketsPerWindow+1))
+		}
+		if r.spill != 0 {
+			l.spills.free[r.class] = append(l.spills.free[r.class], r.spill-1)
+		}
+		r.spill, r.class = l.spills.alloc(class)+1, class
+	}
+	r.n = uint8(len(bs))
+	copy(l.spills.region(r.spill-1, r.n, r.class), bs)
 }
 
 // present makes an absent cell present (count still 0: the caller folds).

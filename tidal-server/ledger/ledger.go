@@ -50,7 +50,7 @@ type Ledger struct {
 	cells    [][]cell
 	wins     [][]winRec
 	nwins    int
-	spills   [][]bucket
+	spills   spillArena
 	keys     int // (entity, signal) pairs with at least one event
 	buckets  int // window buckets held, over all keys
 	cur, old *generation
@@ -141,7 +141,7 @@ func New(s Schema, o Options) *Ledger {
 func (l *Ledger) reset() {
 	l.applied, l.nextPos = 0, 0
 	l.index = newEntityTable()
-	l.ids, l.cells, l.wins, l.nwins, l.spills = nil, nil, nil, 0, nil
+	l.ids, l.cells, l.wins, l.nwins, l.spills = nil, nil, nil, 0, spillArena{}
 	l.keys, l.buckets = 0, 0
 	l.cur = newGeneration(l.idsPerGen)
 	l.old = newGeneration(0)

@@ -90,10 +90,8 @@ func (l *Ledger) prefetchFold(events []Event, class []int8, slots []int32) []int
 		}
 		ws := l.cellWins(c, &l.sigs[class[i]])
 		for j := range ws {
-			if ws[j].spill != 0 {
-				if bs := l.spills[ws[j].spill-1]; len(bs) > 0 {
-					sink += bs[len(bs)-1].n
-				}
+			if r := &ws[j]; r.spill != 0 && r.n > 0 {
+				sink += l.winBuckets(r)[r.n-1].n
 			}
 		}
 	}
