@@ -270,6 +270,7 @@ underscores (client_addr, data_dir, ...).
 	f.IntVar(&cfg.MaxInflightWrites, "max-inflight-writes", 4096, "writes admitted at once; more get 503 + Retry-After")
 	f.DurationVar(&cfg.WriteTimeout, "write-timeout", 5*time.Second, "time a write may wait for commit before 504 (outcome unknown)")
 	f.IntVar(&cfg.IDsPerGeneration, "ids-per-generation", 500000, "event id memory: a retry is recognised within this many later ids")
+	f.BoolVar(&cfg.SkipEarlyIDCheck, "skip-early-id-check", false, "propose a write without first checking its ids against the remembered ones (that pre-check repeats apply's lookups); a reused id with another payload is then refused by apply, still 409, its log position consumed")
 	f.BoolVar(&cfg.EnablePprof, "enable-pprof", false, "serve Go's /debug/pprof/ on the client address (admin role when authentication is on)")
 	f.StringVar(&cfg.CertsDir, "certs-dir", cfg.CertsDir, "directory with ca.crt, node.crt, node.key (tidal-server certs ...): mutual TLS between nodes, TLS with HTTP/2 for clients")
 	f.BoolVar(&cfg.Insecure, "insecure", cfg.Insecure, "without --certs-dir, allow binding non-loopback addresses in plaintext (logged as a warning)")
@@ -466,6 +467,8 @@ func mergeConfig(file, flags server.Config, set *pflag.FlagSet) server.Config {
 			out.EnablePprof = flags.EnablePprof
 		case "ids-per-generation":
 			out.IDsPerGeneration = flags.IDsPerGeneration
+		case "skip-early-id-check":
+			out.SkipEarlyIDCheck = flags.SkipEarlyIDCheck
 		case "certs-dir":
 			out.CertsDir = flags.CertsDir
 		case "insecure":

@@ -332,3 +332,26 @@ func TestWriteDeadlineIs504(t *testing.T) {
 		t.Fatalf("backend saw deadline %v for a 20ms write timeout started at %v", deadline, start)
 	}
 }
+
+// TestSkipEarlyCheckLeavesConflictsToApply: with SkipEarlyCheck the
+// pre-check is not called, and a reused id with another payload is still
+// refused with 409 naming the event (by the write path's apply, which
+// stays authoritative), nothing of the batch applied.
+func TestSkipEarlyCheckLeavesConflictsToApply(t *testing.T) {
+	e := newEnv(t, Options{SkipEarlyCheck: true})
+	want204(t, e.post("/v1/signals", `{"events":[{"id":"a","entity":1,"signal":"view"}]}`))
+	rec := e.post("/v1/signals", `{"events":[{"id":"b","entity":1,"signal":"view"},{"id":"a","entity":2,"signal":"view"}]}`)
+	wantError(t, rec, http.StatusConflict, CodeConflict, "events[1].id")
+	if n := e.fake.checkCalls.Load(); n != 0 {
+		t.Fatalf("the pre-check ran %d times with SkipEarlyCheck", n)
+	}
+	if n, _ := e.fake.applied(); n != 1 {
+		t.Fatalf("%d events applied, want 1", n)
+	}
+	// The default still checks first.
+	d := newEnv(t, Options{})
+	want204(t, d.post("/v1/signals", `{"events":[{"id":"a","entity":1,"signal":"view"}]}`))
+	if n := d.fake.checkCalls.Load(); n != 1 {
+		t.Fatalf("the pre-check ran %d times by default, want 1", n)
+	}
+}

@@ -76,6 +76,10 @@ func decodeEvents(msg []byte, in eventDecoder) ([]ledger.Event, error) {
 		return nil, in.Invalid("events", "request declares %d events but holds %d bytes", n, len(rest))
 	}
 	events := make([]ledger.Event, n)
+	// Every id is a substring of one copy of the events: one allocation
+	// per request instead of one per event (101 → 2 for 100 events), as
+	// the HTTP API's decoder does.
+	all := string(rest)
 	for i := range events {
 		field := func(key string) string { return fmt.Sprintf("events[%d].%s", i, key) }
 		if len(rest) < 1+8 {
@@ -87,6 +91,7 @@ func decodeEvents(msg []byte, in eventDecoder) ([]ledger.Event, error) {
 		}
 		e := ledger.Event{Entity: binary.LittleEndian.Uint64(rest[1:]), Weight: 1}
 		rest = rest[9:]
+		idAt := len(all) - len(rest) + 2 // the id's bytes, after their u16 length
 		id, r, ok := str16(rest)
 		if !ok {
 			return nil, in.Invalid(field("id"), "truncated")
@@ -96,7 +101,7 @@ func decodeEvents(msg []byte, in eventDecoder) ([]ledger.Event, error) {
 			return nil, in.Invalid(field("signal"), "truncated")
 		}
 		rest = r
-		e.ID = string(id)
+		e.ID = all[idAt : idAt+len(id)]
 		e.Signal = in.InternSignal(signal)
 		if flags&flagWeight != 0 {
 			if len(rest) < 8 {

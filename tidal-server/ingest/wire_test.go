@@ -121,3 +121,33 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestDecodeEventsAllocatesTwice pins that a request's ids are substrings
+// of one copy of its events (issue 14, wave 5), as the HTTP API's are: a
+// 100-event request allocates the events slice and that one string, where
+// it allocated a string per id before (102 allocations).
+func TestDecodeEventsAllocatesTwice(t *testing.T) {
+	in := newDecoder(t)
+	var evs [][]byte
+	for i := range 100 {
+		evs = append(evs, event(0, uint64(i), "req-7-event-"+strings.Repeat("x", i%5), "view"))
+	}
+	msg := request(1, evs...)
+	allocs := testing.AllocsPerRun(50, func() {
+		if _, err := decodeEvents(msg, in); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 2 {
+		t.Fatalf("decoding 100 events took %.0f allocations, expected 2 (the events and one string for every id)", allocs)
+	}
+	got, err := decodeEvents(msg, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range got {
+		if want := "req-7-event-" + strings.Repeat("x", i%5); e.ID != want || e.Entity != uint64(i) || e.Signal != "view" {
+			t.Fatalf("event %d: %+v, expected id %q entity %d", i, e, want, i)
+		}
+	}
+}

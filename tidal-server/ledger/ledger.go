@@ -42,11 +42,15 @@ type Ledger struct {
 	// the applied index (ApplyAt); 0 after SetApplied moves on.
 	nextPos uint32
 	// Entity state, laid out as entities.go describes: ids[s] is the
-	// entity of slot s, index maps ids to slots.
+	// entity of slot s, index maps ids to slots; cells and window records
+	// are in chunks (cellAt, cellWins), nwins records allocated so far;
+	// spills holds the buckets of windows that outgrew their record.
 	index    entityTable
 	ids      []uint64
-	cells    []cell
-	bkts     [][]bucket
+	cells    [][]cell
+	wins     [][]winRec
+	nwins    int
+	spills   spillArena
 	keys     int // (entity, signal) pairs with at least one event
 	buckets  int // window buckets held, over all keys
 	cur, old *generation
@@ -68,13 +72,13 @@ type sigSpec struct {
 	name       string
 	halfLifeMs float64
 	windows    []winSpec
-	bucketed   int // windows with a duration; they come first in cell.buckets order
+	bucketed   int // windows with a duration: the cell's window records, in winSpec.bucket order
 }
 
 type winSpec struct {
 	name   string
 	width  int64 // bucket width in ms; 0 for the "all" window
-	bucket int   // index into cell.buckets, -1 for "all"
+	bucket int   // index into the cell's window records (cellWins), -1 for "all"
 }
 
 // cell is the state of one (entity, signal) pair; absent while count is 0.
@@ -83,7 +87,7 @@ type cell struct {
 	weightSum float64
 	anchor    int64   // newest ts folded
 	decayed   float64 // Σ w·2^-(anchor-ts)/h
-	bkt       uint32  // first of its windows' bucket slices in Ledger.bkts
+	bkt       uint32  // first of its window records (cellWins)
 }
 
 // bucket counts the events whose ts/width == k; a window's buckets are
@@ -137,7 +141,7 @@ func New(s Schema, o Options) *Ledger {
 func (l *Ledger) reset() {
 	l.applied, l.nextPos = 0, 0
 	l.index = newEntityTable()
-	l.ids, l.cells, l.bkts = nil, nil, nil
+	l.ids, l.cells, l.wins, l.nwins, l.spills = nil, nil, nil, 0, spillArena{}
 	l.keys, l.buckets = 0, 0
 	l.cur = newGeneration(l.idsPerGen)
 	l.old = newGeneration(0)
@@ -404,14 +408,17 @@ func (l *Ledger) fold(e *Event, si int) {
 	c.count++
 	c.weightSum += e.Weight
 	c.decayed, c.anchor = foldDecayed(c.decayed, c.anchor, e.TS, e.Weight, spec.halfLifeMs)
-	bs := l.cellBuckets(c, spec)
+	ws := l.cellWins(c, spec)
 	for _, w := range spec.windows {
 		if w.bucket < 0 {
 			continue
 		}
-		before := len(bs[w.bucket])
-		bs[w.bucket] = addToBuckets(bs[w.bucket], e.TS/w.width, c.anchor/w.width)
-		l.buckets += len(bs[w.bucket]) - before
+		r := &ws[w.bucket]
+		bs := l.winBuckets(r)
+		before := len(bs)
+		bs = addToBuckets(bs, e.TS/w.width, c.anchor/w.width)
+		l.setWinBuckets(r, bs)
+		l.buckets += len(bs) - before
 	}
 }
 
@@ -439,9 +446,11 @@ func addToBuckets(bs []bucket, k, top int64) []bucket {
 		return bs
 	}
 	if bs == nil {
-		// Most cells see few buckets; start with room for some so the
-		// first events of a key do not reallocate one by one.
 		bs = make([]bucket, 0, 4)
+	}
+	if len(bs) == cap(bs) {
+		// Past a record's inline buckets: room for a few more at once.
+		bs = slices.Grow(bs, max(4, len(bs)))
 	}
 	bs = append(bs, bucket{})
 	copy(bs[i+1:], bs[i:])
@@ -528,7 +537,7 @@ func (l *Ledger) Get(entity uint64, at int64) EntityView {
 		}
 		sv := SignalView{Windows: make(map[string]uint64, len(spec.windows))}
 		for _, w := range spec.windows {
-			sv.Windows[w.name] = l.windowValue(c, w, at)
+			sv.Windows[w.name] = l.windowValue(c, spec, w, at)
 		}
 		if c != nil {
 			sv.Count, sv.WeightSum = c.count, c.weightSum
@@ -539,14 +548,14 @@ func (l *Ledger) Get(entity uint64, at int64) EntityView {
 	return v
 }
 
-func (l *Ledger) windowValue(c *cell, w winSpec, at int64) uint64 {
+func (l *Ledger) windowValue(c *cell, spec *sigSpec, w winSpec, at int64) uint64 {
 	switch {
 	case c == nil:
 		return 0
 	case w.bucket < 0:
 		return c.count
 	default:
-		return windowCount(l.bkts[int(c.bkt)+w.bucket], w.width, at)
+		return windowCount(l.winBuckets(&l.cellWins(c, spec)[w.bucket]), w.width, at)
 	}
 }
 
@@ -596,7 +605,7 @@ func (l *Ledger) Top(signal, window string, k int, at int64) ([]Ranked, error) {
 		if wi < 0 {
 			v = decayedAt(c.decayed, c.anchor, at, spec.halfLifeMs)
 		} else {
-			v = float64(l.windowValue(c, spec.windows[wi], at))
+			v = float64(l.windowValue(c, spec, spec.windows[wi], at))
 		}
 		if v == 0 {
 			continue

@@ -47,7 +47,8 @@ func (l *Ledger) idHashes(events []Event, hashes []uint64) []uint64 {
 
 // prefetchFold loads, level by level, what fold will read for every event
 // classify did not mark a duplicate: the entity table slot, the cell, its
-// bucket slice headers and its bucket arrays. slots is reused scratch.
+// window records (and the bucket arrays of spilled windows). slots is
+// reused scratch.
 func (l *Ledger) prefetchFold(events []Event, class []int8, slots []int32) []int32 {
 	var sink uint64
 	t := &l.index
@@ -72,9 +73,13 @@ func (l *Ledger) prefetchFold(events []Event, class []int8, slots []int32) []int
 			continue
 		}
 		if c := l.cellAt(int(s), int(class[i])); c.count > 0 {
-			sink += uint64(len(l.bkts[c.bkt]))
+			ws := l.cellWins(c, &l.sigs[class[i]])
+			for j := range ws {
+				sink += uint64(ws[j].n)
+			}
 		}
 	}
+	// Spilled windows only: their bucket arrays are one more level.
 	for i, s := range slots {
 		if s < 0 {
 			continue
@@ -83,9 +88,10 @@ func (l *Ledger) prefetchFold(events []Event, class []int8, slots []int32) []int
 		if c.count == 0 {
 			continue
 		}
-		for _, bs := range l.cellBuckets(c, &l.sigs[class[i]]) {
-			if len(bs) > 0 {
-				sink += bs[len(bs)-1].n
+		ws := l.cellWins(c, &l.sigs[class[i]])
+		for j := range ws {
+			if r := &ws[j]; r.spill != 0 && r.n > 0 {
+				sink += l.winBuckets(r)[r.n-1].n
 			}
 		}
 	}

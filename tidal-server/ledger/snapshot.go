@@ -74,15 +74,13 @@ func (l *Ledger) Digest() string {
 // generation's chunk headers, not an encoding of every id.
 type Captured struct {
 	schema    Schema
-	sigs      []sigSpec
 	idsPerGen int
 	applied   uint64
 	ids       []uint64
-	cells     []cell
-	// bkts holds every window's buckets back to back: those of
-	// Ledger.bkts[i] are bkts[bktOff[i]:bktOff[i+1]].
-	bkts     []bucket
-	bktOff   []uint32
+	// aggs holds copies of the ledger's cell and window-record chunks and
+	// of its spill arena (sigs, cells, wins, spills only), so that the
+	// ledger's own accessors (cellAt, cellWins, winBuckets) read them.
+	aggs     *Ledger
 	old, cur generation // chunk headers only; no index
 }
 
@@ -91,24 +89,30 @@ type Captured struct {
 func (l *Ledger) Capture() *Captured {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	c := &Captured{
+	return &Captured{
 		schema:    l.schema,
-		sigs:      l.sigs,
 		idsPerGen: l.idsPerGen,
 		applied:   l.applied,
 		ids:       slices.Clone(l.ids),
-		cells:     slices.Clone(l.cells),
-		bkts:      make([]bucket, 0, l.buckets),
-		bktOff:    make([]uint32, len(l.bkts)+1),
-		old:       l.old.frozen(),
-		cur:       l.cur.frozen(),
+		aggs: &Ledger{
+			sigs:   l.sigs,
+			cells:  cloneChunks(l.cells),
+			wins:   cloneChunks(l.wins),
+			spills: spillArena{chunks: cloneChunks(l.spills.chunks)},
+		},
+		old: l.old.frozen(),
+		cur: l.cur.frozen(),
 	}
-	for i, bs := range l.bkts {
-		c.bktOff[i] = uint32(len(c.bkts))
-		c.bkts = append(c.bkts, bs...)
+}
+
+// cloneChunks copies every chunk (the chunks are fixed-size arrays the
+// ledger changes in place).
+func cloneChunks[T any](chunks [][]T) [][]T {
+	out := make([][]T, len(chunks))
+	for i, c := range chunks {
+		out[i] = slices.Clone(c)
 	}
-	c.bktOff[len(l.bkts)] = uint32(len(c.bkts))
-	return c
+	return out
 }
 
 // AppliedIndex is the applied index of the captured state.
@@ -156,20 +160,20 @@ func (c *Captured) encode(e *encoder) {
 	}
 	slices.SortFunc(order, func(a, b uint32) int { return cmp.Compare(c.ids[a], c.ids[b]) })
 	e.uvarint(uint64(len(order)))
-	nsig := len(c.sigs)
+	v := c.aggs
+	nsig := len(v.sigs)
 	for _, slot := range order {
 		id := c.ids[slot]
-		cells := c.cells[int(slot)*nsig : (int(slot)+1)*nsig]
 		var mask uint64
-		for si := range cells {
-			if cells[si].count != 0 {
+		for si := range nsig {
+			if v.cellAt(int(slot), si).count != 0 {
 				mask |= 1 << si
 			}
 		}
 		e.uvarint(id)
 		e.uvarint(mask)
-		for si := range cells {
-			cl := &cells[si]
+		for si := range nsig {
+			cl := v.cellAt(int(slot), si)
 			if cl.count == 0 {
 				continue
 			}
@@ -177,9 +181,9 @@ func (c *Captured) encode(e *encoder) {
 			e.f64(cl.weightSum)
 			e.varint(cl.anchor)
 			e.f64(cl.decayed)
-			for w := range c.sigs[si].bucketed {
-				i := int(cl.bkt) + w
-				bs := c.bkts[c.bktOff[i]:c.bktOff[i+1]]
+			ws := v.cellWins(cl, &v.sigs[si])
+			for i := range ws {
+				bs := v.winBuckets(&ws[i])
 				e.uvarint(uint64(len(bs)))
 				for _, b := range bs {
 					e.varint(b.k)
@@ -273,7 +277,7 @@ func (l *Ledger) Restore(r io.Reader) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.applied, l.nextPos = fresh.applied, 0
-	l.index, l.ids, l.cells, l.bkts = fresh.index, fresh.ids, fresh.cells, fresh.bkts
+	l.index, l.ids, l.cells, l.wins, l.nwins, l.spills = fresh.index, fresh.ids, fresh.cells, fresh.wins, fresh.nwins, fresh.spills
 	l.keys, l.buckets = fresh.keys, fresh.buckets
 	l.cur, l.old = fresh.cur, fresh.old
 	return nil
@@ -334,7 +338,7 @@ func (l *Ledger) decode(d *decoder) error {
 			anchor := c.anchor
 			l.present(c, &l.sigs[si], anchor)
 			l.keys-- // counted below, as before
-			bkts := l.cellBuckets(c, &l.sigs[si])
+			ws := l.cellWins(c, &l.sigs[si])
 			for _, w := range l.sigs[si].windows {
 				if w.bucket < 0 {
 					continue
@@ -351,7 +355,7 @@ func (l *Ledger) decode(d *decoder) error {
 					}
 					bs = append(bs, b)
 				}
-				bkts[w.bucket] = bs
+				l.setWinBuckets(&ws[w.bucket], bs)
 				l.buckets += len(bs)
 			}
 			l.keys++

@@ -80,6 +80,8 @@ type Config struct {
 	MaxInflightWrites int           `yaml:"max_inflight_writes"`
 	WriteTimeout      time.Duration `yaml:"write_timeout"`
 	IDsPerGeneration  int           `yaml:"ids_per_generation"`
+	// SkipEarlyIDCheck: api.Options.SkipEarlyCheck (--skip-early-id-check).
+	SkipEarlyIDCheck bool `yaml:"skip_early_id_check"`
 
 	// Per-request bounds of the client API (api.Options has the rules).
 	// A body must arrive within HTTPReadTimeout (the API enforces it per
@@ -456,7 +458,7 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		WriteTimeout: cfg.WriteTimeout, Logger: log.With("component", "api"), Registry: reg,
 		MaxInflightBytes: cfg.MaxInflightBytes, BodyReadTimeout: cfg.HTTPReadTimeout, MinBodyRate: cfg.MinBodyRate,
 		MaxWriteWait: cfg.MaxWriteWait, MaxClockSkew: cfg.MaxClockSkew, Now: now,
-		ClockHealthy: cfg.ClockHealthy,
+		ClockHealthy: cfg.ClockHealthy, SkipEarlyCheck: cfg.SkipEarlyIDCheck,
 	})
 	if cfg.EnablePprof {
 		mux := http.NewServeMux()
