@@ -96,21 +96,26 @@ func (l *Ledger) Capture() *Captured {
 		ids:       slices.Clone(l.ids),
 		aggs: &Ledger{
 			sigs:   l.sigs,
-			cells:  cloneChunks(l.cells),
-			wins:   cloneChunks(l.wins),
-			spills: spillArena{chunks: cloneChunks(l.spills.chunks)},
+			cells:  cloneUsed(l.cells, len(l.ids)*len(l.sigs)),
+			wins:   cloneUsed(l.wins, l.nwins),
+			spills: spillArena{chunks: cloneUsed(l.spills.chunks, l.spills.n)},
 		},
 		old: l.old.frozen(),
 		cur: l.cur.frozen(),
 	}
 }
 
-// cloneChunks copies every chunk (the chunks are fixed-size arrays the
-// ledger changes in place).
-func cloneChunks[T any](chunks [][]T) [][]T {
+// cloneUsed copies the first used elements of chunks, fixed-size arrays
+// the ledger changes in place and fills in order: the chunks before the
+// last in full, the last only as far as it is used (a small ledger's one
+// chunk is mostly empty, and a capture per Digest must not cost a
+// megabyte).
+func cloneUsed[T any](chunks [][]T, used int) [][]T {
 	out := make([][]T, len(chunks))
 	for i, c := range chunks {
-		out[i] = slices.Clone(c)
+		n := min(len(c), used)
+		out[i] = slices.Clone(c[:n])
+		used -= n
 	}
 	return out
 }
