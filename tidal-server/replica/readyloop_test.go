@@ -149,7 +149,7 @@ func TestReadyLoopKeepsDrainingWhileLearnerPromotionWaits(t *testing.T) {
 // the apply goroutine, so while a large snapshot (131 MB of vectors) was
 // encoded nothing was applied — no write completed — and the encoding's
 // allocations stalled the whole process past an election timeout. Now the
-// apply goroutine only freezes the state (SnapshotView) and the snapshot
+// apply goroutine only captures the state (CaptureSnapshot) and the snapshot
 // goroutine encodes it: while the encoding is stuck, writes keep being
 // applied and acknowledged on every node, the Ready loops keep taking
 // Readys, and once it finishes the snapshot restores exactly (restart).
