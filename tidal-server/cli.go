@@ -260,6 +260,7 @@ underscores (client_addr, data_dir, ...).
 	f.Uint64Var(&cfg.MaxUncommittedBytes, "max-uncommitted-bytes", 64<<20, "uncommitted log bytes before writes get 503")
 	f.BoolVar(&cfg.PackProposals, "pack-proposals", true, "pack writes proposed concurrently on this node into one raft entry (fewer log entries, WAL records and replication messages per write); done only while every member advertises that it reads packed entries (entry format 2), so a mix with an older release stays safe")
 	f.Uint64Var(&cfg.SnapshotEvery, "snapshot-every", 10000, "applied entries between snapshots")
+	f.BoolVar(&cfg.SnapshotStagger, "snapshot-stagger", true, "spread the members' snapshot points over the --snapshot-every interval by member id, so members do not all encode a snapshot at the same index (at most one at a time under steady load); false snapshots every member at the same indexes")
 	f.Uint64Var(&cfg.SnapshotCatchUp, "snapshot-catch-up", 5000, "entries kept after a snapshot for slow followers")
 	f.Uint64Var(&cfg.ReadyWithin, "ready-within", cfg.ReadyWithin, "/readyz fails while applied is more than this behind commit")
 	f.Int64Var(&cfg.WALSegmentSize, "wal-segment-size", 64<<20, "WAL segment file size (preallocated)")
@@ -445,6 +446,8 @@ func mergeConfig(file, flags server.Config, set *pflag.FlagSet) server.Config {
 			out.PackProposals = flags.PackProposals
 		case "snapshot-every":
 			out.SnapshotEvery = flags.SnapshotEvery
+		case "snapshot-stagger":
+			out.SnapshotStagger = flags.SnapshotStagger
 		case "snapshot-catch-up":
 			out.SnapshotCatchUp = flags.SnapshotCatchUp
 		case "ready-within":

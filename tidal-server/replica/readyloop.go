@@ -337,7 +337,7 @@ func (r *Replica) applyLoop() {
 			if !r.deliver(it.resps) {
 				return
 			}
-			due := r.appliedIndex()-r.snapIndex.Load() >= r.cfg.SnapshotEvery || r.snapForMember.Load()
+			due := r.appliedIndex() >= nextSnapshotAt(r.cfg.ID, r.snapIndex.Load(), r.cfg.SnapshotEvery, r.cfg.StaggerSnapshots) || r.snapForMember.Load()
 			if due && !r.snapBusy.Load() {
 				r.snapForMember.Store(false)
 				if !r.startSnapshot(nil) {

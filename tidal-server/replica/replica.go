@@ -132,9 +132,14 @@ type Config struct {
 	// one raft entry (pack.go), while every member reads entry format 2
 	// (EntryFormatAllowed). Every node applies packed entries whatever
 	// this says. It needs a BatchStateMachine.
-	PackProposals   bool
-	SnapshotEvery   uint64 // applied entries between snapshots; default 10000
-	SnapshotCatchUp uint64 // entries kept after a snapshot for slow followers; default 5000
+	PackProposals bool
+	SnapshotEvery uint64 // applied entries between snapshots; default 10000
+	// StaggerSnapshots spreads the members' periodic snapshot points over
+	// the interval by member id instead of all members snapshotting at the
+	// same index (snapschedule.go); the interval stays SnapshotEvery on
+	// average.
+	StaggerSnapshots bool
+	SnapshotCatchUp  uint64 // entries kept after a snapshot for slow followers; default 5000
 	// PromoteWithin: a learner is promoted to voter once its match index is
 	// within this many entries of the leader's commit. Default 1000.
 	PromoteWithin uint64

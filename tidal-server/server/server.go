@@ -68,6 +68,7 @@ type Config struct {
 	MaxUncommittedBytes uint64        `yaml:"max_uncommitted_bytes"`
 	PackProposals       bool          `yaml:"pack_proposals"`
 	SnapshotEvery       uint64        `yaml:"snapshot_every"`
+	SnapshotStagger     bool          `yaml:"snapshot_stagger"`
 	SnapshotCatchUp     uint64        `yaml:"snapshot_catch_up"`
 	ReadyWithin         uint64        `yaml:"ready_within"`
 
@@ -176,13 +177,14 @@ type Inbound interface {
 // DefaultConfig is a single node on 127.0.0.1:7070 with data in ./tidal-data.
 func DefaultConfig() Config {
 	return Config{
-		ID:            1,
-		ClientAddr:    "127.0.0.1:7070",
-		PeerAddr:      "127.0.0.1:7100",
-		DataDir:       "tidal-data",
-		ReadyWithin:   1000,
-		OpenProbes:    true,
-		PackProposals: true,
+		ID:              1,
+		ClientAddr:      "127.0.0.1:7070",
+		PeerAddr:        "127.0.0.1:7100",
+		DataDir:         "tidal-data",
+		ReadyWithin:     1000,
+		OpenProbes:      true,
+		PackProposals:   true,
+		SnapshotStagger: true,
 	}
 }
 
@@ -405,7 +407,7 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		ID: cfg.ID, Peers: peers, Join: cfg.Join, DataDir: cfg.DataDir, DialOverrides: overrides,
 		TickInterval: cfg.TickInterval, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
 		MaxSizePerMsg: cfg.MaxSizePerMsg, MaxInflightMsgs: cfg.MaxInflightMsgs, MaxUncommittedBytes: cfg.MaxUncommittedBytes,
-		SnapshotEvery: cfg.SnapshotEvery, SnapshotCatchUp: cfg.SnapshotCatchUp, PackProposals: cfg.PackProposals,
+		SnapshotEvery: cfg.SnapshotEvery, StaggerSnapshots: cfg.SnapshotStagger, SnapshotCatchUp: cfg.SnapshotCatchUp, PackProposals: cfg.PackProposals,
 		WAL:          wal.Options{SegmentSize: cfg.WALSegmentSize, BatchMaxBytes: cfg.WALBatchMaxBytes, BatchTimeout: cfg.WALBatchTimeout, Metrics: walMetrics},
 		Transport:    transport,
 		StateMachine: s.sm,
