@@ -228,6 +228,12 @@ type network struct {
 	snapsSent map[link]int
 	reports   []snapReport
 	formats   map[uint64]uint32 // advertised entry formats (setEntryFormat)
+	// snapHold, while set, keeps every Send of a MsgSnap waiting inside
+	// the transport until it is closed (holdSnapshotSends): a sender
+	// that does the expensive part of a snapshot send on the Ready loop
+	// then holds up the Ready loop.
+	snapHold  chan struct{}
+	snapHeld  atomic.Int64 // Sends of a MsgSnap that waited on snapHold
 	delivered atomic.Uint64
 	dropped   atomic.Uint64
 }
@@ -334,6 +340,24 @@ func (n *network) snapshotsSent(from, to uint64) int {
 	return n.snapsSent[link{from, to}]
 }
 
+// holdSnapshotSends makes every later Send of a MsgSnap wait in the
+// transport until release is called; the network's close releases it too.
+func (n *network) holdSnapshotSends() (release func()) {
+	hold := make(chan struct{})
+	n.mu.Lock()
+	n.snapHold = hold
+	n.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			n.mu.Lock()
+			n.snapHold = nil
+			n.mu.Unlock()
+			close(hold)
+		})
+	}
+}
+
 func (n *network) snapshotReports() []snapReport {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -349,6 +373,20 @@ func (n *network) enqueue(ep *endpoint, m replica.Outbound) {
 	}
 	if m.Snapshot {
 		n.snapsSent[l]++
+	}
+	if hold := n.snapHold; m.Snapshot && hold != nil {
+		n.mu.Unlock()
+		n.snapHeld.Add(1)
+		select {
+		case <-hold:
+		case <-n.ctx.Done():
+			return
+		}
+		n.mu.Lock()
+		if n.closed {
+			n.mu.Unlock()
+			return
+		}
 	}
 	q, ok := n.queues[l]
 	if !ok {
