@@ -189,6 +189,7 @@ func (s *Store) Restore(r io.Reader) error {
 	// Capacity grows with what is actually read, so a corrupt count cannot
 	// make us allocate memory the stream does not back.
 	next := New(s.dim)
+	next.perChunk = s.perChunk // its chunks replace ours, laid out alike
 	rec := make([]byte, 8+4*s.dim)
 	vec := make([]float32, s.dim)
 	for n := uint64(0); n < count; n++ {
