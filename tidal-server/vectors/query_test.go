@@ -402,12 +402,32 @@ func TestQueryViewStress(t *testing.T) {
 				}
 				model[e] = v
 				if w == 0 && i == rounds*2 {
+					// A view pinned across the Restore, with overwrites
+					// between its pin and the Restore, besides whatever
+					// the readers hold pinned now.
+					vr, at := s.PinQuery(), maps.Clone(model)
+					for e := range uint64(n0) {
+						if err := s.Put(e, randVec(r, dim)); err != nil {
+							mu.Unlock()
+							t.Error(err)
+							return
+						}
+					}
 					if err := s.Restore(bytes.NewReader(snap.Bytes())); err != nil {
 						mu.Unlock()
 						t.Error(err)
 						return
 					}
 					model = maps.Clone(snapModel)
+					mu.Unlock()
+					q := randVec(r, dim)
+					got, err := vr.Nearest(q, 5)
+					vr.Release()
+					if want := bruteNearest(t, dim, at, q, 5); err != nil || !slices.Equal(got, want) {
+						t.Errorf("view pinned across the Restore: expected %v, found %v (%v)", want, got, err)
+						return
+					}
+					continue
 				}
 				mu.Unlock()
 			}
