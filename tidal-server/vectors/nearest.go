@@ -16,12 +16,13 @@ package vectors
 // It pins a QueryView and scans that, so Puts proceed during the scan,
 // waiting at most for one chunk (see QueryView).
 func (s *Store) Nearest(q []float32, k int) ([]Match, error) {
-	if _, err := s.prepareQuery(q, k); err != nil {
+	unit, err := s.prepareQuery(q, k)
+	if err != nil {
 		return nil, err // invalid queries pin nothing
 	}
 	v := s.PinQuery()
 	defer v.Release()
-	return v.Nearest(q, k)
+	return v.scan(unit, k), nil
 }
 
 // worse reports whether a ranks below b: a lower score, or an equal score

@@ -176,11 +176,17 @@ func (s *Store) prepareQuery(q []float32, k int) ([]float32, error) {
 // same order, same errors. It holds the store's read lock for one chunk
 // at a time.
 func (v *QueryView) Nearest(q []float32, k int) ([]Match, error) {
-	s := v.s
-	unit, err := s.prepareQuery(q, k)
+	unit, err := v.s.prepareQuery(q, k)
 	if err != nil {
 		return nil, err
 	}
+	return v.scan(unit, k), nil
+}
+
+// scan scores the view's slots against the unit query, one chunk per
+// hold of the read lock, and returns the k best.
+func (v *QueryView) scan(unit []float32, k int) []Match {
+	s := v.s
 	h := topK{items: make([]Match, 0, min(k, v.n)), k: k}
 	for c := 0; c*s.perChunk < v.n; c++ {
 		v.scoreChunk(c, unit, &h)
@@ -188,7 +194,7 @@ func (v *QueryView) Nearest(q []float32, k int) ([]Match, error) {
 			v.hook(c)
 		}
 	}
-	return h.sorted(), nil
+	return h.sorted()
 }
 
 // scoreChunk offers chunk c's pinned slots to h, under the read lock.
