@@ -618,8 +618,13 @@ func (h *handler) nearest(w http.ResponseWriter, r *http.Request) error {
 	h.b.Read(func(_ *ledger.Ledger, v *vectors.Store, _ uint64) {
 		view = v.PinQuery()
 	})
-	defer view.Release()
-	matches, err := view.Nearest(vec, k)
+	// Released as soon as the scan ends, not after the response is written:
+	// while pinned, every overwrite of a slot it holds copies the old
+	// vector, and a slow client must not stretch that.
+	matches, err := func() ([]vectors.Match, error) {
+		defer view.Release()
+		return view.Nearest(vec, k)
+	}()
 	if err != nil {
 		return invalid("vector", "%v", err)
 	}
