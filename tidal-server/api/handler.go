@@ -610,10 +610,21 @@ func (h *handler) nearest(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer cancel()
-	var matches []vectors.Match
+	// Pin under the backend's read lock (after the barrier, so the answer
+	// is linearizable), scan outside it: a scan of 100,000 vectors takes
+	// tens of milliseconds, and apply needs the write lock. The view keeps
+	// the answer as of the pin while writes go on (vectors.QueryView).
+	var view *vectors.QueryView
 	h.b.Read(func(_ *ledger.Ledger, v *vectors.Store, _ uint64) {
-		matches, err = v.Nearest(vec, k)
+		view = v.PinQuery()
 	})
+	// Released as soon as the scan ends, not after the response is written:
+	// while pinned, every overwrite of a slot it holds copies the old
+	// vector, and a slow client must not stretch that.
+	matches, err := func() ([]vectors.Match, error) {
+		defer view.Release()
+		return view.Nearest(vec, k)
+	}()
 	if err != nil {
 		return invalid("vector", "%v", err)
 	}

@@ -97,3 +97,43 @@ func BenchmarkScanBandwidth(b *testing.B) {
 }
 
 var sinkU64 uint64
+
+// BenchmarkPutDuringScan times an overwrite while other goroutines run
+// nearest scans back to back: with a scan holding the lock throughout, a
+// Put waited for the rest of a scan; with QueryView it waits for at most
+// one chunk (and saves the old vector when a view is pinned).
+func BenchmarkPutDuringScan(b *testing.B) {
+	const n, dim = 4_000, 1536
+	r := rand.New(rand.NewPCG(4, 4))
+	s := New(dim)
+	for e := range uint64(n) {
+		if err := s.Put(e, randVec(r, dim)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	q, vec := randVec(r, dim), randVec(r, dim)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := s.Nearest(q, 10); err != nil {
+				panic(err)
+			}
+		}
+	}()
+	i := 0
+	for b.Loop() {
+		if err := s.Put(uint64(i%n), vec); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	close(stop)
+	<-done
+}

@@ -1,10 +1,5 @@
 package vectors
 
-import (
-	"fmt"
-	"math"
-)
-
 // Nearest returns the k stored vectors most similar to q by cosine
 // similarity, best first; equal scores are ordered by entity, ascending, so
 // the answer does not depend on insertion order. Fewer than k matches are
@@ -17,34 +12,17 @@ import (
 // returns the same scores; they may differ in the last bits across
 // architectures (e.g. where the compiler fuses multiply-adds), which is why
 // scores are never part of the replicated state.
+//
+// It pins a QueryView and scans that, so Puts proceed during the scan,
+// waiting at most for one chunk (see QueryView).
 func (s *Store) Nearest(q []float32, k int) ([]Match, error) {
-	if k <= 0 {
-		return nil, &FieldError{Field: "k", Message: fmt.Sprintf("expected a positive number of results, found %d", k)}
+	unit, err := s.prepareQuery(q, k)
+	if err != nil {
+		return nil, err // invalid queries pin nothing
 	}
-	qnorm, ferr := s.check(q)
-	if ferr != nil {
-		return nil, ferr
-	}
-	// Normalising the query once makes every partial dot product bounded by
-	// the stored vector's norm (see MinNorm/MaxNorm), and leaves one
-	// division per candidate.
-	unit := make([]float32, len(q))
-	for i, x := range q {
-		unit[i] = float32(float64(x) / qnorm)
-	}
-
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	n := len(s.entities)
-	h := topK{items: make([]Match, 0, min(k, n)), k: k}
-	for i := 0; i < n; i++ {
-		d := dot(unit, s.vec(i))
-		score := float32(float64(d) / s.norms[i])
-		// Rounding can push a cosine a hair outside [-1, 1].
-		score = float32(math.Max(-1, math.Min(1, float64(score))))
-		h.offer(Match{Entity: s.entities[i], Score: score})
-	}
-	return h.sorted(), nil
+	v := s.PinQuery()
+	defer v.Release()
+	return v.scan(unit, k), nil
 }
 
 // worse reports whether a ranks below b: a lower score, or an equal score

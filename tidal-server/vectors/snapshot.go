@@ -189,6 +189,7 @@ func (s *Store) Restore(r io.Reader) error {
 	// Capacity grows with what is actually read, so a corrupt count cannot
 	// make us allocate memory the stream does not back.
 	next := New(s.dim)
+	next.perChunk = s.perChunk // its chunks replace ours, laid out alike
 	rec := make([]byte, 8+4*s.dim)
 	vec := make([]float32, s.dim)
 	for n := uint64(0); n < count; n++ {
@@ -225,7 +226,15 @@ func (s *Store) Restore(r io.Reader) error {
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// Views pinned before the Restore keep reading the arrays they pinned,
+	// which nothing writes again once they are replaced here; detaching
+	// hands each the bookkeeping as of now (putSeq's array and the undo
+	// map are replaced too, so they are frozen from here on).
+	s.detachViewsLocked()
 	s.slot, s.entities, s.norms, s.chunks, s.shared = next.slot, next.entities, next.norms, next.chunks, next.shared
+	// Every restored slot counts as written before any view pinned from
+	// now on (seq only grows, so views pinned later have seq >= 0).
+	s.putSeq = make([]uint64, len(next.entities))
 	return nil
 }
 

@@ -16,12 +16,15 @@
 //
 // A Store is safe for concurrent use: Put and Restore take a write lock,
 // everything else a read lock, so queries run in parallel with each other
-// and never observe a half-written vector.
+// and never observe a half-written vector. A nearest query pins a
+// QueryView (query.go) and takes the read lock one chunk at a time, so a
+// Put waits for at most one chunk of a scan, never a whole one.
 package vectors
 
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 )
 
@@ -84,6 +87,24 @@ type Store struct {
 	// chunk first (copy-on-write), so the View keeps the bytes it froze.
 	// Appends need no copy: a View never reads past the length it froze.
 	shared []bool
+
+	// Query views (query.go). seq counts Puts (appends and overwrites)
+	// over the store's life, Restore included; putSeq[i] is the seq of the
+	// last Put that wrote slot i (0 after Restore). views holds the pinned,
+	// not yet released QueryViews, maxPinned the newest one's seq, and
+	// undo[i] the contents slot i had before each overwrite that some
+	// pinned view may need, oldest first. Invariant: for every view v in
+	// views and every slot i < v.n with putSeq[i] > v.seq, undo[i] holds
+	// an entry with seq > v.seq, and the first such entry holds slot i as
+	// it was at v's pin. With no view pinned, undo is empty.
+	seq       uint64
+	putSeq    []uint64
+	views     map[*QueryView]struct{}
+	maxPinned uint64
+	undo      map[int][]undoEntry
+	// afterChunk, when set (tests only: SetAfterChunk), runs after each
+	// chunk a query view scans, outside the store's lock.
+	afterChunk func(chunk int)
 }
 
 // chunkFloats is the target size of a chunk: 4 MiB of float32s.
@@ -167,12 +188,17 @@ func (s *Store) Put(entity uint64, vec []float32) error {
 }
 
 func (s *Store) putLocked(entity uint64, vec []float32, norm float64) {
+	s.seq++
 	i, ok := s.slot[entity]
 	if !ok {
+		// An append needs no undo entry: a view never reads past the
+		// length it pinned. Its putSeq is above every pinned view's seq,
+		// so a later overwrite of this slot records nothing for them.
 		i = len(s.entities)
 		s.slot[entity] = i
 		s.entities = append(s.entities, entity)
 		s.norms = append(s.norms, norm)
+		s.putSeq = append(s.putSeq, s.seq)
 		if i%s.perChunk == 0 {
 			s.chunks = append(s.chunks, make([]float32, 0, s.perChunk*s.dim))
 			s.shared = append(s.shared, false)
@@ -181,6 +207,18 @@ func (s *Store) putLocked(entity uint64, vec []float32, norm float64) {
 		s.chunks[last] = append(s.chunks[last], vec...)
 		return
 	}
+	// A view pinned since the slot's last write (seq >= putSeq[i]) reads
+	// the slot's current contents as of its pin: save them. Views pinned
+	// earlier already have an entry from an earlier overwrite (the
+	// invariant on undo), so when no view was pinned in between, nothing
+	// is saved and a slot put many times during one scan costs one copy.
+	if len(s.views) > 0 && s.putSeq[i] <= s.maxPinned {
+		if s.undo == nil {
+			s.undo = make(map[int][]undoEntry)
+		}
+		s.undo[i] = append(s.undo[i], undoEntry{seq: s.seq, vec: slices.Clone(s.vec(i)), norm: s.norms[i]})
+	}
+	s.putSeq[i] = s.seq
 	s.norms[i] = norm
 	if c := i / s.perChunk; s.shared[c] {
 		old := s.chunks[c]
