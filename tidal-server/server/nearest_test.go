@@ -94,4 +94,7 @@ func TestApplyCompletesWhileNearestScanIsParked(t *testing.T) {
 	if len(got.Results) != 2 || got.Results[0].Entity != 1 || got.Results[1].Entity != 3 {
 		t.Fatalf("expected the answer as of the pin (entities 1 then 3), found %s", rec.Body)
 	}
+	if n := store.PinnedQueries(); n != 0 {
+		t.Fatalf("%d query views still pinned after the response; expected the handler to release its view", n)
+	}
 }

@@ -88,6 +88,16 @@ func (s *Store) PinQuery() *QueryView {
 	return v
 }
 
+// PinnedQueries is the number of QueryViews pinned and not yet released:
+// while it is above zero, overwrites save old vectors, so a caller that
+// forgets Release makes every later overwrite copy. Tests of the callers
+// check it returns to zero.
+func (s *Store) PinnedQueries() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.views)
+}
+
 // Len is the number of entities the view holds.
 func (v *QueryView) Len() int { return v.n }
 
