@@ -3,6 +3,7 @@ package faultfs
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -633,29 +634,39 @@ func TestMountOverADeadMount(t *testing.T) {
 	requireFUSE(t)
 	dir := t.TempDir()
 	backing, mnt := filepath.Join(dir, "b"), filepath.Join(dir, "m")
+	served := filepath.Join(dir, "served") // outside the mount
 	if err := os.Mkdir(backing, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	child := exec.Command(os.Args[0], "-test.run=^TestHelperServeUntilKilled$")
-	child.Env = append(os.Environ(), "FAULTFS_HELPER_BACKING="+backing, "FAULTFS_HELPER_MOUNTPOINT="+mnt)
+	child.Env = append(os.Environ(), "FAULTFS_HELPER_BACKING="+backing, "FAULTFS_HELPER_MOUNTPOINT="+mnt, "FAULTFS_HELPER_SERVED="+served)
 	child.Stdout, child.Stderr = os.Stderr, os.Stderr
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
+	exited := make(chan struct{})
+	go func() { child.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		child.Process.Kill()
-		child.Wait()
+		killedChildExits(t, child.Process.Pid, mnt, exited)
 		_ = unix.Unmount(mnt, unix.MNT_DETACH) // if the test failed before taking it over
 	})
-	// The helper writes "ready" through its mount once it serves.
+	// The helper says it serves through a file outside its mount, written
+	// once its own write through the mount has closed: killed while its
+	// close of that file waited for the FLUSH answer it serves itself, the
+	// helper stayed in uninterruptible sleep (a FLUSH is a forced request)
+	// and the test with it, until the go test timeout (seen under load).
 	waitFor(t, "the helper to serve its mount", func() bool {
-		b, err := os.ReadFile(filepath.Join(mnt, "ready"))
-		return err == nil && string(b) == "ready"
+		_, err := os.Stat(served)
+		return err == nil
 	})
+	if got := readFile(t, filepath.Join(mnt, "ready")); got != "ready" {
+		t.Fatalf("through the helper's mount: %q", got)
+	}
 	if err := child.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	child.Wait()
+	killedChildExits(t, child.Process.Pid, mnt, exited)
 	if _, err := os.Stat(mnt); !isErrno(err, syscall.ENOTCONN) {
 		t.Fatalf("after kill -9 of the serving process, stat of the mountpoint: got %v, want ENOTCONN (a dead mount)", err)
 	}
@@ -677,6 +688,35 @@ func TestMountOverADeadMount(t *testing.T) {
 	}
 }
 
+// killedChildExits waits for a child killed with SIGKILL to exit. A
+// FUSE server killed while one of its own threads waits for a forced
+// request (a FLUSH on close) to its own mount cannot exit: nobody is left
+// to answer. After a minute (a deadlock detector, not a timing bound) the
+// mount's connection is aborted through fusectl, which frees the child,
+// and the test fails naming the cause instead of hanging to the timeout.
+func killedChildExits(t *testing.T, pid int, mnt string, exited <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-exited:
+		return
+	case <-time.After(time.Minute):
+	}
+	var state string
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", pid)); err == nil {
+		state = string(b)
+	}
+	ms, _ := mountInfos(mnt)
+	for _, m := range ms {
+		if m.Mountpoint == mnt {
+			if err := abortConn(m.Conn); err != nil {
+				t.Errorf("abort the dead mount's FUSE connection %d: %v", m.Conn, err)
+			}
+		}
+	}
+	<-exited
+	t.Fatalf("the killed FUSE server (pid %d) did not exit for a minute, blocked in %q: it was waiting on a request to its own mount; its connection had to be aborted", pid, state)
+}
+
 // TestHelperServeUntilKilled is TestMountOverADeadMount's child process.
 func TestHelperServeUntilKilled(t *testing.T) {
 	backing, mnt := os.Getenv("FAULTFS_HELPER_BACKING"), os.Getenv("FAULTFS_HELPER_MOUNTPOINT")
@@ -687,6 +727,10 @@ func TestHelperServeUntilKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(mnt, "ready"), []byte("ready"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Only now, with no request of its own to its mount in flight.
+	if err := os.WriteFile(os.Getenv("FAULTFS_HELPER_SERVED"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	select {} // until kill -9
