@@ -25,6 +25,9 @@ func TestHelperServeMount(t *testing.T) {
 		os.Exit(3)
 	}
 	os.WriteFile(filepath.Join(dir, "ready"), []byte("1"), 0o644)
+	// Said outside the mount, once nothing of this process's own is in
+	// flight on it (see TestMountOverADeadMount).
+	os.WriteFile(os.Getenv("FAULTFS_HELPER_SERVED"), nil, 0o644)
 	select {} // until killed
 }
 
@@ -41,15 +44,18 @@ func TestReapStaleUnmountsDeadMounts(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(dead, "kept"), []byte("x"), 0o644)
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestHelperServeMount$")
-	cmd.Env = append(os.Environ(), "FAULTFS_HELPER_MOUNT="+dead)
+	served := filepath.Join(root, "served")
+	cmd.Env = append(os.Environ(), "FAULTFS_HELPER_MOUNT="+dead, "FAULTFS_HELPER_SERVED="+served)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { cmd.Process.Kill(); killedChildExits(t, cmd.Process.Pid, dead, exited) })
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if _, err := os.Stat(filepath.Join(dead, "ready")); err == nil {
+		if _, err := os.Stat(served); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -72,7 +78,7 @@ func TestReapStaleUnmountsDeadMounts(t *testing.T) {
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	cmd.Wait()
+	killedChildExits(t, cmd.Process.Pid, dead, exited)
 	if _, err := os.Stat(dead); !errors.Is(err, syscall.ENOTCONN) {
 		t.Fatalf("after kill -9 of its server: expected the mount dead (ENOTCONN), found %v", err)
 	}
