@@ -9,6 +9,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/tidaldb/tidal/suites/fixture"
 	"github.com/tidaldb/tidal/tidal-server/client"
 	"github.com/tidaldb/tidal/tidal-server/ledger"
 )
@@ -116,6 +117,23 @@ var _ = Describe("packed proposals", func() {
 			}).WithContext(ctx).WithTimeout(90*time.Second).WithPolling(time.Second).Should(BeEmpty(),
 				"acknowledged signal ids not found on %s", name)
 		}
+
+		// A follower restarted replays the packed entries from its WAL:
+		// the same positions, so the same state as the nodes that applied
+		// them live.
+		var follower string
+		for _, name := range c.Names() {
+			if name != leader {
+				follower = name
+			}
+		}
+		Expect(c.Kill(follower)).To(Succeed())
+		Expect(c.Start(follower)).To(Succeed())
+		dctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+		defer cancel()
+		digests, err := fixture.DigestsAtOneIndex(dctx, c, fixture.AdminDigests(c))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(fixture.DigestsDiffer(digests)).To(BeEmpty(), "digests after %s replayed its log: %v", follower, digests)
 	}, SpecTimeout(4*time.Minute))
 })
 
