@@ -25,6 +25,7 @@ import (
 	"github.com/tidaldb/tidal/harness/report"
 	"github.com/tidaldb/tidal/harness/runner"
 	"github.com/tidaldb/tidal/harness/workload"
+	"github.com/tidaldb/tidal/usage"
 )
 
 // exitStatus carries the process exit code out of a command.
@@ -35,13 +36,25 @@ func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)
 func main() {
 	err := newRoot().Execute()
 	var st exitStatus
+	if err != nil && !errors.As(err, &st) {
+		fmt.Fprintln(os.Stderr, "tidal-chaos:", err)
+	}
+	os.Exit(exitCode(err))
+}
+
+// exitCode maps a command's outcome to the process exit status: a
+// verdict's own status, 64 for a usage error, 2 for any other error.
+func exitCode(err error) int {
+	var st exitStatus
 	switch {
 	case err == nil:
+		return 0
 	case errors.As(err, &st):
-		os.Exit(int(st))
+		return int(st)
+	case usage.Is(err):
+		return usage.Code
 	default:
-		fmt.Fprintln(os.Stderr, "tidal-chaos:", err)
-		os.Exit(2)
+		return 2
 	}
 }
 
@@ -62,7 +75,9 @@ the newest) with history.jsonl, results.json, report.html, the schedule and
 seed, and each node's logs and metrics. A run ends by pruning the store to
 the newest --keep-runs runs of each test; ` + "`tidal-chaos prune`" + ` does it by hand.
 
-Exit status: 0 valid, 1 invalid (an anomaly was found), 2 unknown or error.`,
+Exit status: 0 valid, 1 invalid (an anomaly was found), 2 unknown or error,
+64 usage (an unknown flag or command, a value that does not parse; the same
+in every tidal binary).`,
 		Version:       buildinfo.Read().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -70,6 +85,7 @@ Exit status: 0 valid, 1 invalid (an anomaly was found), 2 unknown or error.`,
 	root.SetVersionTemplate(buildinfo.Line("tidal-chaos") + "\n")
 	root.AddCommand(newRunCommand(), newAnalyzeCommand(), newReproCommand(), newFaultsCommand(), newPruneCommand())
 	root.AddCommand(newFaultfsCommand())
+	usage.Install(root)
 	return root
 }
 
