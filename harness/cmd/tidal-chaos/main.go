@@ -319,7 +319,10 @@ func newReproCommand() *cobra.Command {
 		Long: `Start a new run with the stored run's configuration, seed and exact fault
 schedule (schedule.json). Timing on a real machine is never identical, so a
 repro replays the same faults at the same offsets against the same workload
-seed; a bug that needs a precise interleaving may need several tries.`,
+seed; a bug that needs a precise interleaving may need several tries.
+
+The repro is stored as a new run of test <test>-repro, and the store's
+latest link moves to it (the reproduced run is left where it is).`,
 		Example: `  tidal-chaos repro store/latest
   tidal-chaos repro store/chaos/20261130T175502.591Z --server-bin bin/tidal-server`,
 		Args: cobra.ExactArgs(1),
@@ -352,6 +355,7 @@ seed; a bug that needs a precise interleaving may need several tries.`,
 			}
 			cfg.Test = strings.TrimSuffix(cfg.Test, "-repro") + "-repro"
 			fmt.Fprintf(cmd.OutOrStdout(), "repro of %s (seed %d, %d faults)\n", filepath.Clean(run.Dir()), cfg.Seed, len(schedule.Steps))
+			fmt.Fprintf(cmd.OutOrStdout(), "the repro is a new run of test %s: %s/latest will point at it; %s stays as it is\n", cfg.Test, cfg.Store, filepath.Clean(run.Dir()))
 			return execute(cmd, cfg, &schedule, verbose, keepRuns)
 		},
 	}
