@@ -20,6 +20,7 @@ import (
 	"github.com/tidaldb/tidal/tidal-server/replica"
 	"github.com/tidaldb/tidal/tidal-server/server"
 	"github.com/tidaldb/tidal/tidal-server/wal"
+	"github.com/tidaldb/tidal/usage"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -37,7 +38,7 @@ const (
 const runExitStatuses = `Exit status:
   0  stopped cleanly by SIGTERM or SIGINT (leadership handed off, in-flight
      requests drained)
-  1  could not start (flags, a port in use, a data dir that belongs to
+  1  could not start (a bad flag value, a port in use, a data dir that belongs to
      another schema or cluster, or was written in a newer format than this
      build reads: the error names the file and both versions) or failed
      while serving (a log entry in a format this build cannot read)
@@ -45,7 +46,10 @@ const runExitStatuses = `Exit status:
      writing, refused requests and exited; fix the disk and start it again
      (recovery keeps every acknowledged write)
   5  removed: this node was removed from the cluster; its id is retired,
-     so add the machine back as a new member with an empty data dir`
+     so add the machine back as a new member with an empty data dir
+ 64  usage: an unknown flag or subcommand, a flag value that does not
+     parse, or the wrong number of arguments (the same in every tidal
+     binary)`
 
 // exitError carries a specific exit status (e.g. wal verify finding damage).
 // notAnError marks outcomes that are expected (a removed node stopping):
@@ -63,6 +67,9 @@ func exitCode(err error) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code
+	}
+	if usage.Is(err) {
+		return usage.Code
 	}
 	return exitFailed
 }
@@ -97,6 +104,7 @@ in ./tidal-data (the same as "tidal-server run").`,
 	root.AddCommand(run, newStatusCommand(), newMembersCommand(), newTransferLeaderCommand(),
 		newBackupCommand(), newRestoreCommand(), newRecoverCommand(), newWALCommand(), newVersionCommand())
 	root.AddCommand(newCertsCommand(), newTokensCommand())
+	usage.Install(root)
 	return root
 }
 

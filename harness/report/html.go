@@ -259,6 +259,7 @@ func buildPage(rep Report) page {
 		nodes := laneNodes(rep.History, values, rep.Lag)
 		leaders, terms := leaderSpans(rep.Lag, tmax)
 		spans := append(nodeSpans(faults, values, nodes), crashSpans(rr.Results)...)
+		leaders = clipLeaders(leaders, spans)
 		p.Charts = append(p.Charts, template.HTML(lanesChart(nodes, spans, leaders, terms, tmax)))
 	}
 	var end int64

@@ -256,7 +256,7 @@ func (s *summaryWriter) lag(d checker.LagDetails) {
 	if len(d.Followers) == 0 {
 		return
 	}
-	s.line("follower lag (SLO: p99 ≤ %v outside faults, catch-up ≤ %v):", d.SLO.P99, d.SLO.CatchUp)
+	s.line("follower lag (ok/OVER SLO judges the p99 outside faults against %v; every catch-up after a heal must take ≤ %v):", d.SLO.P99, d.SLO.CatchUp)
 	tw := tabwriter.NewWriter(s, 0, 0, 2, ' ', 0)
 	for _, f := range d.Followers {
 		verdict := "ok"
@@ -298,6 +298,7 @@ func (s *summaryWriter) stats(d checker.StatsDetails) {
 		parts = append(parts, fmt.Sprintf("%s %d ok/%d fail/%d info", f, o.OK, o.Fail, o.Info))
 	}
 	s.line("ops: %s", strings.Join(parts, "; "))
+	s.line("  (one op is one request; a write op may carry many event ids, which the ledger counts as acknowledged ids. ok: answered success; fail: refused, known not applied; info: outcome unknown — a timeout, a lost connection — so it may have been applied, and the ledger checker settles each from the final audit)")
 	if len(d.Faults) > 0 {
 		var parts []string
 		for _, f := range sortedKeys(d.Faults) {
