@@ -26,19 +26,47 @@ func (m *Map) SplitBatch(entities []uint64) []Part {
 		return nil
 	}
 	pos := make([]int, len(entities))
-	for i := range pos {
-		pos[i] = i
-	}
 	if len(m.Groups) == 1 {
+		for i := range pos {
+			pos[i] = i
+		}
 		return []Part{{Group: m.Groups[0].ID, Indexes: pos}}
 	}
-	gi := make([]int32, len(entities))
-	for i, e := range entities {
-		gi[i] = int32(m.groupIndexOfSlot(SlotOf(e)))
+	var giBuf [128]int32
+	gi := giBuf[:0]
+	if len(entities) > len(giBuf) {
+		gi = make([]int32, 0, len(entities))
 	}
-	// Stable: positions of one group stay in batch order.
-	slices.SortStableFunc(pos, func(a, b int) int { return cmp.Compare(gi[a], gi[b]) })
-	var parts []Part
+	for _, e := range entities {
+		gi = append(gi, int32(m.groupIndexOfSlot(SlotOf(e))))
+	}
+	if len(m.Groups) > countingSortGroups {
+		// Stable: positions of one group stay in batch order.
+		for i := range pos {
+			pos[i] = i
+		}
+		slices.SortStableFunc(pos, func(a, b int) int { return cmp.Compare(gi[a], gi[b]) })
+	} else {
+		// Counting sort by group index, stable by construction.
+		var start [countingSortGroups + 1]int32
+		for _, g := range gi {
+			start[g+1]++
+		}
+		for g := 1; g <= len(m.Groups); g++ {
+			start[g] += start[g-1]
+		}
+		for i, g := range gi {
+			pos[start[g]] = i
+			start[g]++
+		}
+	}
+	runs := 1
+	for i := 1; i < len(pos); i++ {
+		if gi[pos[i]] != gi[pos[i-1]] {
+			runs++
+		}
+	}
+	parts := make([]Part, 0, runs)
 	for i := 0; i < len(pos); {
 		j := i + 1
 		for j < len(pos) && gi[pos[j]] == gi[pos[i]] {
@@ -49,6 +77,10 @@ func (m *Map) SplitBatch(entities []uint64) []Part {
 	}
 	return parts
 }
+
+// countingSortGroups is the most groups SplitBatch sorts a batch by
+// counting, with its counters on the stack; above it, a stable sort.
+const countingSortGroups = 256
 
 // CheckRoute decides whether a node whose map is m may serve a request a
 // client routed to group g, with a map at epoch routed, for these

@@ -458,16 +458,18 @@ func TestValidateSaysFalse(t *testing.T) {
 }
 
 // TestSplitBatch: the parts partition the batch, keep batch order within
-// a group, come in slot-range order, and each entity is in its group.
+// a group, come in slot-range order, and each entity is in its group;
+// with groups sorted by counting and by comparison, batches on the stack
+// and on the heap.
 func TestSplitBatch(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, s := range []int{1, 2, 6, 64} {
+	for _, s := range []int{1, 2, 6, 64, countingSortGroups, countingSortGroups + 1, NumSlots} {
 		m, err := Bootstrap(s, 3, seqNodes(6, 1))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for range 200 {
-			batch := make([]uint64, rng.IntN(120))
+			batch := make([]uint64, rng.IntN(300))
 			for i := range batch {
 				batch[i] = rng.Uint64N(500)
 			}
