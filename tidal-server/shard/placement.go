@@ -29,10 +29,10 @@ import (
 //     take, in order, their least-loaded replica below ⌈S/N⌉ (ties to the
 //     stripe order); when all are full an augmenting path moves
 //     leaderships along; then nodes below ⌊S/N⌋ take a group from a node
-//     above it along another augmenting path. Such an assignment exists
+//     above it along another augmenting path. Both passes find their paths
 //     because every node holds ⌊S·R/N⌋ or ⌈S·R/N⌉ replicas of R-replica
-//     groups, so Hall's condition holds for both bounds
-//     (docs/ARCHITECTURE.md "Shards").
+//     groups, so Hall's condition holds for both bounds (the argument is
+//     in docs/ARCHITECTURE.md "Shards").
 //   - Replica ids are node ids (as today's single group's raft ids are);
 //     NextReplicaID is one above the group's largest.
 //   - Meta: the meta group's voters are the first 5 nodes when there are

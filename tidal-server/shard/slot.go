@@ -9,9 +9,10 @@ package shard
 //
 // 4096 = 2^12: it bounds a cluster to 4096 data groups (a group owns at
 // least one slot), far beyond the groups a cluster of tens of nodes runs,
-// while one slot is still 1/4096 of the key space, fine enough to
-// balance 64 groups to within 2% of each other; and a slot fits the top
-// 12 bits of the hash, so SlotOf is a multiply-xorshift and a shift.
+// while one slot is still fine enough that the ranges of S groups differ
+// by at most one slot (100 groups: 40 or 41 slots, 2.5%); and a slot is
+// the top 12 bits of the hash, so SlotOf is a multiply-xorshift and a
+// shift.
 const NumSlots = 4096
 
 // slotBits is log2(NumSlots).
