@@ -77,10 +77,11 @@ func (m *Map) RemoveNode(n NodeID) (Map, error) {
 }
 
 // AddLearner adds a learner replica of group g on node n. Its raft id is
-// n's id when that id is unused in the group — always so for nodes added
-// in increasing id order, as today's single group adds members — and the
-// group's next unused id otherwise (n held a replica of g before, or an
-// id above n's was handed out since).
+// n's id when that id is at or above the group's NextReplicaID, so never
+// used in the group — always so for nodes added in increasing id order,
+// as today's single group adds members — and NextReplicaID otherwise (n
+// held a replica of g before, or an id above n's was handed out since).
+// NextReplicaID then moves past the id given.
 func (m *Map) AddLearner(g GroupID, n NodeID) (Map, error) {
 	op := fmt.Sprintf("add learner of group %d on node %d", g, n)
 	gi := m.groupIndex(g)
