@@ -187,6 +187,8 @@ func inspectSegments(seqs []uint64, read func(seq uint64) (*segmentScan, error))
 			reason += fmt.Sprintf("; %d valid record(s) follow from offset %d, so this is not a torn tail", scan.laterValid, scan.laterValidAt)
 		case !newest:
 			reason += "; the segment is not the newest, so this is not a torn tail"
+		case scan.notTorn != "":
+			reason += "; " + scan.notTorn
 		default:
 			in.torn = &TornTail{File: scan.path, Offset: scan.end, Bytes: scan.junkEnd - scan.end}
 		}
