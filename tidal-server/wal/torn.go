@@ -40,10 +40,13 @@ const sectorSize = 512
 // although the whole record was written. So before the zeroed-piece test,
 // a record that one flipped bit would make valid — in its length field,
 // in its stored checksum, or in the type and payload the checksum covers —
-// is judged damaged. A torn record passes that test only by the chance of
-// a CRC-32C collision among its 8·n+64 single-bit variants (about n/2^29
-// for n bytes), and then fails safe: Open refuses a log it could have
-// opened, and `tidal-server wal repair` cuts it.
+// is judged damaged, unless that bit lies in a zeroed piece: a lost sector
+// whose only set bit was that one explains the record as well, and a
+// power cut makes lost sectors far more often than a flip clears the one
+// set bit of a piece. A torn record is otherwise judged damaged only by
+// the chance of a CRC-32C collision among its 8·n+64 single-bit variants
+// (about n/2^29 for n bytes), and then fails safe: Open refuses a log it
+// could have opened, and `tidal-server wal repair` cuts it.
 func notTorn(data []byte, off int) string {
 	b := data[off:]
 	if len(b) < recordHeaderSize {
@@ -62,6 +65,9 @@ func notTorn(data []byte, off int) string {
 		if l > maxRecordPayload || recordHeaderSize+int64(l) > int64(len(b)) {
 			continue
 		}
+		if inZeroPiece(data, off, off+recordHeaderSize+int(l), off+bit/8) {
+			continue
+		}
 		if crc32.Checksum(b[8:recordHeaderSize+int(l)], castagnoli) == stored {
 			return fmt.Sprintf("the record is whole with bit %d of its length field flipped (it claims %d payload bytes, its checksum matches %d): a damaged length, not a torn write", bit, length, l)
 		}
@@ -71,13 +77,13 @@ func notTorn(data []byte, off int) string {
 	}
 	end := recordHeaderSize + int(length)
 	computed := crc32.Checksum(b[8:end], castagnoli)
-	switch {
-	case computed == stored:
+	if computed == stored {
 		return "its checksum matches, so the record was written whole"
-	case bits.OnesCount32(computed^stored) == 1:
+	}
+	if d := computed ^ stored; bits.OnesCount32(d) == 1 && !inZeroPiece(data, off, off+end, off+4+bits.TrailingZeros32(d)/8) {
 		return "its stored checksum differs from the computed one in exactly one bit: a damaged checksum, not a torn write"
 	}
-	if at := singleBitError(b[8:end], computed^stored); at >= 0 {
+	if at := singleBitError(b[8:end], computed^stored); at >= 0 && !inZeroPiece(data, off, off+end, off+8+at/8) {
 		return fmt.Sprintf("one flipped bit at file offset %d (bit %d) accounts for its checksum mismatch: damage to a record written whole, not a torn write",
 			int64(off)+8+int64(at/8), at%8)
 	}
@@ -100,6 +106,14 @@ func hasZeroSector(data []byte, start, end int) bool {
 		p = q
 	}
 	return false
+}
+
+// inZeroPiece reports whether byte pos of data lies in an all-zero piece of
+// data[start:end] split at multiples of sectorSize.
+func inZeroPiece(data []byte, start, end, pos int) bool {
+	lo := max(start, pos/sectorSize*sectorSize)
+	hi := min(end, (pos/sectorSize+1)*sectorSize)
+	return isZero(data[lo:hi])
 }
 
 // singleBitError returns the position (8·byte + bit, bit 0 the least

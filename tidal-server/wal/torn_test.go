@@ -335,6 +335,17 @@ func TestNotTornCanSayTorn(t *testing.T) {
 	if why := notTorn(lost, off); why != "" {
 		t.Fatalf("a hard state whose second sector was lost: expected torn, got %q", why)
 	}
+	// A lost sector whose only set bit a single flip would explain is
+	// still a lost sector: the commit's byte 2 is 1, the rest of its
+	// suffix zero.
+	oneBit := appendHardStateRecord(nil, HardState{Term: 7, Vote: 2, Commit: 1<<16 | 40})
+	at := sectorSize - (len(oneBit) - 6)
+	single := make([]byte, 2*sectorSize)
+	copy(single[at:], oneBit)
+	clear(single[sectorSize:])
+	if why := notTorn(single, at); why != "" {
+		t.Fatalf("a hard state whose lost sector held one set bit: expected torn, got %q", why)
+	}
 	if why := notTorn(data[:off+len(hs)-1], off); why != "" {
 		t.Fatalf("a record cut by the end of the file: expected torn, got %q", why)
 	}
@@ -343,4 +354,72 @@ func TestNotTornCanSayTorn(t *testing.T) {
 	if why := notTorn(whole, off); why != "" {
 		t.Fatalf("a length past the end of the file: expected torn, got %q", why)
 	}
+}
+
+// TestTearsAreTornFlipsAreCorrupt writes seeded random batches the way the
+// writer does (one contiguous write into preallocated zeroes) and checks
+// both directions of the rule on each: the write torn at every sector
+// boundary inside it (the rest left zero, as a power cut leaves it) is
+// never called corruption, and every single-bit flip in its last record,
+// a HardState, is never called a torn tail — save a flip that clears the
+// only set bit of a sector piece, which is what a lost sector looks like.
+func TestTearsAreTornFlipsAreCorrupt(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	classify := func(data []byte) *inspection {
+		in, err := inspectSegments([]uint64{0}, func(uint64) (*segmentScan, error) {
+			return scanSegment(segmentName(0), 0, data), nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in
+	}
+	tears, flips := 0, 0
+	for trial := range 200 {
+		seg := appendSegmentHeader(nil, 0)
+		index := uint64(1)
+		for range rng.IntN(6) {
+			seg = appendEntryRecord(seg, Entry{Index: index, Term: 1, Data: bytes.Repeat([]byte{'p'}, rng.IntN(300))})
+			index++
+		}
+		start := len(seg)
+		for range 1 + rng.IntN(4) {
+			d := make([]byte, rng.IntN(700))
+			for i := range d {
+				d[i] = byte(rng.Uint32() | 1)
+			}
+			seg = appendEntryRecord(seg, Entry{Index: index, Term: 2, Data: d})
+			index++
+		}
+		hsAt := len(seg)
+		seg = appendHardStateRecord(seg, HardState{Term: 2 + rng.Uint64N(1<<rng.IntN(40)), Vote: rng.Uint64N(8), Commit: rng.Uint64N(1 << rng.IntN(40))})
+		end := len(seg)
+		whole := append(seg, make([]byte, 8192)...)
+		if in := classify(whole); in.problem != nil {
+			t.Fatalf("trial %d: the untouched segment: %v", trial, in.problem)
+		}
+
+		for b := (start/sectorSize + 1) * sectorSize; b < end; b += sectorSize {
+			data := bytes.Clone(whole)
+			clear(data[b:end])
+			if in := classify(data); in.problem != nil && in.torn == nil {
+				t.Fatalf("trial %d: the write [%d,%d) torn at sector %d: called corruption: %v", trial, start, end, b, in.problem)
+			}
+			tears++
+		}
+
+		for pos := hsAt * 8; pos < end*8; pos++ {
+			data := bytes.Clone(whole)
+			data[pos/8] ^= 1 << (pos % 8)
+			if inZeroPiece(data, hsAt, end, pos/8) {
+				continue
+			}
+			in := classify(data)
+			if in.torn != nil || in.problem == nil || in.problem.Offset != int64(hsAt) {
+				t.Fatalf("trial %d: bit %d of the hard state at %d flipped: expected corruption there, got problem %v, torn %+v", trial, pos-hsAt*8, hsAt, in.problem, in.torn)
+			}
+			flips++
+		}
+	}
+	t.Logf("%d tears, %d flips", tears, flips)
 }

@@ -210,9 +210,11 @@ func (in *inspection) report(dir string) *Report {
 }
 
 // Verify scans the log in dir without changing anything and reports every
-// segment and the first problem. Run it on a stopped node: on a log being
-// written it may catch the last write half-done and report a torn tail. A returned error means the directory could
-// not be read; damage is reported in Report.Problem.
+// segment and the first problem, classified exactly as Open classifies it.
+// Run it on a stopped node: on a log being written it may catch the last
+// write half-done and report it as a torn tail, or, mid-copy, as damage. A
+// returned error means the directory could not be read; damage is reported
+// in Report.Problem.
 func Verify(dir string) (*Report, error) {
 	in, err := inspect(dir)
 	if err != nil {
