@@ -177,6 +177,18 @@ func TestLastRecordDamage(t *testing.T) {
 		if err != nil || r.Problem == nil || r.TornTail != nil || r.Problem.Offset != hs.offset {
 			t.Fatalf("Verify: expected corruption at %d and no torn tail, got %+v / %v", hs.offset, r, err)
 		}
+		if !strings.Contains(r.String(), "damaged: ") {
+			t.Fatalf("the verify report should call it damage, not a torn tail:\n%s", r)
+		}
+		// Repair is the explicit way on: it cuts at the same offset and
+		// says so.
+		r, err = Repair(dir, RepairOptions{})
+		if err != nil || len(r.Dropped) != 1 || r.Dropped[0].File != path || r.Dropped[0].Offset != hs.offset {
+			t.Fatalf("Repair: expected one cut of %s at %d, got %+v / %v", path, hs.offset, r, err)
+		}
+		if rec := reopen(t, dir, opts); rec.TornTail != nil || rec.HardState != (HardState{Term: 1, Vote: 1, Commit: 2}) {
+			t.Fatalf("after repair: expected the previous hard state and no torn tail, got %+v / %+v", rec.HardState, rec.TornTail)
+		}
 	})
 
 	torn := []struct {
