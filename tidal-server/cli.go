@@ -154,8 +154,8 @@ accepting requests, lets in-flight writes finish (each is bounded by
 acknowledged write was fsynced before it was acknowledged.
 
 Every listener is bound before the data dir is touched. A data dir whose
-stored membership shares less than a majority with --peers (another
-cluster's) is refused, naming both.
+stored voters share less than a majority with the voters of --peers
+(another cluster's; learners do not count) is refused, naming both.
 
 Security: with --certs-dir the peer plane is mutual TLS (each node's
 certificate names its member id), the client API is served over TLS (HTTP/2
