@@ -104,6 +104,57 @@ func (s *logState) applyMark(m SnapshotMark) error {
 	return nil
 }
 
+// groupsState rebuilds every group's log from records in write order.
+type groupsState struct {
+	// anchored says whether a group seen for the first time starts at
+	// index 0 (the log was never compacted) or wherever its first entry
+	// or mark lies.
+	anchored bool
+	groups   map[uint64]*logState
+}
+
+func newGroupsState(anchored bool) *groupsState {
+	return &groupsState{anchored: anchored, groups: make(map[uint64]*logState)}
+}
+
+// group returns g's state, creating it empty.
+func (s *groupsState) group(g uint64) *logState {
+	st, ok := s.groups[g]
+	if !ok {
+		st = newLogState(s.anchored)
+		s.groups[g] = st
+	}
+	return st
+}
+
+func (s *groupsState) apply(rec record) error {
+	if err := s.group(rec.group).apply(rec); err != nil {
+		return fmt.Errorf("group %d: %w", rec.group, err)
+	}
+	return nil
+}
+
+// recovered is g's recovered state; empty for a group with no records.
+func (s *groupsState) recovered(g uint64) GroupRecovered {
+	st, ok := s.groups[g]
+	if !ok {
+		return GroupRecovered{}
+	}
+	return GroupRecovered{Snapshot: st.snap, HardState: st.hs, Entries: st.entries}
+}
+
+// result assembles Recovered: every group, and DefaultGroup's state at the
+// top level for single-group callers.
+func (s *groupsState) result(torn *TornTail) *Recovered {
+	one := s.recovered(DefaultGroup)
+	rec := &Recovered{Snapshot: one.Snapshot, HardState: one.HardState, Entries: one.Entries, TornTail: torn,
+		Groups: make(map[uint64]GroupRecovered, len(s.groups))}
+	for g := range s.groups {
+		rec.Groups[g] = s.recovered(g)
+	}
+	return rec
+}
+
 func (s *logState) apply(rec record) error {
 	switch rec.typ {
 	case recEntry:
