@@ -11,29 +11,29 @@ import (
 // have written.
 type indexTracker struct {
 	// anchored is false only at the start of a replay whose oldest
-	// segments were compacted away: the first entry or mark seen anchors
-	// the log wherever it is.
+	// segments were compacted away, until the first entry: that entry
+	// anchors the log wherever it is. A mark does not anchor it: the
+	// first marks read may be stale ones, written before entries whose
+	// predecessors went with the compacted segments (a mark at 1, then
+	// entries 26.. whose 2..25 were compacted below a newer mark).
 	anchored bool
 	snap     uint64 // index of the newest snapshot mark
 	last     uint64 // index of the last entry, or snap when the log is empty past it
 }
 
 func (t *indexTracker) admitMark(m SnapshotMark) error {
-	if t.anchored && m.Index < t.snap {
+	if m.Index < t.snap {
 		return fmt.Errorf("snapshot mark at index %d: expected at least the previous mark's index %d", m.Index, t.snap)
 	}
 	t.snap = m.Index
-	if !t.anchored || t.last < m.Index {
-		t.last = m.Index
-	}
-	t.anchored = true
+	t.last = max(t.last, m.Index)
 	return nil
 }
 
 // admitEntries checks a run of entries with indexes first..last (already
 // known to be contiguous).
 func (t *indexTracker) admitEntries(first, last uint64) error {
-	if t.anchored && first <= t.snap {
+	if first <= t.snap {
 		return fmt.Errorf("entry index %d: expected above the snapshot mark's index %d", first, t.snap)
 	}
 	if t.anchored && first > t.last+1 {

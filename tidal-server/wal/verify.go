@@ -107,13 +107,13 @@ type Dropped struct {
 
 // segSummary is inspect's view of one segment.
 type segSummary struct {
-	seq        uint64
-	path       string
-	size       int64
-	end        int64 // one past the last good record
-	dataEnd    int64
-	version    uint32
-	records    []int64 // offsets of the good records, header excluded
+	seq     uint64
+	path    string
+	size    int64
+	end     int64 // one past the last good record
+	dataEnd int64
+	version uint32
+	records []int64 // offsets of the good records, header excluded
 	// maxIndex maps each group with entry records here to its largest
 	// entry index here.
 	maxIndex   map[uint64]uint64

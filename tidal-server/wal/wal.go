@@ -265,7 +265,10 @@ func open(dir string, opts Options, fs fileSystem) (_ *WAL, _ *Recovered, err er
 	}
 	w.groups = make(map[uint64]*groupState, len(in.state.groups))
 	for g, st := range in.state.groups {
+		// Replay is over: a group that read only marks goes on from its
+		// newest one, which last already is.
 		gs := &groupState{tracker: st.indexTracker}
+		gs.tracker.anchored = true
 		if st.hasHS {
 			hs := st.hs
 			gs.stagedHS = &hs
