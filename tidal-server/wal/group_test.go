@@ -570,3 +570,224 @@ func TestStaleMarkBeforeCompactedEntriesReplays(t *testing.T) {
 		t.Fatal("a gap after reopening: expected Save to refuse entry 43 after 41")
 	}
 }
+
+// TestTaggedTornTail applies the torn-or-corrupt rule to a tagged
+// segment: the last write torn at every sector boundary inside it, or cut
+// short at every byte, recovers every group to exactly the records before
+// the tear; every single-bit flip in its last record, a group's tagged
+// HardState, is corruption at that record (save a flip that clears the
+// only set bit of a sector piece: a lost sector). Open then truncates a
+// tear and the log takes appends again.
+func TestTaggedTornTail(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SegmentSize: 16 << 10, Logger: quiet}
+	w, _ := mustOpen(t, dir, opts)
+	ctx := context.Background()
+	mustSave(t, w, Batch{Entries: entries(1, 3, 1), HardState: &HardState{Term: 1, Commit: 2}})
+	five, meta := w.Group(5), w.Group(0)
+	if err := five.Save(ctx, Batch{Entries: entries(1, 4, 2), HardState: &HardState{Term: 2, Vote: 5, Commit: 1}}, true); err != nil {
+		t.Fatal(err)
+	}
+	mustSave(t, w, Batch{Entries: entries(4, 5, 1)})
+	if err := meta.Save(ctx, Batch{Snapshot: &SnapshotMark{Index: 9, Term: 1}, HardState: &HardState{Term: 1, Commit: 9}}, true); err != nil {
+		t.Fatal(err)
+	}
+	var big []Entry
+	for i := uint64(5); i <= 8; i++ {
+		big = append(big, Entry{Index: i, Term: 2, Data: bytes.Repeat(fmt.Appendf(nil, "big entry %d ", i), 90)})
+	}
+	if err := five.Save(ctx, Batch{Entries: big, HardState: &HardState{Term: 2, Vote: 5, Commit: 3<<40 | 7}}, true); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, w)
+	first, err := os.ReadFile(segPath(dir, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, err := os.ReadFile(segPath(dir, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	scan := scanSegment("", 1, whole)
+	if scan.problem != nil || scan.version != FormatVersion || len(scan.records) != 14 {
+		t.Fatalf("fixture: expected 14 clean records in a version %d segment, found %d (version %d, problem %v)", FormatVersion, len(scan.records), scan.version, scan.problem)
+	}
+	recs := scan.records
+	lastWrite := recs[9].offset
+	end := scan.end
+	hsAt := recs[13].offset
+	recordEnd := func(i int) int64 {
+		if i+1 < len(recs) {
+			return recs[i+1].offset
+		}
+		return end
+	}
+	classify := func(data []byte) *inspection {
+		in, err := inspectSegments([]uint64{0, 1}, func(seq uint64) (*segmentScan, error) {
+			if seq == 0 {
+				return scanSegment(segmentName(0), 0, first), nil
+			}
+			return scanSegment(segmentName(1), 1, data), nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in
+	}
+	// expect is what recovers when the records ending after cut are lost.
+	expect := func(cut int64) *groupsState {
+		st := newGroupsState(true)
+		for _, r := range scanSegment("", 0, first).records {
+			if err := st.apply(r.record); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, r := range recs {
+			if recordEnd(i) <= cut {
+				if err := st.apply(r.record); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return st
+	}
+	same := func(what string, got, want *groupsState) {
+		t.Helper()
+		for _, g := range []uint64{0, 1, 5} {
+			a, b := got.recovered(g), want.recovered(g)
+			equalEntries(t, fmt.Sprintf("%s: group %d", what, g), a.Entries, b.Entries)
+			if a.HardState != b.HardState || a.Snapshot != b.Snapshot {
+				t.Fatalf("%s: group %d: expected %+v %+v, recovered %+v %+v", what, g, b.HardState, b.Snapshot, a.HardState, a.Snapshot)
+			}
+		}
+	}
+	tears := 0
+	for s := (lastWrite/sectorSize + 1) * sectorSize; s < end; s += sectorSize {
+		data := bytes.Clone(whole)
+		clear(data[s:end])
+		in := classify(data)
+		if in.problem != nil && in.torn == nil {
+			t.Fatalf("torn at sector %d: called corruption: %v", s, in.problem)
+		}
+		same(fmt.Sprintf("torn at sector %d", s), in.state, expect(s))
+		tears++
+	}
+	for cut := lastWrite; cut < end; cut++ {
+		in := classify(bytes.Clone(whole[:cut]))
+		if in.problem != nil && in.torn == nil {
+			t.Fatalf("cut short at %d: called corruption: %v", cut, in.problem)
+		}
+		same(fmt.Sprintf("cut short at %d", cut), in.state, expect(cut))
+	}
+	flips := 0
+	for pos := hsAt * 8; pos < end*8; pos++ {
+		data := bytes.Clone(whole)
+		data[pos/8] ^= 1 << (pos % 8)
+		if inZeroPiece(data, int(hsAt), int(end), int(pos/8)) {
+			continue
+		}
+		in := classify(data)
+		if in.torn != nil || in.problem == nil || in.problem.Offset != hsAt {
+			t.Fatalf("bit %d of group 5's tagged hard state at %d flipped: expected corruption there, got %v, torn %+v", pos-hsAt*8, hsAt, in.problem, in.torn)
+		}
+		flips++
+	}
+	t.Logf("%d tears, %d flips", tears, flips)
+
+	// End to end: Open truncates a tear in the middle of the last write.
+	s := (lastWrite/sectorSize + 2) * sectorSize
+	data := bytes.Clone(whole)
+	clear(data[s:end])
+	if err := os.WriteFile(segPath(dir, 1), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, rec := mustOpen(t, dir, opts)
+	if rec.TornTail == nil || rec.TornTail.File != segPath(dir, 1) {
+		t.Fatalf("expected a torn tail in %s, got %+v", segPath(dir, 1), rec.TornTail)
+	}
+	got := rec.Groups[5].Entries
+	next := got[len(got)-1].Index + 1
+	if err := five.Save(ctx, Batch{}, true); !errors.Is(err, ErrClosed) {
+		t.Fatalf("the closed WAL's group log: expected ErrClosed, got %v", err)
+	}
+	if err := w.Group(5).Save(ctx, Batch{Entries: entries(next, next, 3)}, true); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, w)
+	again := reopen(t, dir, opts)
+	if again.TornTail != nil {
+		t.Fatalf("torn bytes survived the truncation: %+v", again.TornTail)
+	}
+	equalEntries(t, "group 5 after the tear and an append", again.Groups[5].Entries, append(slices.Clone(got), entries(next, next, 3)...))
+}
+
+// Verify reports every group, and Repair refuses a cut that drops
+// entries a group other than 1 recorded as committed, naming the group.
+func TestVerifyAndRepairReportGroups(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SegmentSize: 4096, Logger: quiet}
+	w, _ := mustOpen(t, dir, opts)
+	ctx := context.Background()
+	three := w.Group(3)
+	mustSave(t, w, Batch{Entries: entries(1, 2, 1), HardState: &HardState{Term: 1, Commit: 1}})
+	if err := three.Save(ctx, Batch{Entries: entries(1, 5, 1)}, true); err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(6); i <= 60; i += 5 {
+		if err := three.Save(ctx, Batch{Entries: entries(i, i+4, 1), HardState: &HardState{Term: 1, Commit: i}}, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustClose(t, w)
+	r, err := Verify(dir)
+	if err != nil || r.Problem != nil {
+		t.Fatalf("Verify: %v %v", err, r.Problem)
+	}
+	want := []GroupReport{{Group: 1, Records: 3, LastIndex: 2, Commit: 1}, {Group: 3, Records: 71, LastIndex: 60, Commit: 56}}
+	if !slices.Equal(r.Groups, want) {
+		t.Fatalf("groups: expected %+v, got %+v", want, r.Groups)
+	}
+	if r.LastIndex != 2 || r.Commit != 1 {
+		t.Fatalf("top level: expected group 1's last index 2 and commit 1, got %d and %d", r.LastIndex, r.Commit)
+	}
+	for _, line := range []string{"group 1: records=3 snapshot=0 last_index=2 commit=1", "group 3: records=71 snapshot=0 last_index=60 commit=56", "version=2"} {
+		if !strings.Contains(r.String(), line) {
+			t.Fatalf("report does not say %q:\n%s", line, r)
+		}
+	}
+
+	// Damage group 3's first entry in segment 1 (the first tagged one).
+	data, err := os.ReadFile(segPath(dir, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	scan := scanSegment("", 1, data)
+	at := -1
+	for _, rec := range scan.records {
+		if rec.group == 3 && rec.typ == recEntry {
+			at = int(rec.offset)
+			break
+		}
+	}
+	data[at+recordHeaderSize+20] ^= 0x10
+	if err := os.WriteFile(segPath(dir, 1), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err = Verify(dir)
+	if err != nil || r.Problem == nil || r.TornTail != nil || !r.CutsCommitted() {
+		t.Fatalf("Verify of the damaged log: expected damage that cuts committed entries, got %v %+v", err, r)
+	}
+	_, err = Repair(dir, RepairOptions{})
+	var cc *CutsCommittedError
+	if !errors.As(err, &cc) || cc.Group != 3 || cc.LastIndex != 0 || cc.Commit != 56 || !strings.Contains(err.Error(), "group 3's log ending at index 0") {
+		t.Fatalf("Repair: expected a *CutsCommittedError for group 3 (last 0, commit 56), got %v", err)
+	}
+	if _, err := Repair(dir, RepairOptions{AllowCommittedLoss: true}); err != nil {
+		t.Fatal(err)
+	}
+	rec := reopen(t, dir, opts)
+	equalEntries(t, "group 1 after repair", rec.Entries, entries(1, 2, 1))
+	if len(rec.Groups[3].Entries) != 0 {
+		t.Fatalf("group 3 after repair: expected no entries, recovered %d", len(rec.Groups[3].Entries))
+	}
+}
