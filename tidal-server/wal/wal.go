@@ -2,7 +2,6 @@ package wal
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -460,41 +459,45 @@ func (w *WAL) stage(group uint64, b Batch, sync bool) (*Pending, error) {
 	if err := checkContiguous(b.Entries); err != nil {
 		return nil, fmt.Errorf("wal: save: group %d: %w", group, err)
 	}
-	for i, e := range b.Entries {
-		if entryFixedBody+len(e.Data) > maxRecordPayload-binary.MaxVarintLen64 {
-			return nil, fmt.Errorf("wal: save: group %d: entries[%d]: %d data bytes exceed the maximum %d", group, i, len(e.Data), maxRecordPayload-binary.MaxVarintLen64-entryFixedBody)
-		}
-	}
 	p := &Pending{group: group, sync: sync, done: make(chan error, 1)}
 	// Encoding happens here, in the caller's goroutine, so concurrent
 	// callers encode in parallel and the lock only covers the hand-off.
 	// Whether the log is tagged can change between this guess and the
 	// lock, once in the log's life; then the batch is encoded again.
-	tagged := group != DefaultGroup || w.isTagged.Load()
-	p.encode(b, tagged)
+	if err := p.encode(b, group != DefaultGroup || w.isTagged.Load()); err != nil {
+		return nil, err
+	}
 
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if tagged := w.tagged || group != DefaultGroup; tagged != p.tagged {
+		if err := p.encode(b, tagged); err != nil {
+			return nil, err
+		}
+	}
 	if err := w.admitLocked(group, b); err != nil {
 		return nil, err
 	}
-	if group != DefaultGroup && !w.tagged {
+	if p.tagged && !w.tagged {
 		w.tagged = true
 		w.isTagged.Store(true)
-	}
-	if w.tagged != p.tagged {
-		p.encode(b, w.tagged)
 	}
 	w.enqueueLocked(p)
 	return p, nil
 }
 
-// encode frames b into p.buf, tagged or not, and notes what p carries.
-func (p *Pending) encode(b Batch, tagged bool) {
+// encode frames b into p.buf, tagged or not, and notes what p carries. It
+// refuses an entry whose record would exceed the largest payload a
+// decoder accepts.
+func (p *Pending) encode(b Batch, tagged bool) error {
 	c := encoder{tagged: tagged, group: p.group}
 	size := 0
-	for _, e := range b.Entries {
-		size += c.size(entryFixedBody + len(e.Data))
+	for i, e := range b.Entries {
+		n := c.size(entryFixedBody+len(e.Data)) - recordHeaderSize
+		if n > maxRecordPayload {
+			return fmt.Errorf("wal: save: group %d: entries[%d]: %d data bytes exceed the maximum %d", p.group, i, len(e.Data), len(e.Data)-(n-maxRecordPayload))
+		}
+		size += n + recordHeaderSize
 	}
 	buf := make([]byte, 0, size+c.size(hardStateBody)+c.size(snapMarkBody))
 	p.tagged, p.records, p.maxIndex, p.snap, p.hs = tagged, 0, 0, nil, false
@@ -516,6 +519,7 @@ func (p *Pending) encode(b Batch, tagged bool) {
 		p.records++
 	}
 	p.buf = buf
+	return nil
 }
 
 // Wait returns once the batch is written and, if it was staged with sync,
@@ -901,7 +905,10 @@ func (w *WAL) compactGroup(group, below uint64) error {
 			b.HardState = &hs
 		}
 		p := &Pending{group: g, sync: true, done: make(chan error, 1)}
-		p.encode(b, w.tagged)
+		if err := p.encode(b, w.tagged); err != nil {
+			w.mu.Unlock()
+			return err // a hard state and a mark always fit
+		}
 		w.enqueueLocked(p)
 		rewrites = append(rewrites, p)
 	}
