@@ -193,17 +193,29 @@ type encoder struct {
 
 var untagged = encoder{group: DefaultGroup}
 
-// frame appends the record of untagged kind typ with body to dst.
-func (c encoder) frame(dst []byte, typ uint8, body []byte) []byte {
+// body returns a payload buffer for a record whose untagged payload is n
+// bytes, with the group tag already in place when tagged, and the offset
+// where the untagged payload starts.
+func (c encoder) body(n int) ([]byte, int) {
 	if !c.tagged {
-		return appendRecord(dst, typ, body)
+		return make([]byte, n), 0
 	}
-	tagged := make([]byte, 0, binary.MaxVarintLen64+len(body))
-	tagged = binary.AppendUvarint(tagged, c.group)
-	return appendRecord(dst, typ+taggedOffset, append(tagged, body...))
+	t := uvarintLen(c.group)
+	b := make([]byte, t+n)
+	binary.PutUvarint(b, c.group)
+	return b, t
 }
 
-// size is the on-disk size of a record with a body of n bytes.
+// frame appends the record of untagged kind typ with payload b (from body)
+// to dst.
+func (c encoder) frame(dst []byte, typ uint8, b []byte) []byte {
+	if c.tagged {
+		typ += taggedOffset
+	}
+	return appendRecord(dst, typ, b)
+}
+
+// size is the on-disk size of a record whose untagged payload is n bytes.
 func (c encoder) size(n int) int {
 	if c.tagged {
 		n += uvarintLen(c.group)
@@ -212,27 +224,27 @@ func (c encoder) size(n int) int {
 }
 
 func (c encoder) entry(dst []byte, e Entry) []byte {
-	body := make([]byte, entryFixedBody, entryFixedBody+len(e.Data))
-	binary.LittleEndian.PutUint64(body[0:8], e.Index)
-	binary.LittleEndian.PutUint64(body[8:16], e.Term)
-	body[16] = e.Type
-	body = append(body, e.Data...)
-	return c.frame(dst, recEntry, body)
+	b, o := c.body(entryFixedBody + len(e.Data))
+	binary.LittleEndian.PutUint64(b[o:o+8], e.Index)
+	binary.LittleEndian.PutUint64(b[o+8:o+16], e.Term)
+	b[o+16] = e.Type
+	copy(b[o+entryFixedBody:], e.Data)
+	return c.frame(dst, recEntry, b)
 }
 
 func (c encoder) hardState(dst []byte, hs HardState) []byte {
-	var body [hardStateBody]byte
-	binary.LittleEndian.PutUint64(body[0:8], hs.Term)
-	binary.LittleEndian.PutUint64(body[8:16], hs.Vote)
-	binary.LittleEndian.PutUint64(body[16:24], hs.Commit)
-	return c.frame(dst, recHardState, body[:])
+	b, o := c.body(hardStateBody)
+	binary.LittleEndian.PutUint64(b[o:o+8], hs.Term)
+	binary.LittleEndian.PutUint64(b[o+8:o+16], hs.Vote)
+	binary.LittleEndian.PutUint64(b[o+16:o+24], hs.Commit)
+	return c.frame(dst, recHardState, b)
 }
 
 func (c encoder) snapshotMark(dst []byte, m SnapshotMark) []byte {
-	var body [snapMarkBody]byte
-	binary.LittleEndian.PutUint64(body[0:8], m.Index)
-	binary.LittleEndian.PutUint64(body[8:16], m.Term)
-	return c.frame(dst, recSnapshotMark, body[:])
+	b, o := c.body(snapMarkBody)
+	binary.LittleEndian.PutUint64(b[o:o+8], m.Index)
+	binary.LittleEndian.PutUint64(b[o+8:o+16], m.Term)
+	return c.frame(dst, recSnapshotMark, b)
 }
 
 func appendEntryRecord(dst []byte, e Entry) []byte { return untagged.entry(dst, e) }
