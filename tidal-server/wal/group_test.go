@@ -541,8 +541,9 @@ func TestConcurrentGroupSavesShareSyncs(t *testing.T) {
 // segments from the first one holding an entry at or above its bound; the
 // oldest kept segment can begin with a mark older than the entries after
 // it (a mark at 1, then entries 31.. whose 2..30 went with the compacted
-// segment). Replay anchored the log at that mark and called the next entry
-// a gap, so Open refused a log the WAL itself had written and compacted.
+// segment). Replay must not anchor the log at that mark: the next entry
+// would look like a gap, and Open would refuse a log the WAL itself wrote
+// and compacted.
 func TestStaleMarkBeforeCompactedEntriesReplays(t *testing.T) {
 	dir := t.TempDir()
 	opts := Options{SegmentSize: 4096, Logger: quiet}
