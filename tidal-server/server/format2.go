@@ -12,9 +12,9 @@ import (
 //
 // A packed entry in the envelope of entry format 2
 // (AppEntry.PackFormat == replica.PackedEntryFormat) is applied exactly as
-// the release that wrote format 2 applies it, on every node of every
+// the releases that write format 2 apply it, on every node of every
 // release: a leader writes format 2 while some member of the cluster runs
-// that release, and the replicas stay equal only if they all apply it
+// such a release, and the replicas stay equal only if they all apply it
 // alike — the format-2 rule, defect included. Packed entries of format 3
 // take ledger.Span's positions (applyLocked). Under format 2's rule:
 //
@@ -34,7 +34,7 @@ import (
 // the entry took are consumed (ledger.Consume) before the command is
 // applied there (ledger.ApplyAt), and the entry is finished after its
 // last command. Events land where format 2 put them, and the state —
-// Digest included — is the one the release that wrote format 2 reaches.
+// Digest included — is the one a release that writes format 2 reaches.
 //
 // A replay of a format-2 entry (its index already applied: never on the
 // apply path, which skips applied entries) is refused command by command,
