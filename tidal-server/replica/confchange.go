@@ -167,7 +167,12 @@ func (r *Replica) stepConfChange(ctx context.Context, prop *raftpb.Message) erro
 	if to := r.transferringTo(); to != raft.None {
 		return r.transferError(to)
 	}
-	return r.node.Step(ctx, prop)
+	// A leader's raft takes a proposal at once; it blocks one only while
+	// it knows no leader (this node lost leadership just now). Bounded,
+	// so the gate never holds up a peer's stream (Receive) for long.
+	sctx, cancel := context.WithTimeout(ctx, confChangeStepWait)
+	defer cancel()
+	return r.node.Step(sctx, prop)
 }
 
 // promoteLoop runs learner promotion rounds off the Ready loop: a round
