@@ -245,6 +245,9 @@ type Replica struct {
 	// under way: raft would drop it without a word, confchange.go), so no
 	// transfer starts between the check and the step.
 	transferGate sync.Mutex
+	// lastTransfer is the last transfer this node, leading, let raft
+	// start: to whom, at which tick (noteTransferAsk). Under transferGate.
+	lastTransfer struct{ to, tick uint64 }
 
 	appliedMu      sync.Mutex
 	applied        uint64
@@ -732,7 +735,11 @@ func (r *Replica) Receive(ctx context.Context, data []byte) error {
 	if err := proto.Unmarshal(data, m); err != nil {
 		return fmt.Errorf("decode raft message (%d bytes): %w", len(data), err)
 	}
-	r.heardAt.heard(m.GetFrom())
+	if m.GetType() != raftpb.MsgTransferLeader {
+		// A forwarded MsgTransferLeader's From names the transferee, not
+		// the member that sent it.
+		r.heardAt.heard(m.GetFrom())
+	}
 	switch {
 	case m.GetType() == raftpb.MsgProp:
 		if r.holdForwarded(m) {
@@ -751,6 +758,12 @@ func (r *Replica) Receive(ctx context.Context, data []byte) error {
 		// Ordered with membership changes' transfer checks (transferGate).
 		r.transferGate.Lock()
 		defer r.transferGate.Unlock()
+		if r.leader.Load() == r.cfg.ID && !r.noteTransferAsk(m.GetFrom()) {
+			// A follower's TransferLeader asks again each election
+			// timeout; it cannot hear the target, this node can.
+			r.log.Info("ignoring a repeated request to transfer leadership to a member not heard from for an election timeout", "to", m.GetFrom())
+			return nil
+		}
 	}
 	return r.node.Step(ctx, m)
 }
@@ -900,7 +913,26 @@ func (r *Replica) TransferLeader(ctx context.Context, to uint64) error {
 func (r *Replica) askTransfer(ctx context.Context, lead, to uint64) {
 	r.transferGate.Lock()
 	defer r.transferGate.Unlock()
+	if lead == r.cfg.ID {
+		r.noteTransferAsk(to)
+	}
 	r.node.TransferLeadership(ctx, lead, to)
+}
+
+// noteTransferAsk records that this leader is asked to transfer
+// leadership to `to`, and reports whether to ask raft: not when `to` has
+// not been heard from for an election timeout and it was asked for within
+// the last four (a follower repeating its request each election timeout;
+// the margin covers a follower whose timer ran late).
+// raft gives a transfer one election timeout and abandons it; asked
+// again, it would drop every proposal for another, and a silent target
+// will not take over. The first ask of a series always reaches raft (a
+// member may have just restarted). Called under transferGate.
+func (r *Replica) noteTransferAsk(to uint64) bool {
+	now, window := r.heardAt.now.Load(), uint64(r.cfg.ElectionTicks)
+	repeat := r.lastTransfer.to == to && now-r.lastTransfer.tick <= 4*window
+	r.lastTransfer.to, r.lastTransfer.tick = to, now
+	return !repeat || r.heardWithin(to, window)
 }
 
 // heardWithin reports whether this node received a message from id within

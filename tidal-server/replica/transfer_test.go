@@ -129,3 +129,73 @@ func TestMembershipChangeOnTheLeaderDuringATransfer(t *testing.T) {
 		return
 	}
 }
+
+// Regression: a follower repeats a transfer to a dead node. TransferLeader
+// asked of a follower asks the leader again each election timeout (raft
+// abandons a transfer silently), and the follower cannot hear the target:
+// with the target stopped, every repeat had the leader drop every proposal
+// for another election timeout, until the follower's deadline. The leader
+// now ignores repeats for a member it has not heard from: once raft
+// abandoned the first transfer, its writes are taken.
+func TestRepeatedTransferToADeadNodeAskedOfAFollower(t *testing.T) {
+	c := newCluster(t, 3, func(cfg *replica.Config) { cfg.ElectionTicks = 50 })
+	lead := c.waitLeader()
+	var others []uint64
+	for _, id := range []uint64{1, 2, 3} {
+		if id != lead {
+			others = append(others, id)
+		}
+	}
+	dead, via := others[0], others[1]
+	c.stop(dead)
+	// Until the leader has found the stopped member silent, a repeat
+	// could still be taken for a live target's.
+	waitFor(t, 30*time.Second, fmt.Sprintf("leader %d to see stopped %d unreachable", lead, dead), func() (bool, string) {
+		st := c.node(lead).r.Status()
+		for _, m := range st.Members {
+			if m.ID == dead {
+				return !m.Reachable, fmt.Sprint(m)
+			}
+		}
+		return false, fmt.Sprint(st.Members)
+	})
+	terr := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		terr <- c.node(via).r.TransferLeader(ctx, dead)
+	}()
+	waitFor(t, 30*time.Second, "a write on the leader refused for the transfer", func() (bool, string) {
+		_, err := c.propose(lead, "probe", 5*time.Second)
+		return errors.Is(err, replica.ErrTransferInProgress), fmt.Sprint(err)
+	})
+	waitFor(t, 30*time.Second, "a write on the leader taken once raft abandoned the transfer", func() (bool, string) {
+		_, err := c.propose(lead, "after", 5*time.Second)
+		return err == nil, fmt.Sprint(err)
+	})
+	refused, taken := 0, 0
+	for done := false; !done; {
+		select {
+		case err := <-terr:
+			if err == nil {
+				t.Fatalf("TransferLeader(%d) through %d succeeded with %d stopped", dead, via, dead)
+			}
+			done = true
+		default:
+			_, err := c.propose(lead, fmt.Sprintf("w%d", taken+refused), 5*time.Second)
+			switch {
+			case err == nil:
+				taken++
+			case errors.Is(err, replica.ErrTransferInProgress), errors.Is(err, replica.ErrOverloaded):
+				// Dropped by raft (named overload when the transfer
+				// ended before the drop was looked at).
+				refused++
+			default:
+				t.Fatalf("write on leader %d: %v", lead, err)
+			}
+		}
+	}
+	if refused > 0 {
+		t.Fatalf("after raft abandoned the transfer to stopped %d, the leader refused %d of %d writes for transfers %d asked for again", dead, refused, refused+taken, via)
+	}
+}
