@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/tidaldb/tidal/buildinfo"
+	"github.com/tidaldb/tidal/tidal-server/ingest"
 	"github.com/tidaldb/tidal/tidal-server/peer"
 	"github.com/tidaldb/tidal/tidal-server/replica"
 	"github.com/tidaldb/tidal/tidal-server/server"
@@ -245,6 +246,7 @@ underscores (client_addr, data_dir, ...).
 	f.Uint64Var(&cfg.ID, "id", cfg.ID, "this node's id (> 0, unique, never reused)")
 	f.StringVar(&cfg.ClientAddr, "client-addr", cfg.ClientAddr, "HTTP API listen address")
 	f.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "serve the gRPC ingest stream (tidal.v1.Ingest/Stream: many writes in flight per stream) on this address, with the client plane's TLS and roles; empty: not served")
+	f.DurationVar(&cfg.IngestStreamMaxAge, "ingest-stream-max-age", ingest.DefaultMaxStreamAge, "end a gRPC ingest stream about this long after it opened (the Go client reconnects and resends unanswered writes with the same ids); negative: never")
 	f.StringVar(&cfg.AdvertiseClientAddr, "advertise-client-addr", cfg.AdvertiseClientAddr, "client address published to the cluster (status, leader lookups) when clients reach this node elsewhere than --client-addr (a container's published port, a pod's DNS name); default --client-addr")
 	f.StringVar(&cfg.PeerAddr, "peer-addr", cfg.PeerAddr, "raft peer (gRPC) listen address")
 	f.StringVar(&cfg.Peers, "peers", cfg.Peers, "initial cluster: id=host:port,... (peer addresses); empty = single node")
@@ -418,6 +420,8 @@ func mergeConfig(file, flags server.Config, set *pflag.FlagSet) server.Config {
 			out.AdvertiseClientAddr = flags.AdvertiseClientAddr
 		case "grpc-addr":
 			out.GRPCAddr = flags.GRPCAddr
+		case "ingest-stream-max-age":
+			out.IngestStreamMaxAge = flags.IngestStreamMaxAge
 		case "peer-addr":
 			out.PeerAddr = flags.PeerAddr
 		case "peers":
