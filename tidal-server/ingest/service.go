@@ -343,7 +343,7 @@ func (s *Service) end(st *streamState, err error, reason string) bool {
 		if status.Code(err) == codes.PermissionDenied {
 			ae.Status, ae.Code, label = 403, auth.CodePermissionDenied, "permission_denied"
 		}
-		st.stopWith(ae, label)
+		st.stopWith(ae, "") // not admission: no shed reason
 		st.endErr, st.endReason = err, reason
 		s.metrics.endedStreams.WithLabelValues(label).Inc()
 		close(st.ended)
