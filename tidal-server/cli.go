@@ -157,7 +157,8 @@ cluster's CA or a bearer token (--tokens); /healthz, /readyz and /metrics stay o
 unless --open-probes=false. Without --certs-dir the node serves plaintext,
 without authentication unless --tokens is given, and refuses to bind any
 address but loopback unless --insecure. SIGHUP re-reads the tokens file and
-the certificates.
+the certificates, and ends the open gRPC ingest streams whose token or
+certificate they no longer accept.
 
 Flags override the --config file; the file's keys are the flag names with
 underscores (client_addr, data_dir, ...).
