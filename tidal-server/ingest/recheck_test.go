@@ -278,3 +278,26 @@ func clientTLS(t *testing.T, dir, name string) client.Option {
 	}
 	return client.WithTLS(cfg)
 }
+
+// A stream opened with a client certificate ends when the certificate
+// expires, SIGHUP or not.
+func TestStreamEndsWhenItsCertificateExpires(t *testing.T) {
+	dir, store := testCerts(t)
+	const life = 5 * time.Second
+	if _, err := certs.CreateClient(certs.CreateOptions{CertsDir: dir, Lifetime: life, Overwrite: true}, "shortlived", auth.Writer); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	_, addr := serveService(t, &fakeBackend{}, Options{TLS: store.ServerTLS(), Auth: true, Registry: reg, VerifyClientCert: store.VerifyClient})
+	s := dial(t, addr, clientTLS(t, dir, "shortlived"))
+	if _, err := s.WriteSignals(ctx(t), []client.Event{{ID: "a", Entity: 1, Signal: "view"}}); err != nil {
+		t.Fatalf("a write before the certificate expires: %v", err)
+	}
+	deadline := time.Now().Add(time.Minute) // a deadlock detector, not a timing bound
+	for counter(t, reg, "tidal_ingest_streams_ended_total", "reason", "unauthenticated") != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("expected the stream opened with a certificate valid for %v ended once it expired; still open a minute later", life)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
