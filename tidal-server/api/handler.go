@@ -67,8 +67,9 @@ type Options struct {
 	// check and default read times. TEST ONLY: it simulates a node whose
 	// clock is off (--test-clock-offset).
 	ClockOffset time.Duration
-	// ClockHealthy, when set, is asked before every write: false refuses
-	// the write with 503 and fails /readyz, both giving the reason.
+	// ClockHealthy, when set, is asked before every write and every read
+	// evaluated at this node's clock (no ?at=): false refuses them with
+	// 503 and fails /readyz, all giving the reason.
 	ClockHealthy func() (ok bool, reason string)
 
 	Logger   *slog.Logger
@@ -485,10 +486,17 @@ func (h *handler) barrier(r *http.Request, def string) (context.Context, context
 	return ctx, cancel, nil
 }
 
+// readTime is the time a read evaluates decay and windows at: ?at= when
+// given, else this node's clock — refused (503, as writes are) while the
+// clock is out of bounds.
 func (h *handler) readTime(r *http.Request) (int64, error) {
 	s := r.URL.Query().Get("at")
 	if s == "" {
-		return h.now().UnixMilli(), nil
+		now, err := h.readNow()
+		if err != nil {
+			return 0, err
+		}
+		return now.UnixMilli(), nil
 	}
 	at, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || at <= 0 {

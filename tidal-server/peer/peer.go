@@ -144,7 +144,7 @@ func (o *Options) setDefaults() {
 // a WINDOW_UPDATE) of its own, and the sending side with a PING ack: on a
 // leader under single-event writes half of the peer plane's write system
 // calls were those pings and acks, not raft messages (docs/performance.md,
-// "Peer plane: fixed flow-control windows"). The sizes are what the
+// "The peer plane: fixed windows, one write per batch"). The sizes are what the
 // estimator grows to for a fast link (its cap is 16 MiB) and hold a full
 // batch (BatchMaxBytes, 4 MiB by default) with room, so a window never
 // throttles a send on loopback or a LAN; a window update is sent once a

@@ -730,7 +730,8 @@ func (c *cluster) propose(id uint64, payload string, timeout time.Duration) (rep
 // and may be retried as is: no leader (an election, perhaps a spurious one
 // on a loaded machine), overload, a membership change dropped by raft.
 func retryable(err error) bool {
-	return errors.Is(err, replica.ErrNoLeader) || errors.Is(err, replica.ErrOverloaded) || errors.Is(err, replica.ErrConfChangeDropped)
+	return errors.Is(err, replica.ErrNoLeader) || errors.Is(err, replica.ErrOverloaded) || errors.Is(err, replica.ErrConfChangeDropped) ||
+		errors.Is(err, replica.ErrTransferInProgress)
 }
 
 // retrying calls do until it returns an error that is not retryable, for at
