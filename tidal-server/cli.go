@@ -269,7 +269,7 @@ underscores (client_addr, data_dir, ...).
 	f.Uint64Var(&cfg.MaxSizePerMsg, "max-size-per-msg", 1<<20, "max bytes of entries per append message")
 	f.IntVar(&cfg.MaxInflightMsgs, "max-inflight-msgs", 256, "replication window: append messages in flight per follower")
 	f.Uint64Var(&cfg.MaxUncommittedBytes, "max-uncommitted-bytes", 64<<20, "uncommitted log bytes before writes get 503")
-	f.BoolVar(&cfg.PackProposals, "pack-proposals", true, "pack writes proposed concurrently on this node into one raft entry (fewer log entries, WAL records and replication messages per write); done only while every member advertises that it reads packed entries (entry format 2), so a mix with an older release stays safe")
+	f.BoolVar(&cfg.PackProposals, "pack-proposals", true, "pack writes proposed concurrently on this node into one raft entry (fewer log entries, WAL records and replication messages per write); packed in the newest envelope every member advertises it reads (entry format 3, else 2, else none), so a mix with an older release stays safe")
 	f.Uint64Var(&cfg.SnapshotEvery, "snapshot-every", 10000, "applied entries between snapshots")
 	f.BoolVar(&cfg.SnapshotStagger, "snapshot-stagger", true, "spread the members' snapshot points over the --snapshot-every interval by member id, so members do not all encode a snapshot at the same index (at most one at a time under steady load); false snapshots every member at the same indexes")
 	f.Uint64Var(&cfg.SnapshotCatchUp, "snapshot-catch-up", 5000, "entries kept after a snapshot for slow followers")

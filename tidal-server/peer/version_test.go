@@ -180,7 +180,7 @@ func TestSnapshotStreamRefusesIncompatibleProtocol(t *testing.T) {
 // the peer reads still go, and so does everything to a peer that
 // advertised the newer format.
 func TestWithholdsEntriesAPeerCannotRead(t *testing.T) {
-	defer replica.SetTestNewerEntryFormat()() // this node reads format 2
+	defer replica.SetTestNewerEntryFormat()() // this node reads one entry format more than this build
 	n1 := startNode(t, 1, Options{})
 	known := []byte{1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 9, 'x'}
 	newer := append([]byte{0x7f}, known[1:]...)

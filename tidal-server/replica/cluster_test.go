@@ -45,6 +45,9 @@ type listSM struct {
 	applies  int // Apply calls this incarnation (entries, batched or not)
 	batches  int // ApplyBatch calls this incarnation
 	packed   int // commands applied from packed entries (Subs > 1)
+	// packFormats counts the commands applied from packed entries by
+	// the entry format of their envelope (AppEntry.PackFormat).
+	packFormats map[uint32]int
 	// views makes CaptureSnapshot answer (replica.SnapshotCapturer); without
 	// it the replica calls Snapshot. encode, when set, runs wherever the
 	// state is encoded (Snapshot, or the captured encoder): a large state
@@ -82,6 +85,10 @@ func (s *listSM) ApplyBatch(entries []replica.AppEntry) []any {
 		out[i] = s.applyLocked(e.Index, e.Sub, e.Data)
 		if e.Subs > 1 {
 			s.packed++
+			if s.packFormats == nil {
+				s.packFormats = map[uint32]int{}
+			}
+			s.packFormats[e.PackFormat]++
 		}
 	}
 	return out

@@ -122,7 +122,7 @@ func decodeDropNotice(b []byte) (dropNotice, error) {
 
 // proposers reads, from the entries of a proposal, the node that proposed
 // them and their request ids: the envelope of a write (version 1), of a
-// pack (version 3) or a membership change's marker (version 2). Entries of
+// pack (versions 3 and 4) or a membership change's marker (version 2). Entries of
 // any other framing (a release without envelopes) name nobody.
 func proposers(ents []*raftpb.Entry) (origin uint64, reqs []uint64) {
 	for _, e := range ents {
@@ -134,7 +134,7 @@ func proposers(ents []*raftpb.Entry) (origin uint64, reqs []uint64) {
 		case len(d) >= envelopeHeader && (d[0] == envelopeVersion || d[0] == confMarkerVersion):
 			origin = binary.BigEndian.Uint64(d[1:9])
 			reqs = append(reqs, binary.BigEndian.Uint64(d[9:17]))
-		case len(d) > 0 && d[0] == packedVersion:
+		case len(d) > 0 && isPacked(d[0]):
 			run, err := unpack(nil, 0, 0, d)
 			if err != nil {
 				continue

@@ -49,13 +49,16 @@ func TestProposersReadsEveryEnvelope(t *testing.T) {
 	marker[0] = confMarkerVersion
 	binary.BigEndian.PutUint64(marker[1:], 3)
 	binary.BigEndian.PutUint64(marker[9:], 42)
-	packed := []byte{packedVersion}
-	packed = binary.BigEndian.AppendUint64(packed, 3)
-	packed = binary.BigEndian.AppendUint32(packed, 2)
-	for _, req := range []uint64{8, 9} {
-		packed = binary.BigEndian.AppendUint64(packed, req)
-		packed = binary.BigEndian.AppendUint32(packed, 1)
-		packed = append(packed, 'x')
+	packed := func(envelope byte) []byte {
+		b := []byte{envelope}
+		b = binary.BigEndian.AppendUint64(b, 3)
+		b = binary.BigEndian.AppendUint32(b, 2)
+		for _, req := range []uint64{8, 9} {
+			b = binary.BigEndian.AppendUint64(b, req)
+			b = binary.BigEndian.AppendUint32(b, 1)
+			b = append(b, 'x')
+		}
+		return b
 	}
 	for _, tc := range []struct {
 		name string
@@ -64,7 +67,8 @@ func TestProposersReadsEveryEnvelope(t *testing.T) {
 	}{
 		{"write", []*raftpb.Entry{{Data: r.envelope(7, []byte("cmd"))}}, []uint64{7}},
 		{"membership change", []*raftpb.Entry{{Data: marker}, {Type: raftpb.EntryConfChangeV2.Enum(), Data: []byte{1}}}, []uint64{42}},
-		{"pack", []*raftpb.Entry{{Data: packed}}, []uint64{8, 9}},
+		{"pack of entry format 2", []*raftpb.Entry{{Data: packed(packedVersion)}}, []uint64{8, 9}},
+		{"pack of entry format 3", []*raftpb.Entry{{Data: packed(packedSpansVersion)}}, []uint64{8, 9}},
 		{"unframed", []*raftpb.Entry{{Data: []byte("legacy")}}, nil},
 	} {
 		origin, reqs := proposers(tc.ents)

@@ -89,6 +89,13 @@ type AppEntry struct {
 	Index, Term uint64
 	Data        []byte
 	Sub, Subs   int
+	// PackFormat is the entry format of the packed envelope the command
+	// came in (format.go), which decides how the state machine places
+	// the entry's commands inside it: PackedEntryFormat (2) under that
+	// format's rule, kept so a log written under it replays identically;
+	// PackedSpansEntryFormat (3), or 0 (an ordinary entry, or one built
+	// by hand), under the newest rule.
+	PackFormat uint32
 }
 
 // Outbound is one marshalled raft message for the transport.
@@ -133,8 +140,8 @@ type Config struct {
 	// commits; past it proposals fail with ErrOverloaded (503). Default 64 MiB.
 	MaxUncommittedBytes uint64
 	// PackProposals packs proposals made concurrently on this node into
-	// one raft entry (pack.go), while every member reads entry format 2
-	// (EntryFormatAllowed). Every node applies packed entries whatever
+	// one raft entry (pack.go), in the newest packed envelope every member
+	// reads (entry format 3, else 2; EntryFormatAllowed). Every node applies packed entries whatever
 	// this says. It needs a BatchStateMachine.
 	PackProposals bool
 	SnapshotEvery uint64 // applied entries between snapshots; default 10000
