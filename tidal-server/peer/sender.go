@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -17,13 +18,21 @@ import (
 	"google.golang.org/grpc/metadata"
 )
 
-// sender owns the connection and the outbound queue to one peer.
+// sender owns the connection and the outbound queue to one peer node.
+// Messages of every group for that node share both: the queue holds them
+// in the order Send was called, and each frame carries what was queued,
+// whatever its group.
 type sender struct {
 	t     *Transport
 	id    uint64
 	addr  string
 	label string
-	queue chan []byte
+	queue chan outMsg
+	// protocol is the peer protocol the current Messages stream's answer
+	// advertised; 0 until it arrives (treated as older than
+	// groupedProtocol). Written by watch, read by the stream loop and by
+	// snapshot sends.
+	protocol atomic.Uint32
 	ctx   context.Context
 	stopF context.CancelFunc
 	done  chan struct{}
@@ -41,7 +50,7 @@ type sender struct {
 
 func newSender(t *Transport, id uint64, addr string) *sender {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &sender{t: t, id: id, addr: addr, label: strconv.FormatUint(id, 10), queue: make(chan []byte, t.opts.QueueSize),
+	s := &sender{t: t, id: id, addr: addr, label: strconv.FormatUint(id, 10), queue: make(chan outMsg, t.opts.QueueSize),
 		ctx: ctx, stopF: cancel, done: make(chan struct{})}
 	// grpc.NewClient does not connect: it only checks the address.
 	s.conn, s.dialErr = s.dial()
@@ -55,13 +64,13 @@ func (s *sender) stop() {
 
 // enqueue never blocks: a full queue means the peer is not keeping up, and
 // raft would rather know than wait.
-func (s *sender) enqueue(m []byte) {
+func (s *sender) enqueue(m outMsg) {
 	select {
 	case s.queue <- m:
 		s.t.metrics.queueDepth.WithLabelValues(s.label).Set(float64(len(s.queue)))
 	default:
 		s.t.metrics.dropped.WithLabelValues(s.label).Inc()
-		go s.t.inbound.ReportUnreachable(s.id)
+		s.t.reportUnreachable(m.group, m.to)
 	}
 }
 
@@ -125,7 +134,7 @@ func (s *sender) run() {
 	}
 }
 
-// stream keeps one Messages stream open and feeds it batches until an
+// stream keeps one Messages stream open and feeds it frames until an
 // error; the caller reconnects.
 func (s *sender) stream(conn *grpc.ClientConn) error {
 	ctx, cancel := context.WithCancelCause(s.ctx)
@@ -134,39 +143,45 @@ func (s *sender) stream(conn *grpc.ClientConn) error {
 	// A new stream may reach another process (a node restarted on
 	// another release): what the last one advertised no longer holds.
 	s.t.forgetPeerVersions(s.id)
+	s.protocol.Store(0)
 	st, err := conn.NewStream(ctx, messagesDesc, "/"+serviceName+"/"+methodMessages)
 	if err != nil {
 		return err
 	}
 	go s.watch(st, cancel)
 	o := s.t.opts
-	batch := make([][]byte, 0, o.BatchMaxCount)
+	batch := make([]outMsg, 0, o.BatchMaxCount)
 	for {
 		batch = batch[:0]
-		var first []byte
+		var first outMsg
 		select {
 		case first = <-s.queue:
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
 		batch = append(batch, first)
-		size := len(first)
+		size := len(first.data)
 	drain:
 		for len(batch) < o.BatchMaxCount && size < o.BatchMaxBytes {
 			select {
 			case m := <-s.queue:
 				batch = append(batch, m)
-				size += len(m)
+				size += len(m.data)
 			default:
 				break drain
 			}
 		}
 		s.t.metrics.queueDepth.WithLabelValues(s.label).Set(float64(len(s.queue)))
-		payload := encodeBatch(batch)
+		if s.protocol.Load() < groupedProtocol {
+			if batch = s.withholdGroups(batch); len(batch) == 0 {
+				continue
+			}
+		}
+		payload := encodeFrame(batch)
 		start := time.Now()
 		if err := st.SendMsg(&payload); err != nil {
-			// The batch is lost; raft will resend what matters.
-			s.t.inbound.ReportUnreachable(s.id)
+			// The frame is lost; raft will resend what matters.
+			s.reportUnreachable(batch)
 			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 				return cause // the peer's reason, from watch
 			}
@@ -175,6 +190,40 @@ func (s *sender) stream(conn *grpc.ClientConn) error {
 		s.t.metrics.sendSeconds.WithLabelValues(s.label).Observe(time.Since(start).Seconds())
 		s.t.metrics.batchSize.WithLabelValues(s.label).Observe(float64(len(batch)))
 		s.noteSuccess()
+	}
+}
+
+// withholdGroups removes from batch, in place, the messages of groups
+// other than 1, which a peer that has not advertised groupedProtocol
+// cannot route: each is counted, logged on transitions, and its group
+// told the replica is unreachable. Group 1's stay, in order.
+func (s *sender) withholdGroups(batch []outMsg) []outMsg {
+	kept := batch[:0]
+	for _, m := range batch {
+		if m.group == LegacyGroup {
+			kept = append(kept, m)
+			continue
+		}
+		s.t.metrics.dropped.WithLabelValues(s.label).Inc()
+		s.t.drops.note("not sending messages of groups other than 1 to a peer of an older protocol; upgrade it", reasonPeerProtocol,
+			"peer", s.id, "group", m.group, "peer_protocol", s.protocol.Load())
+		s.t.reportUnreachable(m.group, m.to)
+	}
+	clear(batch[len(kept):]) // drop references to withheld messages' bytes
+	return kept
+}
+
+// reportUnreachable tells each group with a message in a lost frame that
+// the replica it was for is unreachable, once per (group, replica).
+func (s *sender) reportUnreachable(batch []outMsg) {
+	type target struct{ group, to uint64 }
+	seen := make(map[target]bool, 1)
+	for _, m := range batch {
+		k := target{m.group, m.to}
+		if !seen[k] {
+			seen[k] = true
+			s.t.reportUnreachable(m.group, m.to)
+		}
 	}
 }
 
@@ -197,6 +246,7 @@ func (s *sender) watch(st grpc.ClientStream, cancel context.CancelCauseFunc) {
 			return
 		}
 		s.t.notePeerVersions(s.id, theirs)
+		s.protocol.Store(theirs.protocol)
 	}
 	var ack []byte
 	err = st.RecvMsg(&ack)
@@ -228,11 +278,23 @@ func (s *sender) noteSuccess() {
 	}
 }
 
-// sendSnapshot streams one MsgSnap in chunks on its own connection, so a
-// large snapshot never sits in front of heartbeats.
-func (s *sender) sendSnapshot(data []byte) {
+// sendSnapshot streams one MsgSnap of group, for its replica to, in
+// chunks on its own connection, so a large snapshot never sits in front of
+// heartbeats. A group other than 1 travels in the stream's metadata, and
+// only to a peer that reads it.
+func (s *sender) sendSnapshot(group, to uint64, data []byte) {
 	ok := false
-	defer func() { s.t.inbound.ReportSnapshot(s.id, ok) }()
+	defer func() { s.t.reportSnapshot(group, to, ok) }()
+	md := ownVersions().metadata()
+	if group != LegacyGroup {
+		if p := s.protocol.Load(); p < groupedProtocol {
+			s.t.metrics.dropped.WithLabelValues(s.label).Inc()
+			s.t.drops.note("not sending a snapshot of a group other than 1 to a peer of an older protocol; upgrade it", reasonPeerProtocol,
+				"peer", s.id, "group", group, "peer_protocol", p)
+			return
+		}
+		md.Set(mdGroup, strconv.FormatUint(group, 10))
+	}
 	conn, err := s.dial()
 	if err != nil {
 		s.t.log.Error("snapshot send: dial", "peer", s.id, "err", err)
@@ -241,7 +303,7 @@ func (s *sender) sendSnapshot(data []byte) {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Minute)
 	defer cancel()
-	ctx = metadata.NewOutgoingContext(ctx, ownVersions().metadata())
+	ctx = metadata.NewOutgoingContext(ctx, md)
 	start := time.Now()
 	st, err := conn.NewStream(ctx, snapshotDesc, "/"+serviceName+"/"+methodSnapshots)
 	if err != nil {

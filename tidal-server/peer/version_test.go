@@ -62,11 +62,11 @@ func TestPeersExchangeVersions(t *testing.T) {
 func TestRefusesIncompatibleProtocol(t *testing.T) {
 	n1 := startNode(t, 1, Options{Membership: members([]uint64{1, 2})})
 	conn := rawClient(t, n1.addr, nil)
-	future := metadata.NewOutgoingContext(context.Background(), metadata.Pairs(mdProtocol, "4", mdProtocolMin, "3", mdEntryFormat, "2"))
+	future := metadata.NewOutgoingContext(context.Background(), metadata.Pairs(mdProtocol, "5", mdProtocolMin, "4", mdEntryFormat, "2"))
 	err := sendMessages(future, conn, marshal(t, heartbeat(2, 1, 1)))
-	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "peer protocol 4") ||
-		!strings.Contains(err.Error(), "this node speaks 2") {
-		t.Fatalf("expected FailedPrecondition naming protocol 4 and this node's 2, found %v", err)
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "peer protocol 5") ||
+		!strings.Contains(err.Error(), "this node speaks 3") {
+		t.Fatalf("expected FailedPrecondition naming protocol 5 and this node's 3, found %v", err)
 	}
 	if got := dropped(n1.t, reasonProtocolVersion); got != 1 {
 		t.Errorf("protocol_version drops = %d; expected 1", got)
@@ -157,7 +157,7 @@ func TestSnapshotStreamRefusesIncompatibleProtocol(t *testing.T) {
 	n1 := startNode(t, 1, Options{Membership: members([]uint64{1, 2})})
 	conn := rawClient(t, n1.addr, nil)
 	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(context.Background(),
-		metadata.Pairs(mdProtocol, "4", mdProtocolMin, "3")), waitFor)
+		metadata.Pairs(mdProtocol, "5", mdProtocolMin, "4")), waitFor)
 	defer cancel()
 	st, err := conn.NewStream(ctx, snapshotDesc, "/"+serviceName+"/"+methodSnapshots)
 	if err != nil {
@@ -165,8 +165,8 @@ func TestSnapshotStreamRefusesIncompatibleProtocol(t *testing.T) {
 	}
 	chunk := snapshotMessage(t, 2, 1, 1024)
 	_ = st.SendMsg(&chunk)
-	if err := finish(st); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "peer protocol 4") {
-		t.Fatalf("expected FailedPrecondition naming protocol 4, found %v", err)
+	if err := finish(st); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "peer protocol 5") {
+		t.Fatalf("expected FailedPrecondition naming protocol 5, found %v", err)
 	}
 	if got := dropped(n1.t, reasonProtocolVersion); got != 1 {
 		t.Errorf("protocol_version drops = %d; expected 1", got)
