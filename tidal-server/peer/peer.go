@@ -235,7 +235,7 @@ func New(self uint64, inbound server.Inbound, opts Options, reg prometheus.Regis
 	}
 	t := &Transport{self: self, inbound: inbound, opts: opts, log: log, metrics: newMetrics(reg),
 		senders: map[uint64]*sender{}, removed: map[uint64]bool{}, peerVersions: map[uint64]versions{},
-		groups: map[uint64]Handler{LegacyGroup: legacyHandler{inbound}},
+		groups:       map[uint64]Handler{LegacyGroup: legacyHandler{inbound}},
 		snapshotSlot: make(chan struct{}, opts.MaxConcurrentSnapshots),
 		drops:        newDropLog(log, dropLogEvery, dropLogQuiet)}
 	t.vouches.m = map[uint64]*vouch{}

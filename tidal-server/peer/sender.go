@@ -33,9 +33,9 @@ type sender struct {
 	// groupedProtocol). Written by watch, read by the stream loop and by
 	// snapshot sends.
 	protocol atomic.Uint32
-	ctx   context.Context
-	stopF context.CancelFunc
-	done  chan struct{}
+	ctx      context.Context
+	stopF    context.CancelFunc
+	done     chan struct{}
 	// conn is nil when the address is unusable (logged by run). It is
 	// shared by the message stream, clock probes and member questions;
 	// snapshots dial their own.
