@@ -149,29 +149,12 @@ func (s *sender) stream(conn *grpc.ClientConn) error {
 		return err
 	}
 	go s.watch(st, cancel)
-	o := s.t.opts
-	batch := make([]outMsg, 0, o.BatchMaxCount)
+	batch := make([]outMsg, 0, s.t.opts.BatchMaxCount)
 	for {
-		batch = batch[:0]
-		var first outMsg
-		select {
-		case first = <-s.queue:
-		case <-ctx.Done():
-			return context.Cause(ctx)
+		var err error
+		if batch, err = s.collect(ctx, batch[:0]); err != nil {
+			return err
 		}
-		batch = append(batch, first)
-		size := len(first.data)
-	drain:
-		for len(batch) < o.BatchMaxCount && size < o.BatchMaxBytes {
-			select {
-			case m := <-s.queue:
-				batch = append(batch, m)
-				size += len(m.data)
-			default:
-				break drain
-			}
-		}
-		s.t.metrics.queueDepth.WithLabelValues(s.label).Set(float64(len(s.queue)))
 		if s.protocol.Load() < groupedProtocol {
 			if batch = s.withholdGroups(batch); len(batch) == 0 {
 				continue
@@ -191,6 +174,32 @@ func (s *sender) stream(conn *grpc.ClientConn) error {
 		s.t.metrics.batchSize.WithLabelValues(s.label).Observe(float64(len(batch)))
 		s.noteSuccess()
 	}
+}
+
+// collect waits for a queued message and appends it to batch with
+// whatever else is queued, of any group, in queue order, up to
+// BatchMaxCount messages or BatchMaxBytes: one frame's worth.
+func (s *sender) collect(ctx context.Context, batch []outMsg) ([]outMsg, error) {
+	o := s.t.opts
+	select {
+	case m := <-s.queue:
+		batch = append(batch, m)
+	case <-ctx.Done():
+		return batch, context.Cause(ctx)
+	}
+	size := len(batch[0].data)
+	for len(batch) < o.BatchMaxCount && size < o.BatchMaxBytes {
+		select {
+		case m := <-s.queue:
+			batch = append(batch, m)
+			size += len(m.data)
+		default:
+			s.t.metrics.queueDepth.WithLabelValues(s.label).Set(float64(len(s.queue)))
+			return batch, nil
+		}
+	}
+	s.t.metrics.queueDepth.WithLabelValues(s.label).Set(float64(len(s.queue)))
+	return batch, nil
 }
 
 // withholdGroups removes from batch, in place, the messages of groups
@@ -245,8 +254,8 @@ func (s *sender) watch(st grpc.ClientStream, cancel context.CancelCauseFunc) {
 			cancel(fmt.Errorf("peer %d: %w", s.id, perr))
 			return
 		}
-		s.t.notePeerVersions(s.id, theirs)
 		s.protocol.Store(theirs.protocol)
+		s.t.notePeerVersions(s.id, theirs)
 	}
 	var ack []byte
 	err = st.RecvMsg(&ack)

@@ -218,3 +218,21 @@ func TestWithholdsEntriesAPeerCannotRead(t *testing.T) {
 		return len(n1.in.unreachable) > 0 && n1.in.unreachable[0] == 3
 	})
 }
+
+// Regression: newer protocol refuses this one. SetTestNewerProtocol
+// stands for a future release that no longer talks to this one, so its
+// minimum must be above ProtocolVersion whatever ProtocolVersion is; a
+// minimum computed from MinProtocolVersion alone fell to ProtocolVersion
+// once the protocol moved past 2, and the "incompatible" node talked.
+func TestNewerTestProtocolRefusesThisRelease(t *testing.T) {
+	this := ownVersions()
+	SetTestNewerProtocol()
+	defer func() { testProtocolBump = 0 }()
+	newer := ownVersions()
+	if why := compatible(newer, this); why == "" {
+		t.Fatalf("a node with SetTestNewerProtocol (%+v) talks to this release (%+v); expected refused", newer, this)
+	}
+	if why := compatible(this, newer); why == "" {
+		t.Fatalf("this release (%+v) talks to a node with SetTestNewerProtocol (%+v); expected refused", this, newer)
+	}
+}
