@@ -351,7 +351,7 @@ func (op *oldPeer) frames() [][]byte {
 // replica is unreachable (or the snapshot failed).
 func TestOlderPeerGetsOnlyGroup1Frames(t *testing.T) {
 	for name, answer := range map[string]metadata.MD{
-		"protocol 2":        versions{protocol: 2, protocolMin: 1, entryFormat: 1}.metadata(),
+		"protocol 2":       versions{protocol: 2, protocolMin: 1, entryFormat: 1}.metadata(),
 		"before handshake": nil,
 	} {
 		t.Run(name, func(t *testing.T) {
