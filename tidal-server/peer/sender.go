@@ -148,17 +148,43 @@ func (s *sender) stream(conn *grpc.ClientConn) error {
 	if err != nil {
 		return err
 	}
-	go s.watch(st, cancel)
+	answered := make(chan struct{})
+	go s.watch(st, cancel, answered)
 	batch := make([]outMsg, 0, s.t.opts.BatchMaxCount)
+	// held keeps other groups' messages collected before the peer's
+	// answer says whether it reads grouped frames, so that a new stream
+	// does not cost every other group a round of messages.
+	var held []outMsg
+	defer func() {
+		// Held messages die with the stream, as a lost frame's do.
+		if len(held) > 0 {
+			s.t.metrics.dropped.WithLabelValues(s.label).Add(float64(len(held)))
+			s.reportUnreachable(held)
+		}
+	}()
 	for {
+		var wake <-chan struct{}
+		if len(held) > 0 {
+			wake = answered
+		}
 		var err error
-		if batch, err = s.collect(ctx, batch[:0]); err != nil {
+		if batch, err = s.collect(ctx, wake, batch[:0]); err != nil {
 			return err
 		}
 		if s.protocol.Load() < groupedProtocol {
-			if batch = s.withholdGroups(batch); len(batch) == 0 {
-				continue
+			select {
+			case <-answered: // an older peer
+				batch = s.withholdGroups(append(held, batch...))
+				held = nil
+			default:
+				batch, held = s.holdGroups(batch, held)
 			}
+		} else if len(held) > 0 {
+			batch = append(held, batch...)
+			held = nil
+		}
+		if len(batch) == 0 {
+			continue
 		}
 		payload := encodeFrame(batch)
 		start := time.Now()
@@ -178,12 +204,15 @@ func (s *sender) stream(conn *grpc.ClientConn) error {
 
 // collect waits for a queued message and appends it to batch with
 // whatever else is queued, of any group, in queue order, up to
-// BatchMaxCount messages or BatchMaxBytes: one frame's worth.
-func (s *sender) collect(ctx context.Context, batch []outMsg) ([]outMsg, error) {
+// BatchMaxCount messages or BatchMaxBytes: one frame's worth. It returns
+// batch unchanged when wake is closed first.
+func (s *sender) collect(ctx context.Context, wake <-chan struct{}, batch []outMsg) ([]outMsg, error) {
 	o := s.t.opts
 	select {
 	case m := <-s.queue:
 		batch = append(batch, m)
+	case <-wake:
+		return batch, nil
 	case <-ctx.Done():
 		return batch, context.Cause(ctx)
 	}
@@ -200,6 +229,33 @@ func (s *sender) collect(ctx context.Context, batch []outMsg) ([]outMsg, error) 
 	}
 	s.t.metrics.queueDepth.WithLabelValues(s.label).Set(float64(len(s.queue)))
 	return batch, nil
+}
+
+// holdGroups moves the messages of groups other than 1 from batch to
+// held while the peer's answer is awaited, up to one frame's worth
+// (BatchMaxCount messages, BatchMaxBytes); beyond that they are withheld.
+// Group 1's stay in batch, in order.
+func (s *sender) holdGroups(batch, held []outMsg) ([]outMsg, []outMsg) {
+	size := 0
+	for _, m := range held {
+		size += len(m.data)
+	}
+	kept := batch[:0]
+	var over []outMsg
+	for _, m := range batch {
+		switch {
+		case m.group == LegacyGroup:
+			kept = append(kept, m)
+		case len(held) < s.t.opts.BatchMaxCount && size+len(m.data) <= s.t.opts.BatchMaxBytes:
+			held = append(held, m)
+			size += len(m.data)
+		default:
+			over = append(over, m)
+		}
+	}
+	clear(batch[len(kept):])
+	s.withholdGroups(over)
+	return kept, held
 }
 
 // withholdGroups removes from batch, in place, the messages of groups
@@ -241,8 +297,16 @@ func (s *sender) reportUnreachable(batch []outMsg) {
 // incompatible protocol, or one saying this node was removed, ends the
 // stream with the reason as its cause; a removed node is told so
 // (Inbound.ReportRemoved) and stops.
-func (s *sender) watch(st grpc.ClientStream, cancel context.CancelCauseFunc) {
+//
+// It closes answered once the answer's versions are known (s.protocol
+// set) or known never to come.
+func (s *sender) watch(st grpc.ClientStream, cancel context.CancelCauseFunc, answered chan<- struct{}) {
 	md, err := st.Header()
+	defer func() {
+		if answered != nil {
+			close(answered)
+		}
+	}()
 	if err == nil && len(md.Get(mdProtocol)) > 0 {
 		theirs, perr := parseVersions(md)
 		if perr == nil {
@@ -257,6 +321,8 @@ func (s *sender) watch(st grpc.ClientStream, cancel context.CancelCauseFunc) {
 		s.protocol.Store(theirs.protocol)
 		s.t.notePeerVersions(s.id, theirs)
 	}
+	close(answered)
+	answered = nil
 	var ack []byte
 	err = st.RecvMsg(&ack)
 	if err == nil || errors.Is(err, io.EOF) {
