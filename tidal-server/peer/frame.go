@@ -97,13 +97,35 @@ func decodeFrame(b []byte) ([]inMsg, error) {
 	if len(b) >= 4 && binary.BigEndian.Uint32(b) == groupedMagic {
 		return decodeGrouped(b[4:])
 	}
-	msgs, err := decodeBatch(b)
-	if err != nil {
-		return nil, err
+	return decodeLegacy(b)
+}
+
+// decodeLegacy reads a legacy frame as decodeBatch does, every message
+// group 1's.
+func decodeLegacy(b []byte) ([]inMsg, error) {
+	if len(b) < 4 {
+		return nil, fmt.Errorf("batch of %d bytes has no count", len(b))
 	}
-	out := make([]inMsg, len(msgs))
-	for i, m := range msgs {
-		out[i] = inMsg{group: LegacyGroup, data: m}
+	n := binary.BigEndian.Uint32(b)
+	off := 4
+	if uint64(n)*4 > uint64(len(b)) {
+		return nil, fmt.Errorf("batch claims %d messages in %d bytes", n, len(b))
+	}
+	out := make([]inMsg, 0, n)
+	for i := uint32(0); i < n; i++ {
+		if len(b)-off < 4 {
+			return nil, fmt.Errorf("batch truncated at message %d of %d (offset %d)", i, n, off)
+		}
+		l := int(binary.BigEndian.Uint32(b[off:]))
+		off += 4
+		if l < 0 || len(b)-off < l {
+			return nil, fmt.Errorf("batch message %d claims %d bytes, %d left (offset %d)", i, l, len(b)-off, off)
+		}
+		out = append(out, inMsg{group: LegacyGroup, data: b[off : off+l]})
+		off += l
+	}
+	if off != len(b) {
+		return nil, fmt.Errorf("batch has %d trailing bytes", len(b)-off)
 	}
 	return out, nil
 }
@@ -144,7 +166,8 @@ func decodeGrouped(b []byte) ([]inMsg, error) {
 	return out, nil
 }
 
-// decodeBatch reads a legacy frame.
+// decodeBatch reads a legacy frame as every release before groups did
+// (the tests hold frames sent to an older peer to it).
 func decodeBatch(b []byte) ([][]byte, error) {
 	if len(b) < 4 {
 		return nil, fmt.Errorf("batch of %d bytes has no count", len(b))
