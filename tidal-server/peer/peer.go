@@ -4,7 +4,16 @@
 //
 // One sender goroutine per peer drains a bounded queue and coalesces what
 // it finds into one stream message (bounded by count and bytes), so a busy
-// leader pays one gRPC send per batch, not per raft message. When the
+// leader pays one gRPC send per batch, not per raft message.
+//
+// Raft groups (groups.go, frame.go). A node may host many raft groups; the
+// peer node's one sender, queue and stream carry them all, each message
+// tagged with its group in the frame (a frame without tags is group 1's:
+// what every earlier release sends, and what a node hosting only group 1
+// still sends). Each group registers a Handler (Register, Unregister) that
+// receives its messages and resolves its raft ids to nodes; Send is group
+// 1's. A peer of a protocol older than groupedProtocol is sent group 1's
+// messages only (version.go). When the
 // queue is full the message is dropped and raft is told the peer is
 // unreachable: raft retransmits, and a transport that blocks would stall
 // the Ready loop of the whole node. Snapshots go on their own stream in
