@@ -25,7 +25,9 @@ type Handler interface {
 	ReportUnreachable(replica uint64)
 	ReportSnapshot(replica uint64, ok bool)
 	// NodeOf is the node hosting the group's replica id; ok is false for
-	// an id the group does not know.
+	// an id the group does not know. It is called on every message, with
+	// the transport's locks held: it must be cheap and must not call the
+	// transport.
 	NodeOf(replica uint64) (node uint64, ok bool)
 }
 

@@ -292,6 +292,18 @@ func TestUnknownGroupDroppedAndCounted(t *testing.T) {
 	if d := dropped(n1.t, reasonUnknownGroup); d != 3 {
 		t.Errorf("unknown_group drops = %d; expected 3", d)
 	}
+
+	// Group 0 (the meta group) is a group like any other, also after a
+	// malformed message of its own opens a frame.
+	h0 := newGroupHandler(0)
+	n1.t.Register(0, h0)
+	send(outMsg{group: 0, data: []byte{0xff, 0xff, 0xff}}, outMsg{group: 0, data: marshal(t, heartbeat(20, 10, 7))})
+	if got := h0.received(); len(got) != 1 || got[0].GetTerm() != 7 {
+		t.Fatalf("group 0 received %v; expected the term-7 heartbeat", got)
+	}
+	if d := dropped(n1.t, reasonUnknownGroup); d != 3 {
+		t.Errorf("unknown_group drops = %d; expected still 3", d)
+	}
 }
 
 // oldPeer is a node of an earlier release on the Messages stream: it

@@ -152,6 +152,13 @@ func (t *Transport) serveMessages(_ any, stream grpc.ServerStream) error {
 		if err != nil {
 			return status.Error(codes.InvalidArgument, err.Error())
 		}
+		// A frame's messages mostly share few groups: look each up once
+		// per run of the same group.
+		var (
+			lastGroup uint64
+			looked    bool
+			g         Handler
+		)
 		for _, in := range msgs {
 			m := in.data
 			h, err := parseHeader(m)
@@ -159,7 +166,9 @@ func (t *Transport) serveMessages(_ any, stream grpc.ServerStream) error {
 				t.drop(reasonMalformed, authID, h, remote)
 				continue
 			}
-			g := t.handler(in.group)
+			if !looked || in.group != lastGroup {
+				lastGroup, g, looked = in.group, t.handler(in.group), true
+			}
 			if g == nil {
 				t.dropGroup(reasonUnknownGroup, in.group, authID, h, remote)
 				continue
