@@ -193,7 +193,10 @@ func New(h Handler, cfg Config) *Scheduler {
 	return s
 }
 
-// Register adds group, active (not quiescent) and with nothing pending.
+// Register adds group, active (not quiescent) and with nothing pending. It
+// refuses a group already registered, and one unregistered whose last call
+// is still running: its new registration's calls could otherwise overlap
+// that call.
 func (s *Scheduler) Register(id uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
