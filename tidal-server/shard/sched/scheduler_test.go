@@ -520,3 +520,34 @@ func TestFlagsString(t *testing.T) {
 		}
 	}
 }
+
+func TestObserveAndStats(t *testing.T) {
+	var mu sync.Mutex
+	var groups []uint64
+	var wait, run time.Duration
+	s := sched.New(sched.HandlerFunc(func(uint64, sched.Work) {}), sched.Config{
+		Workers: 2,
+		Observe: func(group uint64, w, r time.Duration) {
+			mu.Lock()
+			groups = append(groups, group)
+			wait += w
+			run += r
+			mu.Unlock()
+		},
+	})
+	register(t, s, 1, 2, 3)
+	s.Quiesce(3)
+	s.Enqueue(1, sched.Ready)
+	s.Enqueue(2, sched.Custom)
+	s.Stop()
+	st := s.Stats()
+	if len(groups) != 2 || st.Processed != 2 {
+		t.Fatalf("Observe saw calls of %v, stats %d calls; want groups 1 and 2, 2 calls", groups, st.Processed)
+	}
+	if wait < 0 || run < 0 || st.WaitNanos != uint64(wait) || st.RunNanos != uint64(run) {
+		t.Fatalf("Observe summed wait %v run %v, stats %dns %dns; want equal and not negative", wait, run, st.WaitNanos, st.RunNanos)
+	}
+	if st.Groups != 3 || st.Active != 2 || st.Queued != 0 || st.Running != 0 || st.Workers != 2 {
+		t.Fatalf("stats after Stop: %+v, want 3 groups, 2 active, none queued or running, 2 workers", st)
+	}
+}
