@@ -3,6 +3,7 @@ package sched_test
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -299,4 +300,30 @@ func BenchmarkAtRest10HzTickerPerGroup(b *testing.B) {
 	close(stop)
 	wg.Wait()
 	report(b, cpu)
+}
+
+// BenchmarkEnqueue is the message path's scheduling cost: Enqueue of one
+// of 1,000 groups from parallel senders (as the transport's receivers
+// are), each processed by a trivial handler, per Enqueue.
+func BenchmarkEnqueue(b *testing.B) {
+	s := sched.New(sched.HandlerFunc(func(uint64, sched.Work) {}), sched.Config{})
+	for id := range uint64(benchGroups) {
+		if err := s.Register(id); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var next atomic.Uint64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		id := next.Add(7919)
+		for pb.Next() {
+			id += 7919
+			s.Enqueue(id%benchGroups, sched.Message)
+		}
+	})
+	s.Stop()
+	b.StopTimer()
+	st := s.Stats()
+	b.ReportMetric(float64(st.Processed)/float64(b.N), "calls/enqueue")
 }

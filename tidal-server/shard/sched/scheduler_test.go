@@ -1,6 +1,7 @@
 package sched_test
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"strings"
@@ -549,5 +550,33 @@ func TestObserveAndStats(t *testing.T) {
 	}
 	if st.Groups != 3 || st.Active != 2 || st.Queued != 0 || st.Running != 0 || st.Workers != 2 {
 		t.Fatalf("stats after Stop: %+v, want 3 groups, 2 active, none queued or running, 2 workers", st)
+	}
+}
+
+// TestFIFO: with one worker, groups are processed in the order they were
+// first enqueued, and a group enqueued again while running goes behind
+// those already waiting.
+func TestFIFO(t *testing.T) {
+	b := newBlocker(0)
+	s := sched.New(b, sched.Config{Workers: 1})
+	register(t, s, 0, 1, 2, 3, 4, 5)
+	s.Enqueue(0, sched.Ready)
+	<-b.entered
+	for _, id := range []uint64{4, 2, 5} {
+		s.Enqueue(id, sched.Message)
+	}
+	s.Enqueue(0, sched.Message) // running: queued again when its call returns, behind all then waiting
+	for _, id := range []uint64{1, 2, 3} {
+		s.Enqueue(id, sched.Message) // 2 is already queued: keeps its place
+	}
+	close(b.release)
+	s.Stop()
+	var order []uint64
+	for _, c := range b.rec.calls {
+		order = append(order, c.group)
+	}
+	want := []uint64{0, 4, 2, 5, 1, 3, 0}
+	if fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Fatalf("processing order %v, want %v", order, want)
 	}
 }
