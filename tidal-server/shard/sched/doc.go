@@ -28,7 +28,7 @@
 //   - FIFO among groups: a group that is enqueued again, by itself or
 //     anyone, goes to the back of the queue, so a flood on one group
 //     delays another by at most one of its calls per worker
-//     (TestFloodDoesNotStarveOthers).
+//     (TestFIFO, TestFloodDoesNotStarveOthers).
 //   - Ticks owed are counted per group and capped at Config.MaxTicks: a
 //     group that falls behind gets at most MaxTicks at once, never a burst
 //     of elections (TestTicksAreCapped).
@@ -40,4 +40,7 @@
 //   - Stop drains: it refuses new work, waits for the calls in progress
 //     and for every group queued before it to be processed, then returns
 //     with every worker gone (TestStopDrains).
+//   - No call of a group starts after Unregister returns, and the id is
+//     refused by Register until a call still running for it returns
+//     (TestUnregister).
 package sched
