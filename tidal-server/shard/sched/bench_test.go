@@ -20,7 +20,7 @@ import (
 // from getrusage: the workers, the ticker and the garbage collector) and
 // that cost as a share of one core at 10 cycles a second.
 //
-//	go test -run '^$' -bench . -benchtime 300x ./tidal-server/shard/sched/
+//	go test -run '^$' -bench 'TickCycle|AtRest' -benchtime 50x ./tidal-server/shard/sched/
 
 const benchGroups = 1000
 
