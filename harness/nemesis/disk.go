@@ -108,7 +108,7 @@ func needsDisks(c Cluster, kind string) (DiskCluster, error) {
 // diskSpec picks what the fault of kind does, for a step.
 func diskSpec(kind string, r *rand.Rand) *DiskSpec {
 	switch kind {
-	case "power-cut-one", "power-cut-minority", "power-cut-all":
+	case "power-cut-one", "power-cut-minority", "power-cut-all", "stop-then-power-cut", "power-cut-after-election":
 		// Half the cuts tear: each disk keeps a random prefix of its
 		// unsynced writes, the last one possibly cut at a sector.
 		return &DiskSpec{PowerCut: &faultfs.PowerCutOptions{TornWrites: r.IntN(2) == 0, Seed: r.Int64N(1<<62) + 1}}

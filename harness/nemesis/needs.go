@@ -31,6 +31,10 @@ const (
 	CapMembership Capability = "membership"
 	// CapDisk: the node's data directory sits on faultfs.
 	CapDisk Capability = "disk"
+	// CapStop: a node's process can be stopped gracefully (SIGTERM, then
+	// a wait for its exit) and its exit status read; 0 means it drained
+	// clean.
+	CapStop Capability = "stop"
 	// CapClock: the node's clock can be moved while it runs (tidal-server's
 	// test-only --test-clock-offset-file).
 	CapClock Capability = "clock"

@@ -50,6 +50,10 @@ type Config struct {
 	Nemesis       []string `json:"nemesis"`
 	Interval      Duration `json:"interval"`
 	FaultDuration Duration `json:"fault_duration"`
+	// QuietBeforeCut holds the workload's new ops this long before each
+	// power cut (nemesis.Runner.QuietBeforeCut); 0 = off. tidal-chaos
+	// defaults it to DefaultQuietBeforeCut.
+	QuietBeforeCut Duration `json:"quiet_before_cut,omitempty"`
 	// ServerFlags are passed to every tidal-server.
 	ServerFlags []string `json:"server_flags"`
 	// WALSegmentSize is every node's --wal-segment-size in bytes (default
@@ -229,6 +233,11 @@ func (c *Config) setDefaults() error {
 	return err
 }
 
+// DefaultQuietBeforeCut is tidal-chaos's --quiet-before-cut: long enough
+// for the clients' writes in flight to be acknowledged (group commits of
+// a few ms), short against a fault window.
+const DefaultQuietBeforeCut = Duration(300 * time.Millisecond)
+
 // Outcome is what a run produced.
 type Outcome struct {
 	Run     *report.Run
@@ -401,6 +410,9 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 		target = opts.Nemesis(target)
 	}
 	nem := nemesis.NewRunner(target, rec, log)
+	if g, ok := w.(interface{ Gate() *workload.Gate }); ok && cfg.QuietBeforeCut > 0 {
+		nem.Quiet, nem.QuietBeforeCut = g.Gate(), cfg.QuietBeforeCut.D()
+	}
 
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
