@@ -44,7 +44,7 @@ type ProcessExit struct {
 	// signal means the drain outlived its deadline and was killed).
 	Graceful bool       `json:"graceful,omitempty"`
 	Status   ExitStatus `json:"status"`
-	Logs      []LogTail  `json:"logs,omitempty"`
+	Logs     []LogTail  `json:"logs,omitempty"`
 }
 
 // NodeFinal is one node as the runner found it after the final heal.

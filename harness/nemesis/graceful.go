@@ -311,7 +311,7 @@ var gracefulKinds = []Kind{
 		Doc:   "SIGTERM one random node, wait for its exit (status 0 expected), start it again at once (instant)"},
 	{Name: "rolling-restart", F: history.FRestart, Sub: "rolling", Class: Process, MinNodes: 2, Instant: true, Leader: true, pick: shuffled, fault: rolling{},
 		Needs: []Capability{CapStop, CapLeader}, Timeout: 3 * time.Minute,
-		Doc:   "every member in turn: SIGTERM, wait for the exit, start, wait until ready; the leader first or last, as drawn (instant)"},
+		Doc: "every member in turn: SIGTERM, wait for the exit, start, wait until ready; the leader first or last, as drawn (instant)"},
 	{Name: "stop-then-power-cut", F: FPowerCut, Sub: "after-stop", Class: Disk, MinNodes: 2, pick: one, fault: stopThenCut{},
 		Needs: []Capability{CapStop, CapDisk},
 		Doc:   "SIGTERM one random node and cut its disk the moment it exits: what its shutdown left unsynced is lost; heal starts it on what survived"},
