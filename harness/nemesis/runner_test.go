@@ -45,6 +45,9 @@ type fakeCluster struct {
 	noDisks bool
 	disks   map[string]*fakeDisk
 	exited  map[string]bool
+
+	// stopCodes are the exit codes graceful stops answer (graceful_test.go).
+	stopCodes map[string]int
 }
 
 func newFake(t *testing.T, n int) *fakeCluster {
