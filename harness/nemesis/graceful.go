@@ -318,4 +318,4 @@ var gracefulKinds = []Kind{
 }
 
 // FStop is the history f of a graceful stop (kind stop).
-const FStop = "stop"
+const FStop = history.FStop

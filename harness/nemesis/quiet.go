@@ -25,7 +25,7 @@ import (
 // window and a reader sees why writes paused.
 
 // FQuiet is the history f of a quiet spell.
-const FQuiet = "quiet"
+const FQuiet = history.FQuiet
 
 // Quieter is a gate on the workload's new ops: Close holds every client
 // before its next op, Open lets them go again. Ops in flight are not

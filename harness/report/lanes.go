@@ -81,6 +81,10 @@ func nodeSpans(windows []checker.FaultWindow, values []history.FaultValue, nodes
 			for _, n := range targets {
 				add(n, bandProcess, "down", "killed")
 			}
+		case w.F == history.FStop:
+			for _, n := range targets {
+				add(n, bandProcess, "down", "stopped (SIGTERM)")
+			}
 		case w.F == history.FPause:
 			for _, n := range targets {
 				add(n, bandProcess, "paused", "paused")

@@ -106,12 +106,26 @@ func (t tidalDB) Check(in db.CheckInput) []checker.Result {
 	if kind == workload.Embeddings || kind == workload.Mixed {
 		rs = append(rs, checker.Embeddings(ops, nodeNames(cfg.Nodes)))
 	}
+	rs = append(rs, electionResult(run, in.Evidence))
 	if digestErr == nil {
 		rs = append(rs, checker.ConvergenceCovering(digests, in.Digest))
 	} else {
 		rs = append(rs, checker.Result{Name: "convergence", Valid: checker.Unknown, Summary: "digests unreadable: " + digestErr.Error()})
 	}
 	return rs
+}
+
+// electionResult judges election safety from elections.jsonl and the
+// node exits (checker.Election).
+func electionResult(run *report.Run, ev checker.NodeEvidence) checker.Result {
+	samples, found, err := run.ReadElections()
+	switch {
+	case err != nil:
+		return checker.Result{Name: "election", Valid: checker.Unknown, Summary: "election samples unreadable: " + err.Error()}
+	case !found:
+		return checker.Result{Name: "election", Valid: checker.Unknown, Summary: "the run has no election samples (" + report.ElectionsFile + "): a store from before they were taken"}
+	}
+	return checker.Election(samples, ev.Exits)
 }
 
 // tidalCluster is a running tidal cluster as a db.Cluster. It embeds
@@ -145,8 +159,13 @@ func (t *tidalCluster) Observe(run *report.Run, now func() int64) (func(), error
 	if err != nil {
 		return nil, err
 	}
+	ew, err := run.ElectionWriter()
+	if err != nil {
+		lagw.Close()
+		return nil, err
+	}
 	sampleCtx, stopSampling := context.WithCancel(context.Background())
-	sampler := &lagSampler{c: t.c, now: now, interval: t.cfg.SampleInterval.D(), w: lagw}
+	sampler := &lagSampler{c: t.c, now: now, interval: t.cfg.SampleInterval.D(), w: lagw, elections: ew}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -156,6 +175,7 @@ func (t *tidalCluster) Observe(run *report.Run, now func() int64) (func(), error
 		stopSampling()
 		<-done
 		lagw.Close()
+		ew.Close()
 	}, nil
 }
 
