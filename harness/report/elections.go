@@ -112,4 +112,3 @@ func (r *Run) ReadElections() (samples []checker.ElectionSample, found bool, err
 	}
 	return samples, true, nil
 }
-
