@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"time"
 )
 
@@ -35,6 +36,18 @@ func (c *Cluster) StopStatus(ctx context.Context, name string) (code int, text s
 		}
 	}
 	return code, text, err
+}
+
+// NodeLog is the path of name's structured log (its --log-file), where
+// tidal-server writes raft's election steps as they happen.
+func (c *Cluster) NodeLog(name string) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, err := c.node(name)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(n.Dir, "node.log"), nil
 }
 
 // WaitNodeReady waits until name answers /readyz with 200: it has a

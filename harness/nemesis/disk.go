@@ -472,8 +472,10 @@ var diskKinds = []Kind{
 		Doc: "one random node's disk writes and fsyncs hang until the heal releases them all at once: it stops acknowledging, the others carry on, it catches up"},
 }
 
-// IsDisk reports whether kind needs faultfs.
-func (k Kind) IsDisk() bool { return k.Class == Disk }
+// IsDisk reports whether kind needs faultfs: every kind of the disk
+// class, and a kind of another class that cuts a disk (stop-then-power-cut
+// is a process fault: it must not meet another stop or kill of its node).
+func (k Kind) IsDisk() bool { return k.Class == Disk || slices.Contains(k.Needs, CapDisk) }
 
 // NeedsDisks reports whether any of the named kinds needs faultfs.
 func NeedsDisks(kinds []string) bool {

@@ -28,7 +28,9 @@ import (
 //     in turn — SIGTERM, wait for the exit, start, wait until it is ready
 //     (has a leader and has caught up) — before the next; the current
 //     leader goes first or last, as the schedule drew (Step.Rolling).
-//   - stop-then-power-cut (f "power-cut", kind "after-stop", class disk):
+//   - stop-then-power-cut (f "stop-power-cut", kind "one"; class process,
+//     so no other stop or kill of its node runs meanwhile, and an f of its
+//     own, so its heal never ends a disk power cut's window):
 //     SIGTERM, and the moment the process has exited, cut its disk: what
 //     the shutdown path left unsynced is lost, as on a machine powered off
 //     right after its service stopped.
@@ -247,7 +249,7 @@ func (rolling) Heal(context.Context, Cluster, *history.FaultValue) (time.Time, e
 type stopThenCut struct{}
 
 func (stopThenCut) Resolve(_ context.Context, c Cluster, s Step) (history.FaultValue, error) {
-	v := history.FaultValue{Kind: "after-stop", Targets: slices.Clone(s.Targets)}
+	v := history.FaultValue{Kind: "one", Targets: slices.Clone(s.Targets)}
 	if _, err := needsGraceful(c, s.Kind); err != nil {
 		return v, err
 	}
@@ -312,7 +314,7 @@ var gracefulKinds = []Kind{
 	{Name: "rolling-restart", F: history.FRestart, Sub: "rolling", Class: Process, MinNodes: 2, Instant: true, Leader: true, pick: shuffled, fault: rolling{},
 		Needs: []Capability{CapStop, CapLeader}, Timeout: 3 * time.Minute,
 		Doc: "every member in turn: SIGTERM, wait for the exit, start, wait until ready; the leader first or last, as drawn (instant)"},
-	{Name: "stop-then-power-cut", F: FPowerCut, Sub: "after-stop", Class: Disk, MinNodes: 2, pick: one, fault: stopThenCut{},
+	{Name: "stop-then-power-cut", F: history.FStopPowerCut, Sub: "one", Class: Process, MinNodes: 2, pick: one, fault: stopThenCut{},
 		Needs: []Capability{CapStop, CapDisk},
 		Doc:   "SIGTERM one random node and cut its disk the moment it exits: what its shutdown left unsynced is lost; heal starts it on what survived"},
 }

@@ -208,14 +208,14 @@ func TestStopThenPowerCutAfterTheExitWithQuietSpell(t *testing.T) {
 		t.Fatalf("gate: expected closed then opened, found %q", gate.log)
 	}
 	ops := readHistory(t, rec, path)
-	p := recordedParams(t, ops, FPowerCut)
+	p := recordedParams(t, ops, history.FStopPowerCut)
 	if p.Exits["n2"].Code != 0 || len(p.Reports) != 1 || p.PowerCut == nil || p.PowerCut.Seed != st.Disk.PowerCut.Seed {
 		t.Fatalf("recorded: expected n2's exit, its cut report and the drawn options, found %+v", p)
 	}
 	want := []string{
-		"invoke power-cut after-stop n2", "invoke quiet before-cut", "ok quiet before-cut",
-		"invoke heal-quiet before-cut", "ok heal-quiet before-cut", "ok power-cut after-stop n2",
-		"invoke heal-power-cut after-stop n2", "ok heal-power-cut after-stop n2",
+		"invoke stop-power-cut one n2", "invoke quiet before-cut", "ok quiet before-cut",
+		"invoke heal-quiet before-cut", "ok heal-quiet before-cut", "ok stop-power-cut one n2",
+		"invoke heal-stop-power-cut one n2", "ok heal-stop-power-cut one n2",
 	}
 	if got := summary(ops); !slices.Equal(got, want) {
 		t.Fatalf("nemesis ops:\n%s\nexpected:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

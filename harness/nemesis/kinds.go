@@ -139,7 +139,7 @@ var kinds = []Kind{
 		Doc: "hand leadership to another running node via the admin API (instant)"},
 }
 
-func init() { kinds = append(append(kinds, diskKinds...), gracefulKinds...) }
+func init() { kinds = slices.Concat(kinds, diskKinds, electionKinds, gracefulKinds) }
 
 // Recorded is how the history records a fault of kind k: the checker
 // finds the faults a run asked for by it (see checker.Faults). Links
@@ -204,8 +204,8 @@ var groups = []group{
 	{"slow", "slow-links, bandwidth", []string{"slow-links", "bandwidth"}},
 	{"transfer", "transfer-leader", []string{"transfer-leader"}},
 	{"membership", "member-churn", []string{"member-churn"}},
-	{"disk", "power-cut-one, power-cut-minority, power-cut-all, fsync-error, disk-full, slow-disk, corrupt-read, slow-disk-stall (need faultfs)",
-		[]string{"power-cut-one", "power-cut-minority", "power-cut-all", "fsync-error", "disk-full", "slow-disk", "corrupt-read", "slow-disk-stall"}},
+	{"disk", "power-cut-one, power-cut-minority, power-cut-all, power-cut-after-election, fsync-error, disk-full, slow-disk, corrupt-read, slow-disk-stall (need faultfs)",
+		[]string{"power-cut-one", "power-cut-minority", "power-cut-all", "power-cut-after-election", "fsync-error", "disk-full", "slow-disk", "corrupt-read", "slow-disk-stall"}},
 	{"clock", "clock-skew, clock-jump", []string{"clock-skew", "clock-jump"}},
 	{"all", "every kind (the disk kinds only where faultfs can mount)", nil},
 }

@@ -45,7 +45,7 @@ type quietParams struct {
 // gate, it does nothing. power-cut-after-election is not quieted: it
 // lands on an election, not on writes.
 func (r *Runner) quietBefore(ctx context.Context, k Kind) (reopen func()) {
-	if r.Quiet == nil || r.QuietBeforeCut <= 0 || k.F != FPowerCut || k.Name == "power-cut-after-election" {
+	if r.Quiet == nil || r.QuietBeforeCut <= 0 || (k.F != FPowerCut && k.F != history.FStopPowerCut) || k.Name == "power-cut-after-election" {
 		return func() {}
 	}
 	params, _ := json.Marshal(quietParams{Before: k.Name, MS: r.QuietBeforeCut.Milliseconds()})

@@ -89,7 +89,7 @@ func nodeSpans(windows []checker.FaultWindow, values []history.FaultValue, nodes
 			for _, n := range targets {
 				add(n, bandProcess, "paused", "paused")
 			}
-		case w.F == history.FPowerCut:
+		case w.F == history.FPowerCut || w.F == history.FStopPowerCut:
 			for _, n := range targets {
 				add(n, bandProcess, "power-cut", "power cut")
 			}

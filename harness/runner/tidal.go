@@ -31,7 +31,7 @@ func (tidalDB) Name() string { return DBTidal }
 // Capabilities implements db.DB: every fault kind.
 func (tidalDB) Capabilities() nemesis.Capabilities {
 	return nemesis.Capabilities{DB: DBTidal, Has: []nemesis.Capability{nemesis.CapNetwork, nemesis.CapKill, nemesis.CapPause,
-		nemesis.CapLeader, nemesis.CapTransferLeader, nemesis.CapMembership, nemesis.CapDisk, nemesis.CapClock, nemesis.CapStop}}
+		nemesis.CapLeader, nemesis.CapTransferLeader, nemesis.CapMembership, nemesis.CapDisk, nemesis.CapClock, nemesis.CapStop, nemesis.CapElectionLog}}
 }
 
 // Setup implements db.DB.
