@@ -73,12 +73,13 @@ type electionCutParams struct {
 	ProvokeError string `json:"provoke_error,omitempty"`
 	// Trigger is the log line the cut followed; LoggedAt when the node
 	// wrote it (its own clock, millisecond resolution); SeenAfterMS how
-	// long after that the harness read it, and FrozenAfterMS when the
-	// node was frozen (the cut's first step).
+	// long after that the harness read it, and CutDoneAfterMS when the
+	// whole cut was over (the node is frozen by its first step, a
+	// SIGSTOP, between the two; the rest rolls the disk back).
 	Trigger       string  `json:"trigger,omitempty"`
 	LoggedAt      string  `json:"logged_at,omitempty"`
 	SeenAfterMS   float64 `json:"seen_after_ms,omitempty"`
-	FrozenAfterMS float64 `json:"frozen_after_ms,omitempty"`
+	CutDoneAfterMS float64 `json:"cut_done_after_ms,omitempty"`
 	// Reports is what the disk lost.
 	Reports map[string]faultfs.PowerCutReport `json:"reports,omitempty"`
 }
@@ -150,14 +151,14 @@ func (electionCut) Inject(ctx context.Context, c Cluster, v *history.FaultValue)
 		if line != "" {
 			seen := time.Now()
 			reports, err := ec.PowerCut([]string{t}, p.PowerCutOptions)
-			frozen := time.Now() // PowerCut froze the node first: an upper bound
+			done := time.Now()
 			cancel()
 			p.Trigger, p.Reports = line, reports
 			if m := logTime.FindStringSubmatch(line); m != nil {
 				if at, perr := time.Parse(time.RFC3339Nano, m[1]); perr == nil {
 					p.LoggedAt = m[1]
 					p.SeenAfterMS = float64(seen.Sub(at).Microseconds()) / 1000
-					p.FrozenAfterMS = float64(frozen.Sub(at).Microseconds()) / 1000
+					p.CutDoneAfterMS = float64(done.Sub(at).Microseconds()) / 1000
 				}
 			}
 			p.Provoked = <-provoked
@@ -165,7 +166,7 @@ func (electionCut) Inject(ctx context.Context, c Cluster, v *history.FaultValue)
 			if err != nil {
 				return time.Time{}, err
 			}
-			return frozen, nil
+			return done, nil
 		}
 		select {
 		case <-wctx.Done():
