@@ -76,9 +76,9 @@ type electionCutParams struct {
 	// long after that the harness read it, and CutDoneAfterMS when the
 	// whole cut was over (the node is frozen by its first step, a
 	// SIGSTOP, between the two; the rest rolls the disk back).
-	Trigger       string  `json:"trigger,omitempty"`
-	LoggedAt      string  `json:"logged_at,omitempty"`
-	SeenAfterMS   float64 `json:"seen_after_ms,omitempty"`
+	Trigger        string  `json:"trigger,omitempty"`
+	LoggedAt       string  `json:"logged_at,omitempty"`
+	SeenAfterMS    float64 `json:"seen_after_ms,omitempty"`
 	CutDoneAfterMS float64 `json:"cut_done_after_ms,omitempty"`
 	// Reports is what the disk lost.
 	Reports map[string]faultfs.PowerCutReport `json:"reports,omitempty"`
