@@ -1,6 +1,7 @@
 package checker
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -73,9 +74,44 @@ type ElectionDetails struct {
 	// Unbracketed lists the exits of a node's process with no sample of
 	// that process before it or none of the next one after it: their
 	// terms could not be compared.
-	Unbracketed []string         `json:"unbracketed,omitempty"`
+	Unbracketed []string `json:"unbracketed,omitempty"`
+	// LogClaims counts the leadership claims read from the nodes' logs
+	// (power-cut-after-election's trigger "became leader at term T") and
+	// judged with the samples.
+	LogClaims   int              `json:"log_claims,omitempty"`
 	TwoLeaders  []TwoLeaders     `json:"two_leaders,omitempty"`
 	Regressions []TermRegression `json:"term_regressions,omitempty"`
+}
+
+// LoggedLeaderClaims reads from the history the leadership claims
+// power-cut-after-election saw in a node's log just before it cut the
+// node's power ("became leader at term T"), as samples of that process
+// with no member id (Election fills it in). A correct node logs that line
+// only once its own vote in T is durable, so the first term its next
+// process reports must be T or more, and no other member may claim T.
+func LoggedLeaderClaims(ops []history.Op) []ElectionSample {
+	var out []ElectionSample
+	for _, op := range ops {
+		if op.Process != history.Nemesis || op.F != history.FPowerCut || op.Type != history.OK || len(op.Value) == 0 {
+			continue
+		}
+		fv, err := history.Decode[history.FaultValue](op)
+		if err != nil || fv.Kind != "after-election" || len(fv.Targets) != 1 {
+			continue
+		}
+		var p struct {
+			Term   uint64 `json:"term"`
+			Leader bool   `json:"leader"`
+			PID    int    `json:"pid"`
+		}
+		if json.Unmarshal(fv.Params, &p) != nil || !p.Leader || p.Term == 0 || p.PID == 0 {
+			continue
+		}
+		// The line came before the cut completed (op.Time), and the
+		// process was frozen from then on.
+		out = append(out, ElectionSample{Time: op.Time - 1, Node: fv.Targets[0], PID: p.PID, Term: p.Term})
+	}
+	return out
 }
 
 // Election checks election safety from the status samples: at most one
@@ -97,6 +133,29 @@ func Election(samples []ElectionSample, exits []ProcessExit) Result {
 		return Result{Name: name, Valid: Unknown, Details: d, Summary: "no status samples with term and leader: election safety could not be judged"}
 	}
 	ss := slices.Clone(samples)
+	// A claim read from a node's log has no member id: it is the id the
+	// same process answered the sampler with. One without any sample of
+	// its process cannot be placed and is left out.
+	idOf := map[int]uint64{}
+	for _, s := range ss {
+		if s.PID != 0 && s.ID != 0 {
+			idOf[s.PID] = s.ID
+		}
+	}
+	ss = slices.DeleteFunc(ss, func(s ElectionSample) bool {
+		if s.ID != 0 {
+			return false
+		}
+		return s.PID == 0 || idOf[s.PID] == 0
+	})
+	for i := range ss {
+		if ss[i].ID == 0 {
+			ss[i].ID = idOf[ss[i].PID]
+			ss[i].Leader = ss[i].ID
+			d.LogClaims++
+		}
+	}
+	d.Samples = len(ss) - d.LogClaims
 	sort.SliceStable(ss, func(i, j int) bool { return ss[i].Time < ss[j].Time })
 
 	// Two leaders in one term: only a node's own claim counts.
@@ -184,6 +243,9 @@ func Election(samples []ElectionSample, exits []ProcessExit) Result {
 			Summary: fmt.Sprintf("%d process exits, none with a sample before and after it: terms across restarts could not be judged (%d terms judged for a second leader)", len(exits), d.Terms)}
 	}
 	s := fmt.Sprintf("one leader per term in %d terms judged over %d samples; no term went down, %d restarts compared", d.Terms, d.Samples, d.Restarts)
+	if d.LogClaims > 0 {
+		s += fmt.Sprintf("; %d leadership claims read from node logs at a power cut", d.LogClaims)
+	}
 	if len(d.Unbracketed) > 0 {
 		s += fmt.Sprintf(" (%d exits not bracketed by samples: %s)", len(d.Unbracketed), strings.Join(d.Unbracketed, ", "))
 	}

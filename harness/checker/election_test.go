@@ -1,9 +1,12 @@
 package checker
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tidaldb/tidal/harness/history"
 )
 
 // es is a sample at t seconds.
@@ -117,5 +120,35 @@ func TestElectionUnknownWithTooFewSamples(t *testing.T) {
 	mustValid(t, r, Unknown)
 	if !strings.Contains(r.Summary, "could not be judged") {
 		t.Fatalf("summary: %s", r.Summary)
+	}
+}
+
+// power-cut-after-election recorded that n2 logged "became leader at
+// term 9" just before its cut; its next process reports term 8: the term
+// it led in was not durable. The samples alone never saw term 9.
+func TestElectionLoggedLeaderClaimThenLowerTermIsInvalid(t *testing.T) {
+	h := newHist(t)
+	h.at(time.Second)
+	h.fault(history.FPowerCut, history.FaultValue{Kind: "after-election", Targets: []string{"n2"},
+		Params: json.RawMessage(`{"trigger":"time=... msg=\"2 became leader at term 9\"","term":9,"leader":true,"pid":102}`)})
+	claims := LoggedLeaderClaims(h.ops)
+	if len(claims) != 1 || claims[0].Term != 9 || claims[0].PID != 102 {
+		t.Fatalf("logged claims: expected n2's term 9 of pid 102, found %+v", claims)
+	}
+	ss := []ElectionSample{
+		es(0.1, "n1", 101, 1, 8, 1), es(0.1, "n2", 102, 2, 8, 1), es(0.1, "n3", 103, 3, 8, 1),
+		es(3.0, "n2", 202, 2, 8, 1),
+	}
+	r := Election(append(ss, claims...), nil)
+	mustValid(t, r, Invalid)
+	if !strings.Contains(r.Summary, "n2 (id 2) term went 9 -> 8 across a restart (pid 102 -> 202)") {
+		t.Fatalf("summary: %s", r.Summary)
+	}
+	// Back at term 9 or later it is fine, and the claim is counted.
+	ss[3].Term = 10
+	r = Election(append(ss, claims...), nil)
+	mustValid(t, r, Valid)
+	if d := electionDetails(t, r); d.LogClaims != 1 || d.Samples != 4 {
+		t.Fatalf("details: expected 1 log claim over 4 samples, found %+v", d)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tidaldb/tidal/harness/cluster"
@@ -59,6 +61,9 @@ type ElectionLogCluster interface {
 // or vote has just changed.
 var electionTrigger = regexp.MustCompile(`became candidate at term \d+|became leader at term \d+|cast MsgVote for [0-9a-f]+ .*at term \d+`)
 
+// triggerTerm finds the term a trigger line names.
+var triggerTerm = regexp.MustCompile(`at term (\d+)`)
+
 // logTime finds the time a slog line (text or JSON) was written.
 var logTime = regexp.MustCompile(`time[=":]+"?([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+(?:Z|[+-][0-9:]+))`)
 
@@ -82,6 +87,14 @@ type electionCutParams struct {
 	CutDoneAfterMS float64 `json:"cut_done_after_ms,omitempty"`
 	// Reports is what the disk lost.
 	Reports map[string]faultfs.PowerCutReport `json:"reports,omitempty"`
+	// Term is the term the trigger line names, Leader whether it said the
+	// node became leader, PID the process cut. A correct node logs
+	// "became leader at term T" only once its own vote in T is durable
+	// (raft counts its self-vote after the storage write), so it must
+	// come back at term T or later: the election checker holds it to that.
+	Term   uint64 `json:"term,omitempty"`
+	Leader bool   `json:"leader,omitempty"`
+	PID    int    `json:"pid,omitempty"`
 }
 
 type electionCut struct{}
@@ -130,6 +143,9 @@ func (electionCut) Inject(ctx context.Context, c Cluster, v *history.FaultValue)
 	if err != nil {
 		return time.Time{}, NotApplied(err)
 	}
+	if pc, ok := c.(interface{ PID(string) (int, bool) }); ok {
+		p.PID, _ = pc.PID(t)
+	}
 	tail, err := openTail(path)
 	if err != nil {
 		return time.Time{}, NotApplied(err)
@@ -154,6 +170,10 @@ func (electionCut) Inject(ctx context.Context, c Cluster, v *history.FaultValue)
 			done := time.Now()
 			cancel()
 			p.Trigger, p.Reports = line, reports
+			if m := triggerTerm.FindStringSubmatch(line); m != nil {
+				p.Term, _ = strconv.ParseUint(m[1], 10, 64)
+			}
+			p.Leader = strings.Contains(line, "became leader at term")
 			if m := logTime.FindStringSubmatch(line); m != nil {
 				if at, perr := time.Parse(time.RFC3339Nano, m[1]); perr == nil {
 					p.LoggedAt = m[1]

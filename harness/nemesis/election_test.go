@@ -81,7 +81,7 @@ func TestPowerCutAfterElectionCutsOnTheLeaderLine(t *testing.T) {
 			must(t, json.Unmarshal(fv.Params, &p))
 		}
 	}
-	if !strings.Contains(p.Trigger, "became leader at term 7") || p.Provoked != "transfer n1->n2" || p.LoggedAt == "" || len(p.Reports) != 1 {
+	if !strings.Contains(p.Trigger, "became leader at term 7") || p.Term != 7 || !p.Leader || p.Provoked != "transfer n1->n2" || p.LoggedAt == "" || len(p.Reports) != 1 {
 		t.Fatalf("recorded: expected the leader line, the transfer, its log time and the cut's report, found %+v", p)
 	}
 }

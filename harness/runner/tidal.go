@@ -106,7 +106,7 @@ func (t tidalDB) Check(in db.CheckInput) []checker.Result {
 	if kind == workload.Embeddings || kind == workload.Mixed {
 		rs = append(rs, checker.Embeddings(ops, nodeNames(cfg.Nodes)))
 	}
-	rs = append(rs, electionResult(run, in.Evidence))
+	rs = append(rs, electionResult(run, ops, in.Evidence))
 	if digestErr == nil {
 		rs = append(rs, checker.ConvergenceCovering(digests, in.Digest))
 	} else {
@@ -117,7 +117,7 @@ func (t tidalDB) Check(in db.CheckInput) []checker.Result {
 
 // electionResult judges election safety from elections.jsonl and the
 // node exits (checker.Election).
-func electionResult(run *report.Run, ev checker.NodeEvidence) checker.Result {
+func electionResult(run *report.Run, ops []history.Op, ev checker.NodeEvidence) checker.Result {
 	samples, found, err := run.ReadElections()
 	switch {
 	case err != nil:
@@ -125,7 +125,7 @@ func electionResult(run *report.Run, ev checker.NodeEvidence) checker.Result {
 	case !found:
 		return checker.Result{Name: "election", Valid: checker.Unknown, Summary: "the run has no election samples (" + report.ElectionsFile + "): a store from before they were taken"}
 	}
-	return checker.Election(samples, ev.Exits)
+	return checker.Election(append(samples, checker.LoggedLeaderClaims(ops)...), ev.Exits)
 }
 
 // tidalCluster is a running tidal cluster as a db.Cluster. It embeds
