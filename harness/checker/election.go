@@ -79,6 +79,11 @@ type ElectionDetails struct {
 	// (power-cut-after-election's trigger "became leader at term T") and
 	// judged with the samples.
 	LogClaims   int              `json:"log_claims,omitempty"`
+	// LogStarts counts the process starts whose term was read from the
+	// nodes' logs and judged against the terms they had acted on
+	// (electionlog.go); LostTerms are those that started below one.
+	LogStarts   int              `json:"log_starts,omitempty"`
+	LostTerms   []LostTerm       `json:"lost_terms,omitempty"`
 	TwoLeaders  []TwoLeaders     `json:"two_leaders,omitempty"`
 	Regressions []TermRegression `json:"term_regressions,omitempty"`
 }
@@ -127,8 +132,22 @@ func LoggedLeaderClaims(ops []history.Op) []ElectionSample {
 // or when processes exited and no restart could be compared. Valid says
 // how many terms, samples and restarts were judged.
 func Election(samples []ElectionSample, exits []ProcessExit) Result {
+	return ElectionWithLogs(samples, exits, nil)
+}
+
+// ElectionWithLogs is Election, also judging every process start the
+// nodes' logs show against the terms the node had acted on before it
+// (ElectionLogs): a start below such a term is Invalid.
+func ElectionWithLogs(samples []ElectionSample, exits []ProcessExit, logs *ElectionLogs) Result {
 	const name = "election"
 	d := ElectionDetails{Samples: len(samples)}
+	if logs != nil {
+		d.LogStarts = len(logs.Starts)
+		d.LostTerms = logs.lostTerms()
+	}
+	if len(samples) == 0 && len(d.LostTerms) > 0 {
+		return Result{Name: name, Valid: Invalid, Details: d, Summary: d.LostTerms[0].String()}
+	}
 	if len(samples) == 0 {
 		return Result{Name: name, Valid: Unknown, Details: d, Summary: "no status samples with term and leader: election safety could not be judged"}
 	}
@@ -215,8 +234,11 @@ func Election(samples []ElectionSample, exits []ProcessExit) Result {
 		}
 	}
 
-	if len(d.TwoLeaders) > 0 || len(d.Regressions) > 0 {
+	if len(d.TwoLeaders) > 0 || len(d.Regressions) > 0 || len(d.LostTerms) > 0 {
 		var parts []string
+		for _, lt := range d.LostTerms {
+			parts = append(parts, lt.String())
+		}
 		for _, tl := range d.TwoLeaders {
 			var who []string
 			for _, c := range tl.Claims {
@@ -243,6 +265,9 @@ func Election(samples []ElectionSample, exits []ProcessExit) Result {
 			Summary: fmt.Sprintf("%d process exits, none with a sample before and after it: terms across restarts could not be judged (%d terms judged for a second leader)", len(exits), d.Terms)}
 	}
 	s := fmt.Sprintf("one leader per term in %d terms judged over %d samples; no term went down, %d restarts compared", d.Terms, d.Samples, d.Restarts)
+	if d.LogStarts > 0 {
+		s += fmt.Sprintf("; %d process starts in the nodes' logs at or above every term they had acted on", d.LogStarts)
+	}
 	if d.LogClaims > 0 {
 		s += fmt.Sprintf("; %d leadership claims read from node logs at a power cut", d.LogClaims)
 	}

@@ -2,6 +2,8 @@ package checker
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -150,5 +152,64 @@ func TestElectionLoggedLeaderClaimThenLowerTermIsInvalid(t *testing.T) {
 	mustValid(t, r, Valid)
 	if d := electionDetails(t, r); d.LogClaims != 1 || d.Samples != 4 {
 		t.Fatalf("details: expected 1 log claim over 4 samples, found %+v", d)
+	}
+}
+
+// The nodes' logs: n2 (id 2) voted for n1 in term 9 — n1's log says it
+// received n2's vote — and n2's next process started at term 8 (its
+// newRaft line): the vote was answered before it was durable. A start at
+// term 9 is fine, and so is a vote n1 logged only after n2's restart.
+func TestElectionLogsVoteAnsweredThenRestartBelowItIsInvalid(t *testing.T) {
+	dir := t.TempDir()
+	write := func(node string, lines ...string) string {
+		p := filepath.Join(dir, node+".log")
+		must(t, os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
+		return p
+	}
+	line := func(at, msg string) string {
+		return `time=2026-12-06T04:00:` + at + `Z level=INFO msg="` + msg + `" component=replica component=raft`
+	}
+	logs := map[string]string{
+		"n1": write("n1",
+			line("00.000", "newRaft 1 [peers: [], term: 0, commit: 0, applied: 0, lastindex: 0, lastterm: 0]"),
+			line("05.100", "1 received MsgVoteResp from 1 at term 9"),
+			line("05.102", "1 received MsgVoteResp from 2 at term 9"),
+			line("05.103", "1 became leader at term 9")),
+		"n2": write("n2",
+			line("00.000", "newRaft 2 [peers: [], term: 0, commit: 0, applied: 0, lastindex: 0, lastterm: 0]"),
+			line("05.101", "2 [logterm: 8, index: 40, vote: 1] cast MsgVote for 1 [logterm: 8, index: 40] at term 9"),
+			line("09.000", "newRaft 2 [peers: [], term: 8, commit: 40, applied: 0, lastindex: 40, lastterm: 8]")),
+		"n3": filepath.Join(dir, "missing.log"),
+	}
+	el, err := ReadElectionLogs(logs)
+	must(t, err)
+	if len(el.Starts) != 3 || len(el.Acted) != 2 {
+		t.Fatalf("read: expected 3 starts and 2 acted terms (n1's leadership, n2's vote), found %+v", el)
+	}
+	ss, _ := healthyElections()
+	r := ElectionWithLogs(ss, nil, &el)
+	mustValid(t, r, Invalid)
+	for _, want := range []string{"n2 (id 2) restarted at term 8", "acted in term 9", "its vote in it reached n1", "received MsgVoteResp from 2 at term 9"} {
+		if !strings.Contains(r.Summary, want) {
+			t.Fatalf("summary lacks %q: %s", want, r.Summary)
+		}
+	}
+
+	logs["n2"] = write("n2",
+		line("00.000", "newRaft 2 [peers: [], term: 0, commit: 0, applied: 0, lastindex: 0, lastterm: 0]"),
+		line("09.000", "newRaft 2 [peers: [], term: 9, commit: 40, applied: 0, lastindex: 40, lastterm: 8]"))
+	el, err = ReadElectionLogs(logs)
+	must(t, err)
+	r = ElectionWithLogs(ss, nil, &el)
+	mustValid(t, r, Valid)
+	if d := electionDetails(t, r); d.LogStarts != 3 {
+		t.Fatalf("log starts judged: expected 3, found %d", d.LogStarts)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -125,7 +125,24 @@ func electionResult(run *report.Run, ops []history.Op, ev checker.NodeEvidence) 
 	case !found:
 		return checker.Result{Name: "election", Valid: checker.Unknown, Summary: "the run has no election samples (" + report.ElectionsFile + "): a store from before they were taken"}
 	}
-	return checker.Election(append(samples, checker.LoggedLeaderClaims(ops)...), ev.Exits)
+	samples = append(samples, checker.LoggedLeaderClaims(ops)...)
+	logs := map[string]string{}
+	for _, n := range ev.Nodes {
+		logs[n] = filepath.Join(run.NodesDir(), n, "node.log")
+	}
+	el, err := checker.ReadElectionLogs(logs)
+	if err != nil {
+		r := checker.ElectionWithLogs(samples, ev.Exits, nil)
+		if r.Valid == checker.Valid {
+			r.Valid, r.Summary = checker.Unknown, r.Summary+"; node logs unreadable: "+err.Error()
+		}
+		return r
+	}
+	if len(el.Starts) == 0 {
+		// A store whose node logs were pruned: the samples alone.
+		return checker.ElectionWithLogs(samples, ev.Exits, nil)
+	}
+	return checker.ElectionWithLogs(samples, ev.Exits, &el)
 }
 
 // tidalCluster is a running tidal cluster as a db.Cluster. It embeds
