@@ -78,7 +78,7 @@ type ElectionDetails struct {
 	// LogClaims counts the leadership claims read from the nodes' logs
 	// (power-cut-after-election's trigger "became leader at term T") and
 	// judged with the samples.
-	LogClaims   int              `json:"log_claims,omitempty"`
+	LogClaims int `json:"log_claims,omitempty"`
 	// LogStarts counts the process starts whose term was read from the
 	// nodes' logs and judged against the terms they had acted on
 	// (electionlog.go); LostTerms are those that started below one.
