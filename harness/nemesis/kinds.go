@@ -248,11 +248,11 @@ func Help() string {
 	var b strings.Builder
 	b.WriteString("fault kinds:\n")
 	for _, k := range kinds {
-		fmt.Fprintf(&b, "  %-19s %s\n", k.Name, k.Doc)
+		fmt.Fprintf(&b, "  %-24s %s\n", k.Name, k.Doc)
 	}
 	b.WriteString("groups:\n")
 	for _, g := range groups {
-		fmt.Fprintf(&b, "  %-19s %s\n", g.Name, g.Doc)
+		fmt.Fprintf(&b, "  %-24s %s\n", g.Name, g.Doc)
 	}
 	b.WriteString("the disk kinds run on faultfs mounted over every node's data dir (tidal-chaos run --faultfs auto|on)")
 	if err := DiskSupport(); err != nil {
