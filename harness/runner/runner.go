@@ -678,7 +678,7 @@ func Analyze(run *report.Run, cfg Config) (checker.Results, error) {
 // samples the DB's Observe took (lag.jsonl), and availability, from the
 // clients' ops.
 func timelineResults(run *report.Run, cfg Config, ops []history.Op) []checker.Result {
-	windows, err := checker.FaultWindows(ops)
+	windows, err := timelineWindows(ops)
 	if err != nil {
 		return []checker.Result{
 			{Name: "lag", Valid: checker.Unknown, Summary: "fault windows: " + err.Error()},
@@ -693,6 +693,17 @@ func timelineResults(run *report.Run, cfg Config, ops []history.Op) []checker.Re
 	}
 	rs = append(rs, checker.Availability(ops, windows, checker.AvailabilitySLO{Stall: cfg.AvailabilityStall.D(), Recovery: cfg.AvailabilityRecovery.D()}))
 	return rs
+}
+
+// timelineWindows are the fault windows lag and availability judge by:
+// every window but the quiet spells before power cuts (nemesis' f
+// "quiet"). A quiet spell holds the clients, it disturbs no node, and it
+// ends inside its cut's window while the cut node is still down: judged as
+// a fault, its heal would start a catch-up clock for a node that cannot
+// catch up before the cut's own heal.
+func timelineWindows(ops []history.Op) ([]checker.FaultWindow, error) {
+	windows, err := checker.FaultWindows(ops)
+	return slices.DeleteFunc(windows, func(w checker.FaultWindow) bool { return w.F == history.FQuiet }), err
 }
 
 // faultsResult judges whether the faults the run asked for happened
