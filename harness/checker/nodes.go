@@ -37,9 +37,14 @@ type ProcessExit struct {
 	// Requested is true when the harness (the nemesis, or the cluster on
 	// its behalf) asked for this exit — a kill or a stop — while the
 	// process was still running.
-	Requested bool       `json:"requested"`
-	Status    ExitStatus `json:"status"`
-	Logs      []LogTail  `json:"logs,omitempty"`
+	Requested bool `json:"requested"`
+	// Graceful is true when that request was a graceful stop: SIGTERM,
+	// then a wait for the process to drain and exit. Such a stop must end
+	// with exit status 0 (tidal-server: 1 failed, 4 fenced, 5 removed; a
+	// signal means the drain outlived its deadline and was killed).
+	Graceful bool       `json:"graceful,omitempty"`
+	Status   ExitStatus `json:"status"`
+	Logs     []LogTail  `json:"logs,omitempty"`
 }
 
 // NodeFinal is one node as the runner found it after the final heal.
@@ -113,6 +118,9 @@ type NodesDetails struct {
 	// for or that came with the node's removal from the membership.
 	Exits    int `json:"exits"`
 	Expected int `json:"expected_exits"`
+	// GracefulStops counts the exits after a SIGTERM of the harness that
+	// were judged (each must be exit status 0).
+	GracefulStops int `json:"graceful_stops"`
 	// DiskExits are the expected exits a disk fault asked for: a node
 	// that fenced itself on fsync-error or disk-full, or refused a log
 	// it read corrupt (diskexits.go).
@@ -151,7 +159,14 @@ func Nodes(ops []history.Op, ev NodeEvidence) Result {
 	for _, e := range ev.Exits {
 		panicked := hasPanic(e.Logs)
 		removal := duringRemoval(windows, e.Node, e.Time)
+		graceful := e.Requested && e.Graceful && !removal
+		if graceful {
+			d.GracefulStops++
+		}
 		requestedEnd := e.Requested && (e.Status.Signal != "" || e.Status.Code == 0)
+		if graceful {
+			requestedEnd = e.Status.Signal == "" && e.Status.Code == 0
+		}
 		if !panicked && (removal || requestedEnd) {
 			d.Expected++
 			continue
@@ -174,6 +189,8 @@ func Nodes(ops []history.Op, ev NodeEvidence) Result {
 			c.Reason = fmt.Sprintf("panicked (%s)", e.Status.Text)
 		case loop != "":
 			c.Reason = loop
+		case graceful:
+			c.Reason = fmt.Sprintf("exited with %s after the harness's SIGTERM (expected exit status 0: a graceful stop drains and exits clean; %s)", e.Status.Text, exitMeaning(e.Status))
 		case e.Status.Signal == "" && e.Status.Code == ExitFenced:
 			c.Reason = fmt.Sprintf("fenced itself (%s) with no fsync-error or disk-full on it outstanding: its disk failed without a fault, or a fenced node was restarted into another failure", e.Status.Text)
 		case e.Requested:
@@ -247,6 +264,9 @@ func Nodes(ops []history.Op, ev NodeEvidence) Result {
 		return Result{Name: name, Valid: Unknown, Details: d, Summary: fmt.Sprintf("%s not checked after the final heal", strings.Join(unchecked, ","))}
 	}
 	s := fmt.Sprintf("no node crashed: %d process exits, all asked for by the harness or by a member removal; every node running and serving after the final heal", d.Exits)
+	if d.GracefulStops > 0 {
+		s += fmt.Sprintf("; %d graceful stops (SIGTERM) exited with status 0", d.GracefulStops)
+	}
 	if len(d.DiskExits) > 0 {
 		s = fmt.Sprintf("no node crashed: %d process exits, all asked for by the harness, by a member removal, or by a disk fault (%s); every node running and serving after the final heal",
 			d.Exits, strings.Join(d.DiskExits, "; "))
@@ -255,6 +275,22 @@ func Nodes(ops []history.Op, ev NodeEvidence) Result {
 		s += "; removed for good: " + strings.Join(d.Removed, ",")
 	}
 	return Result{Name: name, Valid: Valid, Details: d, Summary: s}
+}
+
+// exitMeaning says what tidal-server means by an exit status.
+func exitMeaning(s ExitStatus) string {
+	if s.Signal != "" {
+		return "a signal ended it: the drain did not finish before its deadline, or something else killed it"
+	}
+	switch s.Code {
+	case 1:
+		return "1 means it failed while serving or stopping"
+	case ExitFenced:
+		return "4 means it fenced itself after a failed write or fsync"
+	case 5:
+		return "5 means it was removed from the cluster"
+	}
+	return fmt.Sprintf("%d is no documented status", s.Code)
 }
 
 // duringRemoval reports whether history time t falls while the nemesis

@@ -127,6 +127,16 @@ const (
 	FTransferLeader = "transfer-leader"
 	FRemoveMember   = "remove-member"
 	FAddMember      = "add-member"
+	// FStop is a graceful stop (SIGTERM, then a wait for the exit; kind
+	// "one"); its ok records each node's exit status.
+	FStop = "stop"
+	// FQuiet is a quiet spell: the workload's new ops held before a power
+	// cut (kind "before-cut"), ended by heal-quiet.
+	FQuiet = "quiet"
+	// FStopPowerCut is a graceful stop followed by a power cut of the
+	// stopped node's disk (kind "one"): a process fault of its own f, so
+	// that its heal never ends a disk power cut's window.
+	FStopPowerCut = "stop-power-cut"
 	// FPowerCut is a power cut under nodes (kind "one", "minority",
 	// "all"); FDisk a fault armed on nodes' disks (kind "fsync-error",
 	// "disk-full", "slow-disk", "slow-disk-stall", "corrupt-read"). Both

@@ -108,7 +108,7 @@ func needsDisks(c Cluster, kind string) (DiskCluster, error) {
 // diskSpec picks what the fault of kind does, for a step.
 func diskSpec(kind string, r *rand.Rand) *DiskSpec {
 	switch kind {
-	case "power-cut-one", "power-cut-minority", "power-cut-all":
+	case "power-cut-one", "power-cut-minority", "power-cut-all", "stop-then-power-cut", "power-cut-after-election":
 		// Half the cuts tear: each disk keeps a random prefix of its
 		// unsynced writes, the last one possibly cut at a sector.
 		return &DiskSpec{PowerCut: &faultfs.PowerCutOptions{TornWrites: r.IntN(2) == 0, Seed: r.Int64N(1<<62) + 1}}
@@ -472,8 +472,10 @@ var diskKinds = []Kind{
 		Doc: "one random node's disk writes and fsyncs hang until the heal releases them all at once: it stops acknowledging, the others carry on, it catches up"},
 }
 
-// IsDisk reports whether kind needs faultfs.
-func (k Kind) IsDisk() bool { return k.Class == Disk }
+// IsDisk reports whether kind needs faultfs: every kind of the disk
+// class, and a kind of another class that cuts a disk (stop-then-power-cut
+// is a process fault: it must not meet another stop or kill of its node).
+func (k Kind) IsDisk() bool { return k.Class == Disk || slices.Contains(k.Needs, CapDisk) }
 
 // NeedsDisks reports whether any of the named kinds needs faultfs.
 func NeedsDisks(kinds []string) bool {

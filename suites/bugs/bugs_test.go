@@ -160,7 +160,9 @@ var _ = Describe("planted defects are caught by the chaos checkers", Ordered, fu
 		for _, s := range []string{envVar, "ack-before-commit", "drop-dedup-on-restart",
 			"ack-before-fsync", "skip-dir-fsync", "drop-last-record-on-recovery", "ignore-fsync-error", "fdatasync failed; carrying on", "never-fsync",
 			// and the embeddings and aggregates checkers' (issue 9 items 15, 16).
-			"drop-vectors-in-snapshot", "window-off-by-one-bucket", "decay-wrong-half-life", "ignore-embedding-overwrite"} {
+			"drop-vectors-in-snapshot", "window-off-by-one-bucket", "decay-wrong-half-life", "ignore-embedding-overwrite",
+			// and the election checker's.
+			"vote-before-sync"} {
 			Expect(bytes.Contains(normal, []byte(s))).To(BeFalse(), "the normal tidal-server binary should not contain %q", s)
 			Expect(bytes.Contains(buggy, []byte(s))).To(BeTrue(), "the tidalbugs binary should contain %q (else this check proves nothing)", s)
 		}

@@ -75,7 +75,15 @@ const (
 	// applies the same log the same way, so their digests agree: only
 	// reading the vectors back shows it (issue 9 item 15).
 	IgnoreEmbeddingOverwrite
+	// VoteBeforeSync answers a vote (MsgVoteResp) as soon as the term and
+	// vote it grants are staged in the WAL, before they are synced, and
+	// stages such a term/vote change without a sync of its own (hook:
+	// replica's stageAppend). A power cut right after the vote loses it:
+	// the node comes back at the old term, free to vote again in the term
+	// it already voted in. Only a cut within milliseconds of a vote shows
+	// it (power-cut-after-election).
+	VoteBeforeSync
 
 	// lastDefect is the highest Defect; tests walk 1..lastDefect.
-	lastDefect = IgnoreEmbeddingOverwrite
+	lastDefect = VoteBeforeSync
 )

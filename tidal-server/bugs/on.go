@@ -29,6 +29,7 @@ var names = map[string]Defect{
 	"window-off-by-one-bucket":     WindowOffByOneBucket,
 	"decay-wrong-half-life":        DecayWrongHalfLife,
 	"ignore-embedding-overwrite":   IgnoreEmbeddingOverwrite,
+	"vote-before-sync":             VoteBeforeSync,
 }
 
 // active is set once, before main runs, from TIDAL_BUGS; only Enable (unit
