@@ -409,10 +409,10 @@ details summary { cursor: pointer; color: #495057; }
 {{range .Faults}}<tr><td>{{.Label}}</td><td>{{join .Targets}}</td><td class="num">{{t .Start}}</td><td class="num">{{effective .}}</td><td class="num">{{if .Healed}}{{t .End}}{{else}}<span class="bad">never</span>{{end}}</td></tr>
 {{end}}</table>{{else}}<p>No faults were injected.</p>{{end}}
 {{if .Availability}}<h3 id="availability">Availability per fault</h3>
-<p>Writes as clients saw them (any node): the longest stretch without a successful write from the fault's invoke until writes succeeded again after its heal, and how long after the heal the first one succeeded.</p>
+<p>Writes as clients saw them (any node): the longest stretch without a successful write from the fault's invoke until writes succeeded again after its heal, and how long after the heal the first one succeeded; and the client ops (any kind) answered 503 (unavailable), 504 (outcome unknown) or 408 (body too slow) while the fault was in effect.</p>
 <table>
-<tr><th>fault</th><th>targets</th><th class="num">window</th><th class="num">ok writes during</th><th class="num">longest without an ok write</th><th class="num">first ok write after the heal</th></tr>
-{{range .Availability}}<tr><td>{{.Window.Label}}</td><td>{{join .Window.Targets}}</td><td class="num">{{t .Window.Start}}..{{t .Window.End}}</td><td class="num">{{.OKWrites}}</td><td class="num">{{seconds .OutageS}}{{if .OutageEnd}} (to the end){{end}}</td><td class="num">{{if ge .ResumedS 0.0}}{{seconds .ResumedS}}{{else}}<span class="bad">none</span>{{end}}</td></tr>
+<tr><th>fault</th><th>targets</th><th class="num">window</th><th class="num">ok writes during</th><th class="num">longest without an ok write</th><th class="num">first ok write after the heal</th><th class="num">503 / 504 / 408</th></tr>
+{{range .Availability}}<tr><td>{{.Window.Label}}</td><td>{{join .Window.Targets}}</td><td class="num">{{t .Window.Start}}..{{t .Window.End}}</td><td class="num">{{.OKWrites}}</td><td class="num">{{seconds .OutageS}}{{if .OutageEnd}} (to the end){{end}}</td><td class="num">{{if ge .ResumedS 0.0}}{{seconds .ResumedS}}{{else}}<span class="bad">none</span>{{end}}</td><td class="num">{{.Refused.Unavailable}} / {{.Refused.Timeout}} / {{.Refused.BodyTimeout}}</td></tr>
 {{end}}</table>{{end}}
 </section>
 

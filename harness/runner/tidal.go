@@ -97,6 +97,7 @@ func (t tidalDB) Check(in db.CheckInput) []checker.Result {
 		}
 		rs = append(rs, checker.LedgerCovering(ops, audits, applied, in.Audit))
 	}
+	rs = append(rs, checker.Responses(ops))
 	kind := cfg.Workload.Kind
 	if kind == workload.Counter || kind == workload.Mixed {
 		rs = append(rs, checker.Counter(ops))

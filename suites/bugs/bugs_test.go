@@ -150,6 +150,18 @@ var _ = Describe("planted defects are caught by the chaos checkers", Ordered, fu
 		expectCaught(o, s, "convergence")
 	}, SpecTimeout(3*time.Minute))
 
+	It("internal-error-on-valid-write: 5% of valid writes answered 500 are contract violations (responses)", func(ctx SpecContext) {
+		// Nothing is lost or doubled (the refused writes were never
+		// proposed): only the answers themselves show the defect, at the
+		// default workload and without faults.
+		o, s, warned := plantedRun(ctx, buggyServer, "internal-error-on-valid-write", runner.Config{
+			Test: "bug-internal-error-on-valid-write", Nodes: 3, Seed: 9505, Duration: runner.Duration(10 * time.Second),
+			Workload: workload.Config{Kind: workload.Mixed, Concurrency: 8},
+		})
+		Expect(warned).To(BeTrue(), "every node should log %q", warning)
+		expectCaught(o, s, "responses")
+	}, SpecTimeout(3*time.Minute))
+
 	It("a normal build ignores TIDAL_BUGS: no switch in the binary, no warning, a valid run", func(ctx SpecContext) {
 		normal, err := os.ReadFile(normalBins.TidalServer)
 		Expect(err).NotTo(HaveOccurred())
@@ -160,7 +172,9 @@ var _ = Describe("planted defects are caught by the chaos checkers", Ordered, fu
 		for _, s := range []string{envVar, "ack-before-commit", "drop-dedup-on-restart",
 			"ack-before-fsync", "skip-dir-fsync", "drop-last-record-on-recovery", "ignore-fsync-error", "fdatasync failed; carrying on", "never-fsync",
 			// and the embeddings and aggregates checkers' (issue 9 items 15, 16).
-			"drop-vectors-in-snapshot", "window-off-by-one-bucket", "decay-wrong-half-life", "ignore-embedding-overwrite"} {
+			"drop-vectors-in-snapshot", "window-off-by-one-bucket", "decay-wrong-half-life", "ignore-embedding-overwrite",
+			// and the responses checker's.
+			"internal-error-on-valid-write", "valid write refused without proposing it"} {
 			Expect(bytes.Contains(normal, []byte(s))).To(BeFalse(), "the normal tidal-server binary should not contain %q", s)
 			Expect(bytes.Contains(buggy, []byte(s))).To(BeTrue(), "the tidalbugs binary should contain %q (else this check proves nothing)", s)
 		}
@@ -173,7 +187,7 @@ var _ = Describe("planted defects are caught by the chaos checkers", Ordered, fu
 		Expect(err).To(HaveOccurred(), "a tidalbugs node with an unknown defect should refuse to start:\n%s", msg)
 		Expect(string(msg)).To(ContainSubstring(`unknown defect "ack-before-comit"`))
 
-		o, s, warned := plantedRun(ctx, normalBins.TidalServer, "ack-before-commit,apply-twice-after-restart,local-linearizable-reads,drop-dedup-on-restart", runner.Config{
+		o, s, warned := plantedRun(ctx, normalBins.TidalServer, "ack-before-commit,apply-twice-after-restart,local-linearizable-reads,drop-dedup-on-restart,internal-error-on-valid-write", runner.Config{
 			Test: "bug-normal-build-ignores-switch", Nodes: 3, Seed: 9101, Duration: runner.Duration(12 * time.Second),
 			Nemesis: []string{"isolate-leader"}, Interval: runner.Duration(4 * time.Second), FaultDuration: runner.Duration(2 * time.Second),
 			Workload: workload.Config{Kind: workload.Ledger, Concurrency: 8, Rate: 200},

@@ -75,7 +75,12 @@ const (
 	// applies the same log the same way, so their digests agree: only
 	// reading the vectors back shows it (issue 9 item 15).
 	IgnoreEmbeddingOverwrite
+	// InternalErrorOnValidWrite answers every 20th valid POST /v1/signals
+	// (5%) with 500 internal without proposing it (hook: api's
+	// postSignals). Nothing is lost or applied twice, so only a checker
+	// that judges the answers themselves sees it.
+	InternalErrorOnValidWrite
 
 	// lastDefect is the highest Defect; tests walk 1..lastDefect.
-	lastDefect = IgnoreEmbeddingOverwrite
+	lastDefect = InternalErrorOnValidWrite
 )
