@@ -192,7 +192,7 @@ func TestCompleteRejectsInvokeType(t *testing.T) {
 
 type answeredErr struct{}
 
-func (answeredErr) Error() string                      { return "500 internal: boom" }
+func (answeredErr) Error() string                     { return "500 internal: boom" }
 func (answeredErr) Answer() (status int, code string) { return 500, "internal" }
 
 // A completion keeps the status and code of the answer its error wraps.
