@@ -458,7 +458,9 @@ details summary { cursor: pointer; color: #495057; }
 <tr><th>on some nodes only</th><td{{if .Divergent.Count}} class="bad"{{end}}>{{.Divergent.Count}}</td></tr>
 <tr><th>sent by no client</th><td{{if .Unexp.Count}} class="bad"{{end}}>{{.Unexp.Count}}</td></tr>
 <tr><th>info writes</th><td>{{.Recovered.Count}} landed everywhere, {{.NotLanded}} nowhere</td></tr>
-<tr><th>ack index mismatches</th><td>{{.AckIndex.Count}} (informational)</td></tr>
+<tr><th>acked at another index, no duplicates (applied twice)</th><td{{if .DoubleApplied.Count}} class="bad"{{end}}>{{.DoubleApplied.Count}}</td></tr>
+<tr><th>ack index mismatches of retries</th><td>{{.AckIndex.Count}} (informational)</td></tr>
+<tr><th>id memory short of the applied state</th><td{{if .MemoryShort.Count}} class="unknown"{{end}}>{{.MemoryShort.Count}} acknowledged ids absent from the audit, their events in the entity counts{{range .MemoryGaps}}; {{.Node}} remembers {{.Remembered}} ids, holds {{.Applied}} events{{end}}</td></tr>
 </table>
 {{if .Lost.Count}}<h3 id="lost-writes">Lost writes</h3><p>{{more (len .Lost.Examples) .Lost.Count}}</p>
 <table><tr><th>id</th><th>sent</th><th>acknowledged</th><th>missing on</th><th>present on</th><th>faults around it</th></tr>

@@ -95,7 +95,13 @@ func (t tidalDB) Check(in db.CheckInput) []checker.Result {
 				applied[n] = d.AppliedIndex
 			}
 		}
-		rs = append(rs, checker.LedgerCovering(ops, audits, applied, in.Audit))
+		// The applied state's counts, when the run read them: the ledger
+		// tells a short id memory from lost writes with them.
+		state, err := run.ReadEntityCounts()
+		if err != nil {
+			state = nil
+		}
+		rs = append(rs, checker.LedgerWithState(ops, audits, applied, in.Audit, state))
 	}
 	rs = append(rs, checker.Responses(ops))
 	kind := cfg.Workload.Kind
@@ -169,6 +175,9 @@ func (t *tidalCluster) Serving(ctx context.Context, name string) error {
 
 func (t *tidalCluster) Collect(ctx context.Context, run *report.Run, out io.Writer, alive func(string) bool, ev *checker.NodeEvidence) {
 	collect(ctx, t.c, alive, run, out, ev)
+	if wc, err := t.cfg.Workload.WithDefaults(); err == nil && (wc.Kind == workload.Ledger || wc.Kind == workload.Mixed || wc.Kind == workload.Counter) {
+		collectEntityCounts(ctx, t.c, alive, run, out, wc.Entities)
+	}
 }
 
 func (t *tidalCluster) Close() error { return t.c.Close() }
