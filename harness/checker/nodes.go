@@ -72,6 +72,11 @@ type NodeEvidence struct {
 	// /v1/audit/digest could not be read after the run.
 	AuditErrors  map[string]string `json:"audit_errors,omitempty"`
 	DigestErrors map[string]string `json:"digest_errors,omitempty"`
+	// Disks are each node's faultfs fault counters over the whole run
+	// (nodes/<n>/faultfs.json, read alongside nodes.json; not part of
+	// it): what the disk faults did, for faults whose heal recorded no
+	// effect of its own.
+	Disks map[string]DiskEffect `json:"-"`
 }
 
 // RemovedNodes are the nodes that were out of the membership, for good,

@@ -340,10 +340,38 @@ func (r *Run) WriteNodeEvidence(ev checker.NodeEvidence) error {
 
 // ReadNodeEvidence reads nodes.json. A run stored before exit tracking
 // has none, and the error says so: the nodes checker is then unknown.
+//
+// Its Disks are read from each node's faultfs.json (written when the
+// cluster's mounts come down), when the run had faultfs.
 func (r *Run) ReadNodeEvidence() (checker.NodeEvidence, error) {
 	var ev checker.NodeEvidence
 	err := r.readJSON(NodesFile, &ev)
+	ev.Disks = r.ReadDiskTotals()
 	return ev, err
+}
+
+// ReadDiskTotals reads the fault counters of every nodes/<n>/faultfs.json:
+// what faultfs did to each node's disk over the whole run. Nil when the
+// run had no faultfs mounts; a file that does not parse is left out.
+func (r *Run) ReadDiskTotals() map[string]checker.DiskEffect {
+	paths, _ := filepath.Glob(filepath.Join(r.NodesDir(), "*", "faultfs.json"))
+	if len(paths) == 0 {
+		return nil
+	}
+	out := map[string]checker.DiskEffect{}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		var st struct {
+			Faults checker.DiskEffect `json:"faults"`
+		}
+		if json.Unmarshal(b, &st) == nil {
+			out[filepath.Base(filepath.Dir(p))] = st.Faults
+		}
+	}
+	return out
 }
 
 // WriteAudit stores a node's /v1/audit/events body as read from body
