@@ -28,16 +28,17 @@ type PowerCutLoss struct {
 	ChangesUndone     int   `json:"changes_undone"`
 	BytesDiscarded    int64 `json:"bytes_discarded"`
 	EntriesRolledBack int   `json:"entries_rolled_back"`
-	// OutOfOrder: the cut kept a seeded subset of the unsynced changes,
-	// not a prefix (faultfs.PowerCutOptions.OutOfOrder); Kept counts
-	// them.
-	OutOfOrder bool `json:"out_of_order,omitempty"`
-	Kept       int  `json:"kept,omitempty"`
+	// OutOfOrder: the cut kept a seeded subset of the dirty pages, not a
+	// prefix (faultfs.PowerCutOptions.OutOfOrder); PagesKept and
+	// PagesDropped count them.
+	OutOfOrder   bool `json:"out_of_order,omitempty"`
+	PagesKept    int  `json:"pages_kept,omitempty"`
+	PagesDropped int  `json:"pages_dropped,omitempty"`
 }
 
 // Lost reports whether the cut took anything from the disk.
 func (l PowerCutLoss) Lost() bool {
-	return l.ChangesUndone > 0 || l.BytesDiscarded > 0 || l.EntriesRolledBack > 0
+	return l.ChangesUndone > 0 || l.BytesDiscarded > 0 || l.EntriesRolledBack > 0 || l.PagesDropped > 0
 }
 
 // powerCutLosses is what a power cut's ok recorded per target, nil when
@@ -51,8 +52,7 @@ func powerCutLosses(ok history.Op) map[string]PowerCutLoss {
 		return nil
 	}
 	var p struct {
-		OutOfOrder bool                    `json:"out_of_order"`
-		Reports    map[string]PowerCutLoss `json:"reports"`
+		Reports map[string]PowerCutLoss `json:"reports"`
 	}
 	if json.Unmarshal(fv.Params, &p) != nil {
 		return nil
