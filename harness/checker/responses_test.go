@@ -18,6 +18,8 @@ func writeInv(h *hist, p history.Process, id, node string) history.Op {
 	return h.invoke(p, history.FWrite, history.WriteValue{Events: []history.Event{{ID: id, Entity: 1, Signal: "view"}}}, node)
 }
 
+// Regression: 500 on a valid write — recorded info and judged by no
+// checker, so a write path refusing 5% of valid writes with 500 passed.
 func TestResponsesInternalOnValidWriteIsInvalid(t *testing.T) {
 	h := newHist(t)
 	h.write(0, "w-1", "n1", history.OK, 10)

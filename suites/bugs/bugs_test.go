@@ -150,18 +150,6 @@ var _ = Describe("planted defects are caught by the chaos checkers", Ordered, fu
 		expectCaught(o, s, "convergence")
 	}, SpecTimeout(3*time.Minute))
 
-	It("internal-error-on-valid-write: 5% of valid writes answered 500 are contract violations (responses)", func(ctx SpecContext) {
-		// Nothing is lost or doubled (the refused writes were never
-		// proposed): only the answers themselves show the defect, at the
-		// default workload and without faults.
-		o, s, warned := plantedRun(ctx, buggyServer, "internal-error-on-valid-write", runner.Config{
-			Test: "bug-internal-error-on-valid-write", Nodes: 3, Seed: 9505, Duration: runner.Duration(10 * time.Second),
-			Workload: workload.Config{Kind: workload.Mixed, Concurrency: 8},
-		})
-		Expect(warned).To(BeTrue(), "every node should log %q", warning)
-		expectCaught(o, s, "responses")
-	}, SpecTimeout(3*time.Minute))
-
 	It("a normal build ignores TIDAL_BUGS: no switch in the binary, no warning, a valid run", func(ctx SpecContext) {
 		normal, err := os.ReadFile(normalBins.TidalServer)
 		Expect(err).NotTo(HaveOccurred())
