@@ -175,8 +175,14 @@ func (t *tidalCluster) Serving(ctx context.Context, name string) error {
 
 func (t *tidalCluster) Collect(ctx context.Context, run *report.Run, out io.Writer, alive func(string) bool, ev *checker.NodeEvidence) {
 	collect(ctx, t.c, alive, run, out, ev)
-	if wc, err := t.cfg.Workload.WithDefaults(); err == nil && (wc.Kind == workload.Ledger || wc.Kind == workload.Mixed || wc.Kind == workload.Counter) {
-		collectEntityCounts(ctx, t.c, alive, run, out, wc.Entities)
+	if wc, err := t.cfg.Workload.WithDefaults(); err == nil {
+		switch wc.Kind {
+		case workload.Ledger, workload.Mixed:
+			collectEntityCounts(ctx, t.c, alive, run, out, wc.Entities)
+		case workload.Counter:
+			// No ledger entities: the counter keys the audits name.
+			collectEntityCounts(ctx, t.c, alive, run, out, 0)
+		}
 	}
 }
 
