@@ -2,6 +2,7 @@ package checker
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -77,6 +78,11 @@ type NodeEvidence struct {
 	// /v1/audit/digest could not be read after the run.
 	AuditErrors  map[string]string `json:"audit_errors,omitempty"`
 	DigestErrors map[string]string `json:"digest_errors,omitempty"`
+	// Disks are each node's faultfs fault counters over the whole run
+	// (nodes/<n>/faultfs.json, read alongside nodes.json; not part of
+	// it): what the disk faults did, for faults whose heal recorded no
+	// effect of its own.
+	Disks map[string]DiskEffect `json:"-"`
 }
 
 // RemovedNodes are the nodes that were out of the membership, for good,
@@ -125,6 +131,11 @@ type NodesDetails struct {
 	// that fenced itself on fsync-error or disk-full, or refused a log
 	// it read corrupt (diskexits.go).
 	DiskExits []string `json:"disk_exits,omitempty"`
+	// Refused are the nodes that refused to start after a power cut with
+	// out-of-order pages (their log names file and offset) and were not
+	// running at the end: an outcome docs/ARCHITECTURE.md allows, not a
+	// crash; the node needs `tidal-server wal repair`.
+	Refused map[string]string `json:"refused,omitempty"`
 	// CrashLoops name the nodes that crashed after exiting on their own
 	// more than once.
 	CrashLoops []string    `json:"crash_loops,omitempty"`
@@ -178,6 +189,14 @@ func Nodes(ops []history.Op, ev NodeEvidence) Result {
 			if expected {
 				d.Expected++
 				d.DiskExits = append(d.DiskExits, fmt.Sprintf("%s %s at %s", e.Node, label, history.FormatTime(e.Time)))
+				if r, ok := reorderRefusal(windows, e); ok {
+					if d.Refused == nil {
+						d.Refused = map[string]string{}
+					}
+					d.Refused[e.Node] = r
+				} else {
+					delete(d.Refused, e.Node)
+				}
 				continue
 			}
 			loop = why
@@ -219,12 +238,19 @@ func Nodes(ops []history.Op, ev NodeEvidence) Result {
 		case !ok:
 			unchecked = append(unchecked, n)
 		case f.State == NodeRemoved:
+		case (!f.Alive || f.State != "running") && d.Refused[n] != "":
+			// Its last exit was the refusal; it stays down until repaired.
 		case !f.Alive || f.State != "running":
 			d.Crashes = append(d.Crashes, Crash{Node: n, Time: -1, Logs: logs,
 				Reason: fmt.Sprintf("not running after the final heal (harness state %s, process alive %t)", f.State, f.Alive)})
 		case !f.Serving:
 			d.Crashes = append(d.Crashes, Crash{Node: n, Time: -1, Logs: logs,
 				Reason: "running but not serving after the final heal: " + f.Error})
+		}
+	}
+	for n := range d.Refused {
+		if f, ok := final[n]; ok && f.Alive && f.State == "running" {
+			delete(d.Refused, n) // it started again on a repaired or rewritten log
 		}
 	}
 	for n, k := range ownExits {
@@ -270,6 +296,14 @@ func Nodes(ops []history.Op, ev NodeEvidence) Result {
 	if len(d.DiskExits) > 0 {
 		s = fmt.Sprintf("no node crashed: %d process exits, all asked for by the harness, by a member removal, or by a disk fault (%s); every node running and serving after the final heal",
 			d.Exits, strings.Join(d.DiskExits, "; "))
+	}
+	if len(d.Refused) > 0 {
+		var parts []string
+		for _, n := range slices.Sorted(maps.Keys(d.Refused)) {
+			parts = append(parts, n+" "+d.Refused[n])
+		}
+		s = fmt.Sprintf("no node crashed (%d process exits); down at the end, as allowed: %s; the others running and serving after the final heal",
+			d.Exits, strings.Join(parts, "; "))
 	}
 	if len(d.Removed) > 0 {
 		s += "; removed for good: " + strings.Join(d.Removed, ",")

@@ -47,6 +47,8 @@ type Kind struct {
 	// Leader kinds resolve their target at run time; the schedule holds
 	// no targets (or, for transfer-leader, only an order of candidates).
 	Leader bool
+	// OptIn kinds run only when named: "all" leaves them out.
+	OptIn bool
 
 	// Needs, when set, is what the kind needs from the database under test
 	// (see Capability); empty derives it from F (Kind.Requires).
@@ -207,7 +209,7 @@ var groups = []group{
 	{"disk", "power-cut-one, power-cut-minority, power-cut-all, power-cut-after-election, fsync-error, disk-full, slow-disk, corrupt-read, slow-disk-stall (need faultfs)",
 		[]string{"power-cut-one", "power-cut-minority", "power-cut-all", "power-cut-after-election", "fsync-error", "disk-full", "slow-disk", "corrupt-read", "slow-disk-stall"}},
 	{"clock", "clock-skew, clock-jump", []string{"clock-skew", "clock-jump"}},
-	{"all", "every kind (the disk kinds only where faultfs can mount)", nil},
+	{"all", "every kind but the opt-in power-cut-reorder (the disk kinds only where faultfs can mount)", nil},
 }
 
 // groupOf names the group kind belongs to (the first group listing it,
@@ -308,7 +310,11 @@ func ParseMixWith(list string, nodes int, noDisks error) ([]string, error) {
 		}
 		members := groups[i].Kinds
 		if members == nil {
-			members = KindNames()
+			for _, k := range kinds {
+				if !k.OptIn {
+					members = append(members, k.Name)
+				}
+			}
 		} else if name == "disk" && noDisks != nil {
 			return nil, fmt.Errorf("nemesis %q: the disk kinds need faultfs: %w", name, noDisks)
 		}

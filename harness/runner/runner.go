@@ -724,7 +724,7 @@ func faultsResult(run *report.Run, cfg Config, ops []history.Op) (checker.Result
 	case len(schedule.Steps) == 0:
 		return checker.Result{}, false
 	}
-	return checker.Faults(ops, schedule.RequestedOf(cfg.Nemesis)), true
+	return checker.FaultsWithDisks(ops, schedule.RequestedOf(cfg.Nemesis), run.ReadDiskTotals()), true
 }
 
 func nodeNames(n int) []string {

@@ -95,8 +95,15 @@ func (t tidalDB) Check(in db.CheckInput) []checker.Result {
 				applied[n] = d.AppliedIndex
 			}
 		}
-		rs = append(rs, checker.LedgerCovering(ops, audits, applied, in.Audit))
+		// The applied state's counts, when the run read them: the ledger
+		// tells a short id memory from lost writes with them.
+		state, err := run.ReadEntityCounts()
+		if err != nil {
+			state = nil
+		}
+		rs = append(rs, checker.LedgerWithState(ops, audits, applied, in.Audit, state))
 	}
+	rs = append(rs, checker.Responses(ops))
 	kind := cfg.Workload.Kind
 	if kind == workload.Counter || kind == workload.Mixed {
 		rs = append(rs, checker.Counter(ops))
@@ -205,6 +212,15 @@ func (t *tidalCluster) Serving(ctx context.Context, name string) error {
 
 func (t *tidalCluster) Collect(ctx context.Context, run *report.Run, out io.Writer, alive func(string) bool, ev *checker.NodeEvidence) {
 	collect(ctx, t.c, alive, run, out, ev)
+	if wc, err := t.cfg.Workload.WithDefaults(); err == nil {
+		switch wc.Kind {
+		case workload.Ledger, workload.Mixed:
+			collectEntityCounts(ctx, t.c, alive, run, out, wc.Entities)
+		case workload.Counter:
+			// No ledger entities: the counter keys the audits name.
+			collectEntityCounts(ctx, t.c, alive, run, out, 0)
+		}
+	}
 }
 
 func (t *tidalCluster) Close() error { return t.c.Close() }

@@ -18,10 +18,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/tidaldb/tidal/tidal-server/bugs"
 	"github.com/tidaldb/tidal/tidal-server/ledger"
 	"github.com/tidaldb/tidal/tidal-server/replica"
 	"github.com/tidaldb/tidal/tidal-server/vectors"
@@ -150,6 +152,9 @@ type handler struct {
 	// through a Store, and one made per request would allocate a store
 	// each time.
 	vectorCheck *vectors.Store
+	// plantedWrites counts valid POST /v1/signals for the tidalbugs
+	// defect InternalErrorOnValidWrite; unused in a normal build.
+	plantedWrites atomic.Uint64
 }
 
 // metricsPattern is the Prometheus route, served by promhttp.
@@ -386,6 +391,9 @@ func (h *handler) postSignals(w http.ResponseWriter, r *http.Request) error {
 	events, err := DecodeSignals(body, h.schema, h.opts.MaxBatch)
 	if err != nil {
 		return err
+	}
+	if bugs.Active(bugs.InternalErrorOnValidWrite) && h.plantedWrites.Add(1)%20 == 0 {
+		return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "planted defect: valid write refused without proposing it"}
 	}
 	ack, err := h.writeSignals(r.Context(), events)
 	if err != nil {

@@ -83,7 +83,12 @@ const (
 	// it already voted in. Only a cut within milliseconds of a vote shows
 	// it (power-cut-after-election).
 	VoteBeforeSync
+	// InternalErrorOnValidWrite answers every 20th valid POST /v1/signals
+	// (5%) with 500 internal without proposing it (hook: api's
+	// postSignals). Nothing is lost or applied twice, so only a checker
+	// that judges the answers themselves sees it.
+	InternalErrorOnValidWrite
 
 	// lastDefect is the highest Defect; tests walk 1..lastDefect.
-	lastDefect = VoteBeforeSync
+	lastDefect = InternalErrorOnValidWrite
 )
