@@ -91,6 +91,7 @@ func Linearizable(ops []history.Op, outDir string, timeout time.Duration) Result
 	}
 
 	keyed := NewKeyedOps[uint64]()
+	readsOf := map[uint64]int{} // ok reads per key
 	for _, p := range pairs {
 		if !p.Invoke.Process.IsClient() || p.Type() == history.Fail {
 			continue
@@ -111,6 +112,7 @@ func Linearizable(ops []history.Op, outDir string, timeout time.Duration) Result
 				return unknown(name, "%v", err)
 			}
 			keyed.Add(k, p, counterInput{read: true}, value, false)
+			readsOf[k]++
 		}
 	}
 	outcomes, illegal, undecided := keyed.Search(counterModel, timeout, "adds",
@@ -125,9 +127,18 @@ func Linearizable(ops []history.Op, outDir string, timeout time.Duration) Result
 			return path, nil
 		})
 	d := LinearizableDetails{Illegal: illegal, Unknown: undecided}
+	// A key no ok read observed is linearizable whatever its adds did:
+	// nothing was checked, so it is unknown, never ok.
+	var unread []string
 	for _, o := range outcomes {
-		d.Keys = append(d.Keys, KeyLinearizability{Key: o.Key, Ops: o.Ops, Pending: o.Pending,
-			Result: o.Result, Visualization: o.Visualization, Error: o.Error})
+		kl := KeyLinearizability{Key: o.Key, Ops: o.Ops, Pending: o.Pending,
+			Result: o.Result, Visualization: o.Visualization, Error: o.Error}
+		if readsOf[o.Key] == 0 && kl.Result == "ok" {
+			kl.Result, kl.Error = "unknown", "no ok read of the key: its adds were never observed"
+			unread = append(unread, strconv.FormatUint(o.Key, 10))
+			d.Unknown++
+		}
+		d.Keys = append(d.Keys, kl)
 	}
 	keys := d.Keys
 
@@ -147,7 +158,14 @@ func Linearizable(ops []history.Op, outDir string, timeout time.Duration) Result
 	case len(keys) == 0:
 		return Result{Name: name, Valid: Unknown, Details: d, Summary: "no add or read operations to check"}
 	case d.Unknown > 0:
-		return Result{Name: name, Valid: Unknown, Details: d, Summary: fmt.Sprintf("%d of %d keys undecided within %v", d.Unknown, len(keys), timeout)}
+		s := fmt.Sprintf("%d of %d keys undecided", d.Unknown, len(keys))
+		if n := d.Unknown - len(unread); n > 0 {
+			s += fmt.Sprintf(": %d not decided within %v", n, timeout)
+		}
+		if len(unread) > 0 {
+			s += fmt.Sprintf("; %d never read (no ok read, so nothing to check): key %s", len(unread), strings.Join(unread, ", "))
+		}
+		return Result{Name: name, Valid: Unknown, Details: d, Summary: s}
 	}
 	return Result{Name: name, Valid: Valid, Details: d, Summary: fmt.Sprintf("all %d keys linearizable", len(keys))}
 }

@@ -81,11 +81,15 @@ func nodeSpans(windows []checker.FaultWindow, values []history.FaultValue, nodes
 			for _, n := range targets {
 				add(n, bandProcess, "down", "killed")
 			}
+		case w.F == history.FStop:
+			for _, n := range targets {
+				add(n, bandProcess, "down", "stopped (SIGTERM)")
+			}
 		case w.F == history.FPause:
 			for _, n := range targets {
 				add(n, bandProcess, "paused", "paused")
 			}
-		case w.F == history.FPowerCut:
+		case w.F == history.FPowerCut || w.F == history.FStopPowerCut:
 			for _, n := range targets {
 				add(n, bandProcess, "power-cut", "power cut")
 			}

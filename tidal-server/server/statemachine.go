@@ -42,7 +42,8 @@ type StateMachine struct {
 	// allocating their own.
 	events      []ledger.Event
 	signalNames []string
-	packNext    uint32 // the position after the last command applied of the entry being applied (ledger.Span)
+	packNext    uint32       // the position after the last command applied of the entry being applied (ledger.Span)
+	format2     format2Entry // the format-2 packed entry being applied (format2.go)
 }
 
 // SignalsResult is what applying a signals command returns to its proposer.
@@ -120,8 +121,12 @@ func (s *StateMachine) ApplyBatch(entries []replica.AppEntry) []any {
 // restarts at every entry's first command — so a replay of the entry,
 // live or after a restore, presents every command at the same position
 // again, and the ledger, which holds the one applied position of the
-// whole state, refuses each as ErrAlreadyApplied.
+// whole state, refuses each as ErrAlreadyApplied. A packed entry in the
+// envelope of entry format 2 keeps that format's rule (format2.go).
 func (s *StateMachine) applyLocked(e replica.AppEntry) any {
+	if e.PackFormat == replica.PackedEntryFormat {
+		return s.applyFormat2(e)
+	}
 	if e.Sub == 0 {
 		s.packNext = 0
 	}

@@ -109,7 +109,7 @@ func addKeepRunsFlag(cmd *cobra.Command, keep *int) {
 func newRunCommand() *cobra.Command {
 	var cfg runner.Config
 	var nemesisList, workloadKind, selection, reads string
-	var duration, interval, faultDuration, lagP99, lagCatchUp, linTimeout, stall, recovery time.Duration
+	var duration, interval, faultDuration, lagP99, lagCatchUp, linTimeout, stall, recovery, quietBeforeCut time.Duration
 	var verbose bool
 	var keepRuns int
 	cmd := &cobra.Command{
@@ -167,6 +167,10 @@ func newRunCommand() *cobra.Command {
 				return fmt.Errorf("--keep-runs: expected a number of runs >= 0 (0: prune nothing), found %d", keepRuns)
 			}
 			cfg.Duration, cfg.Interval, cfg.FaultDuration = runner.Duration(duration), runner.Duration(interval), runner.Duration(faultDuration)
+			if quietBeforeCut < 0 {
+				return fmt.Errorf("--quiet-before-cut: expected a duration >= 0 (0: off), found %s", quietBeforeCut)
+			}
+			cfg.QuietBeforeCut = runner.Duration(quietBeforeCut)
 			cfg.LagP99, cfg.LagCatchUp, cfg.LinearizableTimeout = runner.Duration(lagP99), runner.Duration(lagCatchUp), runner.Duration(linTimeout)
 			cfg.AvailabilityStall, cfg.AvailabilityRecovery = runner.Duration(stall), runner.Duration(recovery)
 			return nil
@@ -197,6 +201,7 @@ func newRunCommand() *cobra.Command {
 	f.DurationVar(&duration, "duration", 30*time.Second, "how long the workload and the fault schedule run")
 	f.DurationVar(&interval, "interval", 8*time.Second, "mean gap between fault starts")
 	f.DurationVar(&faultDuration, "fault-duration", 4*time.Second, "how long each fault lasts before its heal")
+	f.DurationVar(&quietBeforeCut, "quiet-before-cut", runner.DefaultQuietBeforeCut.D(), "before each power cut, hold the workload's new ops this long so the newest writes are acknowledged and synced when it lands (0: off)")
 	f.IntVar(&cfg.Workload.Concurrency, "concurrency", 8, "client processes (closed loop) or the in-flight bound (open loop)")
 	f.Float64Var(&cfg.Workload.Rate, "rate", 0, "open-loop ops/s (0: closed loop)")
 	f.StringVar(&selection, "select", "round-robin", "which node each op goes to: round-robin, random or leader")

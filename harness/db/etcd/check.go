@@ -43,6 +43,7 @@ func (d *DB) Check(in db.CheckInput) []checker.Result {
 		rs = append(rs, checker.LedgerCovering(in.Ops, audits, applied, in.Audit))
 		rs = append(rs, CheckWatch(in.Run, audits))
 	}
+	rs = append(rs, checker.GRPCResponses(in.Ops))
 	if digests, err := in.Run.ReadDigests(); err == nil {
 		rs = append(rs, checker.ConvergenceCovering(digests, in.Digest))
 	} else {
