@@ -40,7 +40,7 @@ type Options struct {
 	Budget time.Duration
 	// MaxRuns is k's upper bound: how many runs of the unchanged schedule
 	// the reproduction takes, and how many passing runs reject a
-	// candidate once the failure has shown itself flaky. Default 3.
+	// candidate when the failure is flaky. Default 3.
 	MaxRuns int
 	// Settle is what the run-length pass leaves after the last heal.
 	// Default 5s.
@@ -133,8 +133,9 @@ type Report struct {
 	Reproduced       bool `json:"reproduced"`
 	OriginalRuns     int  `json:"original_runs"`
 	OriginalFailures int  `json:"original_failures"`
-	// Flaky: a schedule that failed the same way also passed at least
-	// once, so rejecting a candidate takes MaxRuns passing runs.
+	// Flaky: the unchanged schedule failed the same way in some of its
+	// runs, not all: a candidate is kept at its first same-way failure and
+	// rejected after MaxRuns passing runs (see Search).
 	Flaky           bool      `json:"flaky"`
 	Original        Candidate `json:"original"`
 	OriginalLength  string    `json:"original_duration"`
@@ -180,12 +181,16 @@ type search struct {
 // The error is an oracle's or the context's; a spent budget is not an
 // error (Report.BudgetExhausted).
 //
-// k, the runs a candidate gets, adapts: a candidate fails as soon as one
-// run fails the same way. It passes after one passing run while the
-// failure has looked deterministic — every run of every schedule that
-// failed has failed — and after MaxRuns once it has looked flaky. To
-// learn that, the unchanged schedule is run MaxRuns times, and each kept
-// candidate gets one more run while the failure looks deterministic.
+// How many runs a candidate gets adapts to the failure. The unchanged
+// schedule is run MaxRuns times first, all of them. If it failed in every
+// one, the failure looks deterministic, and a candidate must look as
+// reliable: it is rejected at its first passing run (one run rejects
+// fast) and kept after two runs that both failed the same way (a
+// confirming run before keeping it), so the shortening passes cannot
+// trade a reliable failure for a flaky one. If it failed in only some,
+// the failure is flaky, and a candidate is kept as soon as one of up to
+// MaxRuns runs fails the same way and rejected only after MaxRuns
+// passing runs, so a minimum that fails one time in two is still kept.
 func Search(ctx context.Context, original Candidate, o Options) (*Report, error) {
 	o.defaults()
 	s := &search{o: o, start: o.Now(), cache: map[string]*Trial{}, best: original,
@@ -203,6 +208,11 @@ func Search(ctx context.Context, original Candidate, o Options) (*Report, error)
 	s.rep.Reproduced = t.failures() > 0
 	s.rep.Flaky = t.failures() > 0 && t.failures() < len(t.Runs)
 	s.decide(t)
+	if s.rep.Flaky {
+		fmt.Fprintf(s.o.Progress, "shrink: the original failed the same way in %d of %d runs: flaky; a candidate is kept at its first same-way failure, rejected after %d passing runs\n", t.failures(), len(t.Runs), s.o.MaxRuns)
+	} else if s.rep.Reproduced {
+		fmt.Fprintf(s.o.Progress, "shrink: the original failed the same way in %d of %d runs; a candidate is rejected at its first passing run, kept after 2 same-way failures\n", t.failures(), len(t.Runs))
+	}
 	if !s.rep.Reproduced {
 		return s.rep, s.fatal()
 	}
@@ -254,43 +264,30 @@ func (s *search) trial(c Candidate) *Trial {
 	return t
 }
 
-// k is how many passing runs reject a candidate.
-func (s *search) k() int {
-	if s.rep.Flaky {
-		return s.o.MaxRuns
-	}
-	return 1
-}
-
-// decide sets t's outcome from its runs (nothing run: undecided).
+// decide sets t's outcome from its runs: see Search for the rule.
 func (s *search) decide(t *Trial) {
+	f, n := t.failures(), len(t.Runs)
 	switch {
-	case t.failures() > 0:
+	case s.rep.Flaky && f > 0, !s.rep.Flaky && n >= 2 && f == n:
 		t.Outcome = Fails
-	case len(t.Runs) >= s.k():
+	case s.rep.Flaky && n >= s.o.MaxRuns, !s.rep.Flaky && f < n, n >= s.o.MaxRuns && f == 0:
 		t.Outcome = Passes
 	default:
 		t.Outcome = Undecided
 	}
 }
 
-// test says whether c fails the same way, running it as often as k asks
-// and no more than the cache already knows. A kept candidate gets one
-// confirming run while the failure looks deterministic.
+// test says whether c fails the same way, running it as often as the
+// rule asks and no more than the cache already knows.
 func (s *search) test(ctx context.Context, c Candidate) bool {
 	t := s.trial(c)
-	for t.failures() == 0 && len(t.Runs) < s.k() && s.err == nil {
+	for t.Outcome == "" || t.Outcome == Undecided {
+		if s.err != nil {
+			break
+		}
 		s.runOnce(ctx, t)
 	}
-	s.decide(t)
-	if t.Outcome != Fails {
-		return false
-	}
-	if !s.rep.Flaky && len(t.Runs) == 1 && s.err == nil {
-		s.runOnce(ctx, t) // confirm; a pass here makes the failure flaky
-		s.decide(t)
-	}
-	return true
+	return t.Outcome == Fails
 }
 
 // runOnce runs t's candidate once, unless the budget is spent.
@@ -319,10 +316,6 @@ func (s *search) runOnce(ctx context.Context, t *Trial) {
 	r := Run{Dir: v.Dir, Valid: v.Valid, Signature: v.Signature, Same: SameWay(s.o.Primary, v.Signature),
 		Elapsed: s.o.Now().Sub(s.start).Round(time.Second).String()}
 	t.Runs = append(t.Runs, r)
-	if !r.Same && t.failures() > 0 && !s.rep.Flaky {
-		s.rep.Flaky = true
-		fmt.Fprintf(s.o.Progress, "shrink: candidate %s failed and then passed: the failure is flaky; rejecting a candidate now takes %d passing runs\n", t.Hash, s.o.MaxRuns)
-	}
 	s.decide(t)
 	same := "other"
 	if r.Same {

@@ -123,6 +123,9 @@ func TestSearchDeterministic(t *testing.T) {
 		if tr.Outcome == Passes && len(tr.Runs) != 1 {
 			t.Errorf("trial %s: a deterministic failure should reject with k=1, found %d runs", tr.Hash, len(tr.Runs))
 		}
+		if tr.Outcome == Fails && tr.Phase != "original" && len(tr.Runs) != 2 {
+			t.Errorf("trial %s: a deterministic failure should keep a candidate after 2 failing runs, found %d runs", tr.Hash, len(tr.Runs))
+		}
 	}
 	if o.total != rep.Runs {
 		t.Errorf("expected the report to count the oracle's %d runs, found %d", o.total, rep.Runs)
@@ -209,26 +212,30 @@ func TestSearchFlakyMinimumIsKept(t *testing.T) {
 	}
 }
 
-func TestSearchLearnsFlakinessFromConfirmation(t *testing.T) {
+func TestSearchKeepsOnlyAsReliableWhenDeterministic(t *testing.T) {
 	// The original always fails; smaller schedules with 3 and 7 fail only
-	// on their first run. The confirming run of the first kept candidate
-	// passes, which makes the failure flaky from then on.
+	// on their first run. Their confirming runs pass, so none is kept:
+	// a reliable failure is never traded for a flaky one.
 	o := &fakeOracle{fails: func(c Candidate, prior int) bool {
 		if len(c.Episodes) == 10 {
 			return true
 		}
 		return has(c, 3, 7) && prior == 0
 	}}
-	var progress bytes.Buffer
-	rep, err := Search(context.Background(), tenEpisodes(), Options{Oracle: o, Primary: lost, Progress: &progress})
+	rep, err := Search(context.Background(), tenEpisodes(), Options{Oracle: o, Primary: lost})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rep.Flaky {
-		t.Fatalf("expected a kept candidate's confirming run to show the failure flaky; progress:\n%s", progress.String())
+	if rep.Flaky {
+		t.Error("expected the failure judged deterministic from the original's 3 of 3")
 	}
-	if got := rep.Minimal.IDs(); !slices.Equal(got, []int{3, 7}) {
-		t.Errorf("expected [3 7], found %v", got)
+	if got := len(rep.Minimal.Episodes); got != 10 {
+		t.Errorf("expected no candidate kept (each failed once, then passed), found %s", rep.Minimal)
+	}
+	for _, tr := range rep.Trials {
+		if tr.Outcome == Fails && tr.Phase == "ddmin" {
+			t.Errorf("trial %s (%s): expected rejected, found %s after %d runs", tr.Hash, tr.Schedule, tr.Outcome, len(tr.Runs))
+		}
 	}
 }
 

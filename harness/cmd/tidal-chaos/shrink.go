@@ -35,11 +35,12 @@ ledger, linearizable, counter, embeddings, aggregates, convergence, watch,
 fencing, clock, nodes, (others), faults, availability, lag.
 
 First the unchanged schedule is run --runs times; if it never fails the
-same way, the shrink ends there. A candidate fails as soon as one run
-fails the same way; it passes after one passing run while the failure has
-looked deterministic, after --runs once it has looked flaky. Candidates
-are cached by schedule hash. When --budget is spent no run starts and the
-best schedule so far is the result.
+same way, the shrink ends there. If it failed every time, a candidate is
+rejected at its first passing run and kept after two same-way failures; if
+only sometimes (flaky), a candidate is kept at its first same-way failure
+and rejected after --runs passing runs. Candidates are cached by schedule
+hash. When --budget is spent no run starts and the best schedule so far is
+the result.
 
 The result is a new run directory, <store>/<test>-shrink/<timestamp>/,
 with the minimal schedule.json (replay it with the printed tidal-chaos
@@ -105,7 +106,7 @@ failure did not reproduce) or on an error, 64 usage.`,
 	}
 	f := cmd.Flags()
 	f.DurationVar(&cfg.Search.Budget, "budget", 20*time.Minute, "wall-clock budget of the search; when spent, the best schedule so far is the result (0: none)")
-	f.IntVar(&cfg.Search.MaxRuns, "runs", 3, "k: runs of the unchanged schedule, and passing runs that reject a candidate once the failure has looked flaky")
+	f.IntVar(&cfg.Search.MaxRuns, "runs", 3, "k: runs of the unchanged schedule, and passing runs that reject a candidate when the failure is flaky")
 	f.IntVar(&cfg.Confirm, "confirm", 3, "runs of the minimum after the search, stored as <test>-repro runs")
 	f.DurationVar(&cfg.Search.Settle, "settle", 5*time.Second, "what the shortened run leaves after its last heal")
 	f.StringVar(&cfg.ServerBin, "server-bin", "", "tidal-server binary (default: the one the run used)")
