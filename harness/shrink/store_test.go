@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tidaldb/tidal/harness/checker"
+	"github.com/tidaldb/tidal/harness/db/etcd"
 	"github.com/tidaldb/tidal/harness/nemesis"
 	"github.com/tidaldb/tidal/harness/report"
 )
@@ -86,6 +87,20 @@ func TestSignatureFromTypedDetails(t *testing.T) {
 	}
 	if _, ok := SignatureOf([]checker.Result{{Name: "ledger", Valid: checker.Valid}}).Primary(); ok {
 		t.Error("expected no primary anomaly for a valid run")
+	}
+}
+
+// etcd's checkers share tidal's result names where they mean the same
+// (linearizable for the register, ledger and convergence for appends);
+// watch is its own.
+func TestSignatureOfEtcdResults(t *testing.T) {
+	rs := []checker.Result{
+		{Name: "linearizable", Valid: checker.Invalid, Details: etcd.RegisterDetails{Reads: "linearizable", Illegal: 1, Keys: []etcd.KeyResult{{Result: "illegal"}}}},
+		{Name: "watch", Valid: checker.Invalid, Details: etcd.WatchDetails{}},
+		{Name: "availability", Valid: checker.Valid},
+	}
+	if got, want := SignatureOf(rs).String(), "linearizable/key not linearizable, watch"; got != want {
+		t.Errorf("expected %q, found %q", want, got)
 	}
 }
 
