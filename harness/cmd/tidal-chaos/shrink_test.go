@@ -10,6 +10,7 @@ import (
 
 	"github.com/tidaldb/tidal/harness/checker"
 	"github.com/tidaldb/tidal/harness/report"
+	"github.com/tidaldb/tidal/harness/shrink"
 	"github.com/tidaldb/tidal/usage"
 )
 
@@ -91,5 +92,24 @@ func TestShrinkUsageErrors(t *testing.T) {
 		if got := exitCode(err); got != usage.Code {
 			t.Errorf("tidal-chaos %s: exit status %d (%v), expected %d", strings.Join(args, " "), got, err, usage.Code)
 		}
+	}
+}
+
+func TestShrinkSaysWhenTheFailureDidNotReproduce(t *testing.T) {
+	dir := storedRun(t, checker.Invalid)
+	st, err := shrink.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := newShrinkCommand()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	printShrink(cmd, st, &shrink.Outcome{Dir: "store/chaos-shrink/x", Report: &shrink.Report{OriginalRuns: 3}})
+	want := "the failure did not reproduce in 3 runs of the original schedule; nothing to shrink"
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("expected %q, found %q", want, out.String())
+	}
+	if strings.Contains(out.String(), "replay:") {
+		t.Errorf("expected no replay command without a minimum, found %q", out.String())
 	}
 }
