@@ -50,7 +50,7 @@ suites: build
 # store/junit/chaos.xml, run stores under store/chaos-suite/.
 chaos: build
 	@mkdir -p store/junit
-	$(GINKGO) -r --keep-going --procs=1 --timeout=40m --label-filter='chaos' --output-dir=$(CURDIR)/store/junit --junit-report=chaos.xml ./suites
+	$(GINKGO) -r --keep-going --procs=1 --timeout=60m --label-filter='chaos' --output-dir=$(CURDIR)/store/junit --junit-report=chaos.xml ./suites
 
 # make chaos-etcd: the harness against etcd (issue 15), one fault family
 # per spec; asserts the harness ran and judged, not that etcd is correct.
