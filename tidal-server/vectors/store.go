@@ -105,6 +105,10 @@ type Store struct {
 	// afterChunk, when set (tests only: SetAfterChunk), runs after each
 	// chunk a query view scans, outside the store's lock.
 	afterChunk func(chunk int)
+	// afterDigestBatch, when set (by this package's tests only), runs
+	// after each batch of records a QueryView's Digest copies, outside
+	// the store's lock.
+	afterDigestBatch func(batch int)
 }
 
 // chunkFloats is the target size of a chunk: 4 MiB of float32s.
