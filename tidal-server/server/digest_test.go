@@ -1,11 +1,18 @@
 package server
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/tidaldb/tidal/tidal-server/api"
 	"github.com/tidaldb/tidal/tidal-server/ledger"
 	"github.com/tidaldb/tidal/tidal-server/vectors"
 )
@@ -126,5 +133,75 @@ func TestDigestIsUnchangedForTheSameState(t *testing.T) {
 	const want = "ad6d1dcfc593401e3b4154634608b3d6c55bf33a639e1e93065cac101a669f49"
 	if applied, got := sm.Digest(); applied != index || got != want {
 		t.Fatalf("expected digest %s at index %d, found %s at %d", want, index, got, applied)
+	}
+}
+
+// blockingWriter is a client that reads nothing until released: its
+// first Write parks.
+type blockingWriter struct {
+	*httptest.ResponseRecorder
+	parked, resume chan struct{}
+	once           sync.Once
+}
+
+func (w *blockingWriter) Write(p []byte) (int, error) {
+	w.once.Do(func() {
+		close(w.parked)
+		<-w.resume
+	})
+	return w.ResponseRecorder.Write(p)
+}
+
+// GET /v1/audit/events walks a capture of the id memory taken under the
+// read lock, outside it: with the stream parked on a client that reads
+// nothing, signal batches apply (the id memory rotating meanwhile), and
+// the stream still lists exactly the ids remembered at the capture.
+func TestAuditEventsStreamsACaptureWhileApplyGoesOn(t *testing.T) {
+	sm := NewStateMachine(testSchema(), ledger.Options{IDsPerGeneration: 40})
+	index := uint64(0)
+	for i := range 60 {
+		index++
+		sm.Apply(index, 1, signalsCmd(event(fmt.Sprintf("a%d", i), uint64(i%5), 1)))
+	}
+	var want []string
+	sm.Read(func(l *ledger.Ledger, _ *vectors.Store, _ uint64) {
+		_ = l.AuditEvents(func(loc ledger.Location) error { want = append(want, loc.ID); return nil })
+	})
+	h := api.New(smBackend{sm: sm}, api.Options{})
+	w := &blockingWriter{ResponseRecorder: httptest.NewRecorder(), parked: make(chan struct{}), resume: make(chan struct{})}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v1/audit/events", nil))
+	}()
+	<-w.parked
+	applied := make(chan struct{})
+	go func() {
+		defer close(applied)
+		for i := range 100 {
+			index++
+			sm.Apply(index, 1, signalsCmd(event(fmt.Sprintf("b%d", i), uint64(i%5), 1)))
+		}
+	}()
+	select {
+	case <-applied:
+	case <-time.After(time.Minute): // a deadlock detector, not a timing bound
+		close(w.resume)
+		t.Fatal("expected Apply to complete while an audit stream is parked on its client; still blocked after a minute")
+	}
+	close(w.resume)
+	<-served
+	var got []string
+	for _, line := range strings.Split(strings.TrimSpace(w.Body.String()), "\n") {
+		var loc struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal([]byte(line), &loc); err != nil {
+			t.Fatalf("audit stream line %q: %v", line, err)
+		}
+		got = append(got, loc.ID)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("expected the %d ids remembered at the capture (%v ... ), found %d: %v", len(want), want[:3], len(got), got)
 	}
 }
