@@ -45,6 +45,10 @@ type StateMachine struct {
 	signalNames []string
 	packNext    uint32 // next event position in the packed entry being applied
 
+	// digesting serializes Digest's hashing (see Digest); never held
+	// with mu by anything but Digest, which takes it first.
+	digesting sync.Mutex
+
 	// afterLedgerDigest, when set (tests only, before any Digest), runs
 	// in Digest between hashing the ledger and hashing the vectors, with
 	// the lock released; it is given the applied index pinned.
@@ -361,7 +365,14 @@ func (s *StateMachine) Restore(r io.Reader) error {
 // vector store, happens after the lock is released, so Apply goes on
 // meanwhile, and the digest is still exactly the state's at the applied
 // index it returns.
+//
+// One digest hashes at a time (digesting): each keeps a core busy for its
+// whole length, and readers looping on it must not take every core of a
+// small node from apply. A second caller waits, then pins the state as
+// of its own turn.
 func (s *StateMachine) Digest() (uint64, string) {
+	s.digesting.Lock()
+	defer s.digesting.Unlock()
 	s.mu.RLock()
 	applied := s.applied
 	led := s.ledger.Capture()

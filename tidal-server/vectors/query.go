@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"slices"
 )
 
@@ -283,6 +284,12 @@ func (v *QueryView) encode(w io.Writer) error {
 	size := recordSize(s.dim)
 	batch := 0
 	return encodeSorted(w, s.dim, v.entities, func(slots []int32, buf []byte) {
+		if batch > 0 {
+			// Hashing is all CPU; yield between batches so that a
+			// goroutine on the apply path gets the processor now rather
+			// than at the next preemption, up to 10 ms later.
+			runtime.Gosched()
+		}
 		v.copyRecords(slots, buf, size)
 		if v.afterBatch != nil {
 			v.afterBatch(batch)
