@@ -99,3 +99,51 @@ func TestQueryViewDigestEmpty(t *testing.T) {
 		t.Fatalf("empty store: view digest %s, store digest %s", got, want)
 	}
 }
+
+// A view of a store unchanged since the last digest returns the
+// remembered digest without hashing; a Put or a Restore (which leaves seq
+// where it was) makes the next view hash again, and every answer is
+// Store.Digest's.
+func TestQueryViewDigestMemo(t *testing.T) {
+	const dim = 4
+	s := newSmall(dim, 2)
+	r := rand.New(rand.NewPCG(51, 52))
+	for e := range uint64(10) {
+		if err := s.Put(e, randVec(r, dim)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batches := 0
+	s.afterDigestBatch = func(int) { batches++ }
+	digest := func(what string, wantHash bool) {
+		t.Helper()
+		batches = 0
+		v := s.PinQuery()
+		defer v.Release()
+		if got, want := v.Digest(), s.Digest(); got != want {
+			t.Fatalf("%s: view digest %s, store digest %s", what, got, want)
+		}
+		if hashed := batches > 0; hashed != wantHash {
+			t.Fatalf("%s: hashed %v (%d batches), expected %v", what, hashed, batches, wantHash)
+		}
+	}
+	digest("first", true)
+	digest("unchanged", false)
+	if err := s.Put(3, randVec(r, dim)); err != nil {
+		t.Fatal(err)
+	}
+	digest("after a Put", true)
+	digest("unchanged again", false)
+	other := newSmall(dim, 2)
+	if err := other.Put(42, randVec(r, dim)); err != nil {
+		t.Fatal(err)
+	}
+	var snap bytes.Buffer
+	if err := other.Snapshot(&snap); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Restore(&snap); err != nil {
+		t.Fatal(err)
+	}
+	digest("after a Restore", true)
+}

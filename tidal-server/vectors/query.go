@@ -50,6 +50,7 @@ import (
 type QueryView struct {
 	s        *Store
 	seq      uint64
+	restores uint64 // the store's Restore count at the pin
 	n        int
 	entities []uint64
 	norms    []float64
@@ -84,7 +85,7 @@ func (s *Store) PinQuery() *QueryView {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := len(s.entities)
-	v := &QueryView{s: s, seq: s.seq, n: n,
+	v := &QueryView{s: s, seq: s.seq, restores: s.restores, n: n,
 		entities: s.entities[:n:n], norms: s.norms[:n:n],
 		chunks: slices.Clone(s.chunks), hook: s.afterChunk, afterBatch: s.afterDigestBatch}
 	if s.views == nil {
@@ -266,13 +267,36 @@ func (v *QueryView) slotLocked(i int, book undoBook) ([]float32, float64) {
 // holds. It takes the store's read lock only to copy recordBatch records
 // at a time, and sorts and hashes without it, so Puts go on while a
 // large store is hashed: each waits for at most one batch's copy.
+//
+// The digest of the newest state hashed is remembered (Store.memo): a
+// view of a store that has not changed since returns it without hashing.
 func (v *QueryView) Digest() string {
+	s := v.s
+	s.mu.RLock()
+	m := s.memo
+	s.mu.RUnlock()
+	if m.digest != "" && m.seq == v.seq && m.restores == v.restores {
+		return m.digest
+	}
 	h := sha256.New()
 	if err := v.encode(h); err != nil {
 		// hash.Hash.Write never fails.
 		panic(fmt.Sprintf("vectors: hashing state: %v", err))
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	d := hex.EncodeToString(h.Sum(nil))
+	s.mu.Lock()
+	if v.restores == s.restores && v.seq >= s.memo.seq {
+		s.memo = digestMemo{seq: v.seq, restores: v.restores, digest: d}
+	}
+	s.mu.Unlock()
+	return d
+}
+
+// digestMemo is the digest of the store's state at (seq, restores);
+// empty digest: none.
+type digestMemo struct {
+	seq, restores uint64
+	digest        string
 }
 
 // encode writes the canonical encoding (see Store.Snapshot) of the store

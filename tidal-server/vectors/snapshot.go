@@ -1,7 +1,6 @@
 package vectors
 
 import (
-	"bufio"
 	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
@@ -13,6 +12,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"unsafe"
 )
 
 // Snapshot format, version 1 (all integers little-endian):
@@ -140,10 +140,19 @@ func recordSize(dim int) int { return 8 + 4*dim }
 // at the start of rec.
 func putRecord(rec []byte, entity uint64, vec []float32) {
 	binary.LittleEndian.PutUint64(rec, entity)
+	if littleEndian && len(vec) > 0 {
+		// The in-memory bytes are already the encoding.
+		copy(rec[8:], unsafe.Slice((*byte)(unsafe.Pointer(&vec[0])), 4*len(vec)))
+		return
+	}
 	for j, x := range vec {
 		binary.LittleEndian.PutUint32(rec[8+4*j:], math.Float32bits(x))
 	}
 }
+
+// littleEndian is whether this machine stores a float32's IEEE-754 bits
+// in the snapshot's byte order.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
 // encodeSorted writes the canonical encoding (see Snapshot) of the slots
 // 0..len(entities)-1, entities[i] being slot i's entity, to w. fill puts
@@ -151,8 +160,10 @@ func putRecord(rec []byte, entity uint64, vec []float32) {
 // with at most recordBatch slots at a time, in ascending entity order.
 // entities is only read.
 func encodeSorted(w io.Writer, dim int, entities []uint64, fill func(slots []int32, buf []byte)) error {
+	// Records go out a batch per Write, to w and to the checksum, with no
+	// buffer between: a batch is already hundreds of kilobytes.
 	crc := crc32.New(castagnoli)
-	bw := bufio.NewWriterSize(io.MultiWriter(w, crc), 1<<16)
+	bw := io.MultiWriter(w, crc)
 
 	var hdr [headerSize]byte
 	copy(hdr[:8], snapshotMagic)
@@ -175,14 +186,9 @@ func encodeSorted(w io.Writer, dim int, entities []uint64, fill func(slots []int
 		slots := order[:min(recordBatch, len(order))]
 		order = order[len(slots):]
 		fill(slots, buf)
-		for k, i := range slots {
-			if _, err := bw.Write(buf[k*size : (k+1)*size]); err != nil {
-				return fmt.Errorf("vectors: writing snapshot record for entity %d: %w", entities[i], err)
-			}
+		if _, err := bw.Write(buf[:len(slots)*size]); err != nil {
+			return fmt.Errorf("vectors: writing the snapshot records of entities %d to %d: %w", entities[slots[0]], entities[slots[len(slots)-1]], err)
 		}
-	}
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("vectors: writing snapshot: %w", err)
 	}
 	// The trailer is not part of what it checksums, so it bypasses crc.
 	var trailer [4]byte
@@ -261,6 +267,7 @@ func (s *Store) Restore(r io.Reader) error {
 	// hands each the bookkeeping as of now (putSeq's array and the undo
 	// map are replaced too, so they are frozen from here on).
 	s.detachViewsLocked()
+	s.restores++
 	s.slot, s.entities, s.norms, s.chunks, s.shared = next.slot, next.entities, next.norms, next.chunks, next.shared
 	// Every restored slot counts as written before any view pinned from
 	// now on (seq only grows, so views pinned later have seq >= 0).
