@@ -34,6 +34,10 @@ type digestOptions struct {
 	duration time.Duration
 	readers  int
 	flags    string
+	// embedRate: embedding overwrites per second in both phases (not
+	// timed), so that the vector store changes between digests and no
+	// digest can reuse the last one's vector hash.
+	embedRate float64
 }
 
 type digestPhase struct {
@@ -65,6 +69,7 @@ type digestResult struct {
 	Rate      float64       `json:"write_rate"`
 	Duration  string        `json:"phase_duration"`
 	Readers   int           `json:"digest_readers"`
+	EmbedRate float64       `json:"embedding_overwrites_per_sec"`
 	Flags     string        `json:"flags,omitempty"`
 	Builds    []digestBuild `json:"builds"`
 	LoadStart string        `json:"load_start"`
@@ -94,7 +99,7 @@ func runDigest(ctx context.Context, o options) (err error) {
 		return err
 	}
 	res := digestResult{Time: time.Now().UTC(), Commit: envr.Commit, Vectors: do.vectors, Dim: do.dim, Rate: do.rate,
-		Duration: do.duration.String(), Readers: do.readers, Flags: do.flags, LoadStart: loadAvg()}
+		Duration: do.duration.String(), Readers: do.readers, EmbedRate: do.embedRate, Flags: do.flags, LoadStart: loadAvg()}
 	newBin := filepath.Join(work, "bin", "tidal-server")
 	if err := build(ctx, repo, "./tidal-server", newBin); err != nil {
 		return err
@@ -113,6 +118,9 @@ func runDigest(ctx context.Context, o options) (err error) {
 		return err
 	}
 	stem := res.Time.Format("2006-01-02") + "-" + res.Commit + "-digest-ab"
+	if do.embedRate > 0 {
+		stem += "-embed"
+	}
 	if o.quick {
 		stem += "-quick" // a smoke test, not a record
 	}
@@ -217,6 +225,30 @@ func digestPhaseRun(ctx context.Context, do digestOptions, addr string, readers 
 			}
 		}()
 	}
+	if do.embedRate > 0 {
+		rwg.Add(1)
+		go func() {
+			defer rwg.Done()
+			cl := client.New(addr, client.WithBinaryVectors(), client.WithRetries(3), client.WithTimeout(60*time.Second))
+			defer cl.CloseIdleConnections()
+			vec := make([]float32, do.dim)
+			tick := time.NewTicker(time.Duration(float64(time.Second) / do.embedRate))
+			defer tick.Stop()
+			for i := 0; ; i++ {
+				select {
+				case <-stopReaders:
+					return
+				case <-tick.C:
+				}
+				e := uint64(1 + (i*7919)%do.vectors)
+				fillVector(vec, e+uint64(do.vectors)*uint64(i+1))
+				if _, err := cl.PutEmbedding(ctx, e, fmt.Sprintf("%s-embed-%d", idPrefix, i), vec); err != nil {
+					derr.Store(fmt.Errorf("embedding overwrite: %w", err))
+					return
+				}
+			}
+		}()
+	}
 	cl := client.New(addr, client.WithRetries(0), client.WithTimeout(60*time.Second))
 	defer cl.CloseIdleConnections()
 	interval := time.Duration(float64(time.Second) / do.rate)
@@ -250,7 +282,7 @@ func digestPhaseRun(ctx context.Context, do digestOptions, addr string, readers 
 	close(stopReaders)
 	rwg.Wait()
 	if err, ok := derr.Load().(error); ok {
-		return p, fmt.Errorf("digest reader: %w", err)
+		return p, fmt.Errorf("digest reader or embedding writer: %w", err)
 	}
 	p.Writes, p.Errors = int64(n), errs.Load()
 	p.WriteP50Ms, p.WriteP99Ms, p.WriteMaxMs = quantileMs(lat, 0.5), quantileMs(lat, 0.99), quantileMs(lat, 1)
@@ -262,8 +294,8 @@ func digestPhaseRun(ctx context.Context, do digestOptions, addr string, readers 
 func digestSummary(r digestResult) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Write latency under a digest loop: %d × %d-dim vectors, one node (commit %s, %s)\n\n", r.Vectors, r.Dim, r.Commit, r.Time.Format(time.RFC3339))
-	fmt.Fprintf(&b, "Open-loop single-event writes at %.0f/s for %s, without and with %d clients looping on `GET /v1/audit/digest`; latency from each write's intended start. Flags: `%s`. Load average %s at start, %s at end.\n\n",
-		r.Rate, r.Duration, r.Readers, r.Flags, r.LoadStart, r.LoadEnd)
+	fmt.Fprintf(&b, "Open-loop single-event writes at %.0f/s for %s, without and with %d clients looping on `GET /v1/audit/digest`; latency from each write's intended start. Embedding overwrites (untimed) at %.1f/s in both phases. Flags: `%s`. Load average %s at start, %s at end.\n\n",
+		r.Rate, r.Duration, r.Readers, r.EmbedRate, r.Flags, r.LoadStart, r.LoadEnd)
 	fmt.Fprintf(&b, "| build | write p99 without | write p99 with digests | ratio | p50 without / with | max with | digests (p50) | errors |\n|---|---|---|---|---|---|---|---|\n")
 	for _, x := range r.Builds {
 		fmt.Fprintf(&b, "| %s | %.1f ms | %.1f ms | %.2f× | %.1f / %.1f ms | %.0f ms | %d (%.0f ms) | %d / %d |\n",

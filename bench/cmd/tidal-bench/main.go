@@ -134,6 +134,7 @@ func main() {
 	flag.Float64Var(&o.digest.rate, "digest-rate", 100, "-digest: open-loop single-event writes per second")
 	flag.DurationVar(&o.digest.duration, "digest-duration", 15*time.Second, "-digest: length of each phase (without, then with digest readers)")
 	flag.IntVar(&o.digest.readers, "digest-readers", 2, "-digest: clients looping on the digest in the second phase")
+	flag.Float64Var(&o.digest.embedRate, "digest-embed-rate", 0, "-digest: untimed embedding overwrites per second in both phases, so the vectors change between digests (0: none; then every digest after the first reuses the vectors' hash)")
 	flag.StringVar(&o.digest.flags, "digest-flags", "--snapshot-every 1000000", "-digest: extra tidal-server flags (the default keeps snapshots out of the measurement)")
 	flag.Parse()
 	if o.quick {
