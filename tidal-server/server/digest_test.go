@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -203,5 +204,47 @@ func TestAuditEventsStreamsACaptureWhileApplyGoesOn(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("expected the %d ids remembered at the capture (%v ... ), found %d: %v", len(want), want[:3], len(got), got)
+	}
+}
+
+// What Digest remembers between calls (the vectors' hash of an unchanged
+// store, the encoding of unchanged embedding ids) never outlives the
+// state it was computed from: digests taken between applies, with id
+// generations rotating and a Restore, equal those of a fresh state
+// machine that replays the same commands and remembers nothing.
+func TestDigestMemosFollowTheState(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	cmds := randomCommands(rng, 300)
+	opts := ledger.Options{IDsPerGeneration: 8}
+	sm := NewStateMachine(testSchema(), opts)
+	fresh := func(upTo int) string {
+		ref := NewStateMachine(testSchema(), opts)
+		for i, c := range cmds[:upTo] {
+			ref.Apply(uint64(i+1), 1, c)
+		}
+		_, d := ref.Digest()
+		return d
+	}
+	var snap bytes.Buffer
+	for i, c := range cmds {
+		sm.Apply(uint64(i+1), 1, c)
+		if i == 150 {
+			if err := sm.Snapshot(&snap); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if i%7 == 0 {
+			sm.nextDigest = time.Time{} // pacing is not under test
+			if _, got := sm.Digest(); got != fresh(i+1) {
+				t.Fatalf("after command %d: digest %s, a fresh replay's %s", i+1, got, fresh(i+1))
+			}
+		}
+	}
+	if err := sm.Restore(&snap); err != nil {
+		t.Fatal(err)
+	}
+	sm.nextDigest = time.Time{}
+	if _, got := sm.Digest(); got != fresh(151) {
+		t.Fatalf("after Restore to index 151: digest %s, a fresh replay's %s", got, fresh(151))
 	}
 }

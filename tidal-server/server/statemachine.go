@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
+	"unsafe"
 
 	"github.com/tidaldb/tidal/tidal-server/bugs"
 	"github.com/tidaldb/tidal/tidal-server/ledger"
@@ -47,7 +49,12 @@ type StateMachine struct {
 
 	// digesting serializes Digest's hashing (see Digest); never held
 	// with mu by anything but Digest, which takes it first.
-	digesting sync.Mutex
+	digesting  sync.Mutex
+	nextDigest time.Time // under digesting: when the next digest may start
+	idsMemo    struct {  // under digesting: the encoding of ids
+		ids writeIDs
+		enc []byte
+	}
 
 	// afterLedgerDigest, when set (tests only, before any Digest), runs
 	// in Digest between hashing the ledger and hashing the vectors, with
@@ -366,13 +373,21 @@ func (s *StateMachine) Restore(r io.Reader) error {
 // meanwhile, and the digest is still exactly the state's at the applied
 // index it returns.
 //
-// One digest hashes at a time (digesting): each keeps a core busy for its
-// whole length, and readers looping on it must not take every core of a
-// small node from apply. A second caller waits, then pins the state as
-// of its own turn.
+// Digests are paced (digesting, nextDigest): one hashes at a time, and
+// the next starts no sooner than the last one's duration after it ended,
+// so readers looping on the digest keep at most half of one core busy
+// and never take every core of a small node from apply. A caller that
+// waits pins the state as of its own turn. The embedding ids' encoding
+// is remembered between digests while they do not change (idsMemo).
 func (s *StateMachine) Digest() (uint64, string) {
 	s.digesting.Lock()
 	defer s.digesting.Unlock()
+	if wait := time.Until(s.nextDigest); wait > 0 {
+		time.Sleep(wait)
+	}
+	start := time.Now()
+	defer func() { s.nextDigest = time.Now().Add(time.Since(start)) }()
+
 	s.mu.RLock()
 	applied := s.applied
 	led := s.ledger.Capture()
@@ -390,7 +405,12 @@ func (s *StateMachine) Digest() (uint64, string) {
 		s.afterLedgerDigest(applied)
 	}
 	h.Write([]byte(vecs.Digest()))
-	ids.encode(h)
+	if !s.idsMemo.ids.same(ids) {
+		var b bytes.Buffer
+		ids.encode(&b)
+		s.idsMemo.ids, s.idsMemo.enc = ids, b.Bytes()
+	}
+	h.Write(s.idsMemo.enc)
 	return applied, hex.EncodeToString(h.Sum(nil))
 }
 
@@ -465,6 +485,14 @@ func (m *writeMemory) put(id string, r writeRecord) {
 // are never written again.
 type writeIDs struct {
 	older, current []writeEntry
+}
+
+// same reports whether c and d are the same ids: cut from the same logs
+// at the same lengths. A log's entries below a length never change, and
+// c holding its array keeps the address from being reused.
+func (c writeIDs) same(d writeIDs) bool {
+	return unsafe.SliceData(c.older) == unsafe.SliceData(d.older) && len(c.older) == len(d.older) &&
+		unsafe.SliceData(c.current) == unsafe.SliceData(d.current) && len(c.current) == len(d.current)
 }
 
 // capture takes the ids as they are now; called under the state
