@@ -374,9 +374,11 @@ func (s *StateMachine) Restore(r io.Reader) error {
 // index it returns.
 //
 // Digests are paced (digesting, nextDigest): one hashes at a time, and
-// the next starts no sooner than the last one's duration after it ended,
-// so readers looping on the digest keep at most half of one core busy
-// and never take every core of a small node from apply. A caller that
+// the next starts no sooner than the last one's duration, and at least
+// minDigestGap, after it ended, so readers looping on the digest keep at
+// most half of one core busy (and far less when digests are cheap: then
+// the gap bounds how many requests a second the loop can make) and never
+// take every core of a small node from apply. A caller that
 // waits pins the state as of its own turn. The embedding ids' encoding
 // is remembered between digests while they do not change (idsMemo).
 func (s *StateMachine) Digest() (uint64, string) {
@@ -386,7 +388,7 @@ func (s *StateMachine) Digest() (uint64, string) {
 		time.Sleep(wait)
 	}
 	start := time.Now()
-	defer func() { s.nextDigest = time.Now().Add(time.Since(start)) }()
+	defer func() { s.nextDigest = time.Now().Add(max(time.Since(start), minDigestGap)) }()
 
 	s.mu.RLock()
 	applied := s.applied
@@ -413,6 +415,11 @@ func (s *StateMachine) Digest() (uint64, string) {
 	h.Write(s.idsMemo.enc)
 	return applied, hex.EncodeToString(h.Sum(nil))
 }
+
+// minDigestGap is the least time between the end of one digest and the
+// start of the next: at most about 100 digests a second per node, far
+// more than any auditor needs, whatever each costs.
+const minDigestGap = 10 * time.Millisecond
 
 // Read runs fn under the read lock.
 func (s *StateMachine) Read(fn func(l *ledger.Ledger, v *vectors.Store, applied uint64)) {
