@@ -4,7 +4,7 @@ GO        ?= go
 BIN       := $(CURDIR)/bin
 GINKGO    := $(GO) tool ginkgo
 # Packages with unit tests (the suites under suites/ run real binaries).
-UNIT_PKGS := ./buildinfo/... ./tidal-server/... ./tcp-relay/... ./harness/... ./bench/... ./deploy/... ./ci/...
+UNIT_PKGS := ./buildinfo/... ./usage/... ./tidal-server/... ./tcp-relay/... ./harness/... ./bench/... ./deploy/... ./ci/...
 FUZZTIME  ?= 10s
 # --version of every binary: `git describe`, or "dev" outside a checkout.
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)

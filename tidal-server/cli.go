@@ -16,10 +16,12 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/tidaldb/tidal/buildinfo"
+	"github.com/tidaldb/tidal/tidal-server/ingest"
 	"github.com/tidaldb/tidal/tidal-server/peer"
 	"github.com/tidaldb/tidal/tidal-server/replica"
 	"github.com/tidaldb/tidal/tidal-server/server"
 	"github.com/tidaldb/tidal/tidal-server/wal"
+	"github.com/tidaldb/tidal/usage"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -37,7 +39,7 @@ const (
 const runExitStatuses = `Exit status:
   0  stopped cleanly by SIGTERM or SIGINT (leadership handed off, in-flight
      requests drained)
-  1  could not start (flags, a port in use, a data dir that belongs to
+  1  could not start (a bad flag value, a port in use, a data dir that belongs to
      another schema or cluster, or was written in a newer format than this
      build reads: the error names the file and both versions) or failed
      while serving (a log entry in a format this build cannot read)
@@ -45,7 +47,10 @@ const runExitStatuses = `Exit status:
      writing, refused requests and exited; fix the disk and start it again
      (recovery keeps every acknowledged write)
   5  removed: this node was removed from the cluster; its id is retired,
-     so add the machine back as a new member with an empty data dir`
+     so add the machine back as a new member with an empty data dir
+ 64  usage: an unknown flag or subcommand, a flag value that does not
+     parse, or the wrong number of arguments (the same in every tidal
+     binary)`
 
 // exitError carries a specific exit status (e.g. wal verify finding damage).
 // notAnError marks outcomes that are expected (a removed node stopping):
@@ -63,6 +68,9 @@ func exitCode(err error) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code
+	}
+	if usage.Is(err) {
+		return usage.Code
 	}
 	return exitFailed
 }
@@ -97,6 +105,7 @@ in ./tidal-data (the same as "tidal-server run").`,
 	root.AddCommand(run, newStatusCommand(), newMembersCommand(), newTransferLeaderCommand(),
 		newBackupCommand(), newRestoreCommand(), newRecoverCommand(), newWALCommand(), newVersionCommand())
 	root.AddCommand(newCertsCommand(), newTokensCommand())
+	usage.Install(root)
 	return root
 }
 
@@ -146,8 +155,8 @@ accepting requests, lets in-flight writes finish (each is bounded by
 acknowledged write was fsynced before it was acknowledged.
 
 Every listener is bound before the data dir is touched. A data dir whose
-stored membership shares less than a majority with --peers (another
-cluster's) is refused, naming both.
+stored voters share less than a majority with the voters of --peers
+(another cluster's; learners do not count) is refused, naming both.
 
 Security: with --certs-dir the peer plane is mutual TLS (each node's
 certificate names its member id), the client API is served over TLS (HTTP/2
@@ -156,7 +165,8 @@ cluster's CA or a bearer token (--tokens); /healthz, /readyz and /metrics stay o
 unless --open-probes=false. Without --certs-dir the node serves plaintext,
 without authentication unless --tokens is given, and refuses to bind any
 address but loopback unless --insecure. SIGHUP re-reads the tokens file and
-the certificates.
+the certificates, and ends the open gRPC ingest streams whose token or
+certificate they no longer accept.
 
 Flags override the --config file; the file's keys are the flag names with
 underscores (client_addr, data_dir, ...).
@@ -245,6 +255,7 @@ underscores (client_addr, data_dir, ...).
 	f.Uint64Var(&cfg.ID, "id", cfg.ID, "this node's id (> 0, unique, never reused)")
 	f.StringVar(&cfg.ClientAddr, "client-addr", cfg.ClientAddr, "HTTP API listen address")
 	f.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "serve the gRPC ingest stream (tidal.v1.Ingest/Stream: many writes in flight per stream) on this address, with the client plane's TLS and roles; empty: not served")
+	f.DurationVar(&cfg.IngestStreamMaxAge, "ingest-stream-max-age", ingest.DefaultMaxStreamAge, "end a gRPC ingest stream about this long after it opened (the Go client reconnects and resends unanswered writes with the same ids); negative: never")
 	f.StringVar(&cfg.AdvertiseClientAddr, "advertise-client-addr", cfg.AdvertiseClientAddr, "client address published to the cluster (status, leader lookups) when clients reach this node elsewhere than --client-addr (a container's published port, a pod's DNS name); default --client-addr")
 	f.StringVar(&cfg.PeerAddr, "peer-addr", cfg.PeerAddr, "raft peer (gRPC) listen address")
 	f.StringVar(&cfg.Peers, "peers", cfg.Peers, "initial cluster: id=host:port,... (peer addresses); empty = single node")
@@ -258,7 +269,7 @@ underscores (client_addr, data_dir, ...).
 	f.Uint64Var(&cfg.MaxSizePerMsg, "max-size-per-msg", 1<<20, "max bytes of entries per append message")
 	f.IntVar(&cfg.MaxInflightMsgs, "max-inflight-msgs", 256, "replication window: append messages in flight per follower")
 	f.Uint64Var(&cfg.MaxUncommittedBytes, "max-uncommitted-bytes", 64<<20, "uncommitted log bytes before writes get 503")
-	f.BoolVar(&cfg.PackProposals, "pack-proposals", true, "pack writes proposed concurrently on this node into one raft entry (fewer log entries, WAL records and replication messages per write); done only while every member advertises that it reads packed entries (entry format 2), so a mix with an older release stays safe")
+	f.BoolVar(&cfg.PackProposals, "pack-proposals", true, "pack writes proposed concurrently on this node into one raft entry (fewer log entries, WAL records and replication messages per write); packed in the newest envelope every member advertises it reads (entry format 3, else 2, else none), so a mix with an older release stays safe")
 	f.Uint64Var(&cfg.SnapshotEvery, "snapshot-every", 10000, "applied entries between snapshots")
 	f.BoolVar(&cfg.SnapshotStagger, "snapshot-stagger", true, "spread the members' snapshot points over the --snapshot-every interval by member id, so members do not all encode a snapshot at the same index (at most one at a time under steady load); false snapshots every member at the same indexes")
 	f.Uint64Var(&cfg.SnapshotCatchUp, "snapshot-catch-up", 5000, "entries kept after a snapshot for slow followers")
@@ -282,7 +293,7 @@ underscores (client_addr, data_dir, ...).
 	f.DurationVar(&cfg.HTTPWriteTimeout, "http-write-timeout", server.DefaultHTTPWriteTimeout, "time to answer a request once read (longer than --write-timeout)")
 	f.DurationVar(&cfg.HTTPIdleTimeout, "http-idle-timeout", server.DefaultHTTPIdleTimeout, "keep-alive: close a connection idle this long")
 	f.DurationVar(&cfg.HTTPStreamTimeout, "http-stream-timeout", server.DefaultHTTPStreamTimeout, "time to write a streamed answer (GET /admin/backup, /v1/audit/events)")
-	f.IntVar(&cfg.MaxConns, "max-conns", server.DefaultMaxConns, "client connections open at once; past it requests get 503, past twice it connections are closed")
+	f.IntVar(&cfg.MaxConns, "max-conns", server.DefaultMaxConns, "client connections open at once; past it requests but /healthz and /readyz get 503, past twice it connections are closed")
 	f.IntVar(&cfg.HTTP2MaxStreams, "http2-max-streams", server.DefaultHTTP2MaxStreams, "HTTP/2: concurrent requests per connection")
 	// Per-request bounds of the client API (docs/ARCHITECTURE.md, API details).
 	f.Int64Var(&cfg.MaxInflightBytes, "max-inflight-bytes", 64<<20, "request body bytes held at once; a body that does not fit gets 503 + Retry-After before it is read")
@@ -418,6 +429,8 @@ func mergeConfig(file, flags server.Config, set *pflag.FlagSet) server.Config {
 			out.AdvertiseClientAddr = flags.AdvertiseClientAddr
 		case "grpc-addr":
 			out.GRPCAddr = flags.GRPCAddr
+		case "ingest-stream-max-age":
+			out.IngestStreamMaxAge = flags.IngestStreamMaxAge
 		case "peer-addr":
 			out.PeerAddr = flags.PeerAddr
 		case "peers":

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/tidaldb/tidal/usage"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -306,5 +307,25 @@ func TestPeerOptionsFromTheRunFlags(t *testing.T) {
 	cfg.MaxSnapshotBytes = -1
 	if _, err := peerOptions(&cfg); err == nil || !strings.Contains(err.Error(), "--max-snapshot-bytes") {
 		t.Errorf("a negative --max-snapshot-bytes: %v, expected an error naming the flag", err)
+	}
+}
+
+// Regression: usage errors exit alike. tidal-server exited 1 for an
+// unknown flag (the status of a failed start) where tidal-chaos exited 2;
+// every tidal binary now exits usage.Code for a command line it refuses.
+func TestUsageErrorsExitWithTheUsageCode(t *testing.T) {
+	for _, args := range [][]string{
+		{"--no-such-flag"},
+		{"run", "--snapshot-every", "many"},
+		{"no-such-command"},
+		{"wal", "verify", "--no-such-flag"},
+	} {
+		_, err := execute(args...)
+		if err == nil {
+			t.Fatalf("tidal-server %s: expected a usage error, got none", strings.Join(args, " "))
+		}
+		if got := exitCode(err); got != usage.Code {
+			t.Errorf("tidal-server %s: exit status %d (%v), expected %d", strings.Join(args, " "), got, err, usage.Code)
+		}
 	}
 }

@@ -21,11 +21,11 @@ import (
 )
 
 // ab compares relay builds side by side, one phase at a time: the A/B
-// numbers of docs/performance.md. Every target is its own process (the
-// servers run in this one), each relay created through its HTTP API, and
-// the measuring client is a fresh process per phase, so the relay's CPU
-// time over a phase (/proc/<pid>/stat) is the cost of that phase's work
-// alone: per round trip, per MB, per connection. CPU per unit of work
+// numbers of bench/results/history-2026-12.md. Every target is its own
+// process (the servers run in this one), each relay created through its
+// HTTP API, and the measuring client is a fresh process per phase, so the
+// relay's CPU time over a phase (/proc/<pid>/stat) is the cost of that
+// phase's work alone: per round trip, per MB, per connection. CPU per unit of work
 // moves far less with the machine's load than the timings do.
 //
 //	relay-bench -ab old=/tmp/tcp-relay-old,new=bin/tcp-relay [-toxiproxy bin/toxiproxy/server] -rounds 5 -duration 2s

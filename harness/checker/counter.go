@@ -27,6 +27,9 @@ type CounterDetails struct {
 	Reads      int                         `json:"reads"` // ok reads checked
 	Adds       map[history.Type]int        `json:"adds"`
 	Violations Anomalies[CounterViolation] `json:"violations"`
+	// Unread lists the keys with adds that might have happened and no ok
+	// read: no bound was checked for them.
+	Unread []uint64 `json:"unread,omitempty"`
 }
 
 type counterAdd struct {
@@ -116,6 +119,12 @@ func Counter(ops []history.Op) Result {
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
 	d.Keys = len(keys)
+	for k := range adds {
+		if len(reads[k]) == 0 {
+			d.Unread = append(d.Unread, k)
+		}
+	}
+	sort.Slice(d.Unread, func(i, j int) bool { return d.Unread[i] < d.Unread[j] })
 
 	var violations []CounterViolation
 	for _, k := range keys {
@@ -158,6 +167,11 @@ func Counter(ops []history.Op) Result {
 	}
 	if d.Reads == 0 {
 		return Result{Name: name, Valid: Unknown, Details: d, Summary: "no ok reads to check"}
+	}
+	if len(d.Unread) > 0 {
+		return Result{Name: name, Valid: Unknown, Details: d, Summary: fmt.Sprintf(
+			"all %d reads of %d keys within bounds; but %d keys with adds were never read (no ok read), unchecked: first key %d",
+			d.Reads, d.Keys, len(d.Unread), d.Unread[0])}
 	}
 	return Result{Name: name, Valid: Valid, Details: d, Summary: fmt.Sprintf("all %d reads of %d keys within bounds", d.Reads, d.Keys)}
 }

@@ -162,3 +162,29 @@ func TestCounterTestdata(t *testing.T) {
 		mustValid(t, Linearizable(ops, t.TempDir(), 10*time.Second), tc.linearOK)
 	}
 }
+
+// A key whose adds no ok read observed is unchecked: the counter bounds
+// and the linearizability search are unknown for it, never true.
+func TestCounterKeyWithoutReadsIsUnknown(t *testing.T) {
+	t.Run("Regression: key with no reads", func(t *testing.T) {
+		h := newHist(t)
+		a := h.addInv(0, 7, 10)
+		h.ack(a, 1, 1)
+		r := h.readInv(1, 7)
+		h.readOK(r, 10)
+		b := h.addInv(2, 8, 3) // key 8: added, never read
+		h.ack(b, 2, 1)
+		r = h.readInv(3, 8)
+		h.complete(r, history.Info, nil) // its final read timed out
+		c := Counter(h.ops)
+		mustValid(t, c, Unknown)
+		if !strings.Contains(c.Summary, "key 8") {
+			t.Fatalf("counter summary should name key 8: %s", c.Summary)
+		}
+		l := Linearizable(h.ops, "", 10*time.Second)
+		mustValid(t, l, Unknown)
+		if !strings.Contains(l.Summary, "never read") || !strings.Contains(l.Summary, "8") {
+			t.Fatalf("linearizable summary should name key 8 as never read: %s", l.Summary)
+		}
+	})
+}

@@ -53,15 +53,47 @@ func diskExit(windows []FaultWindow, e ProcessExit) (int, string, bool) {
 	return -1, "", false
 }
 
-func logsMatch(logs []LogTail, re *regexp.Regexp) bool {
+func logsMatch(logs []LogTail, re *regexp.Regexp) bool { return logsLine(logs, re) != "" }
+
+// logsLine is the last log line re matches, "" if none does.
+func logsLine(logs []LogTail, re *regexp.Regexp) string {
+	found := ""
 	for _, l := range logs {
 		for _, line := range l.Lines {
 			if re.MatchString(line) {
-				return true
+				found = line
 			}
 		}
 	}
-	return false
+	return found
+}
+
+// ReorderCut is the history kind of a power cut whose disks kept a
+// seeded subset of their unsynced pages, out of order (nemesis kind
+// power-cut-reorder, faultfs PowerCutOptions.OutOfOrder).
+const ReorderCut = "reorder"
+
+// reorderRefusal explains an exit of a node that refused to start after
+// an out-of-order power cut on it: a hole of lost pages before data that
+// survived reads as corruption (records follow the damage, so it is not
+// a torn tail), and tidal-server then refuses its log naming file and
+// offset, as docs/ARCHITECTURE.md promises, until an operator repairs it.
+// The damage stays on disk, so every later start refuses alike: each is
+// the same refusal, not a crash loop. It returns the explanation quoting
+// the refusal.
+func reorderRefusal(windows []FaultWindow, e ProcessExit) (string, bool) {
+	if e.Status.Signal != "" || e.Status.Code == 0 {
+		return "", false
+	}
+	for _, w := range windows {
+		if w.F != history.FPowerCut || w.Kind != ReorderCut || !slices.Contains(w.Targets, e.Node) || e.Time < w.Start {
+			continue
+		}
+		if line := logsLine(e.Logs, corruptionRefusal); line != "" {
+			return "refused to start after a power cut with out-of-order pages: " + corruptionRefusal.FindString(line) + " (" + line + ")", true
+		}
+	}
+	return "", false
 }
 
 // diskExits judges the exits on their own that disk faults explain: the
@@ -80,6 +112,9 @@ func newDiskExits(windows []FaultWindow) *diskExits {
 // judge returns whether e is expected, and else (when a disk fault was
 // acting) why it is a crash; "" when no disk fault speaks for it.
 func (d *diskExits) judge(e ProcessExit) (expected bool, reason, label string) {
+	if why, ok := reorderRefusal(d.windows, e); ok {
+		return true, "", why
+	}
 	i, why, ok := diskExit(d.windows, e)
 	if !ok {
 		return false, "", ""

@@ -117,3 +117,26 @@ func TestNodesPowerCutKillsAreExpected(t *testing.T) {
 	ev.Exits = append(ev.Exits, exitAt("n3", 3500*time.Millisecond, ExitStatus{Code: 1, Text: "exit status 1"}, "error: wal: corruption in wal/0.wal at offset 4096"))
 	mustValid(t, Nodes(h.ops, ev), Invalid)
 }
+
+// After a power cut with out-of-order pages, a node that refuses its log
+// naming file and offset — at every start, since the damage stays — and
+// is down at the end is the outcome docs/ARCHITECTURE.md allows, reported
+// as such; the same refusal after an in-order cut is a crash.
+func TestNodesRefusalAfterOutOfOrderPowerCut(t *testing.T) {
+	refusal := `{"level":"ERROR","msg":"start failed","err":"open wal: wal: corruption in /d/wal/0000000000000000.wal at offset 45809: record header is all zeroes; 1 valid record(s) follow from offset 50387, so this is not a torn tail"}`
+	exit1 := ExitStatus{Code: 1, Text: "exit status 1"}
+	final := []NodeFinal{{Node: "n1", State: "running", Alive: true, Serving: true}, {Node: "n2", State: "running", Alive: false},
+		{Node: "n3", State: "running", Alive: true, Serving: true}}
+	ev := NodeEvidence{Nodes: []string{"n1", "n2", "n3"}, Final: final,
+		Exits: []ProcessExit{exitAt("n2", 4100*time.Millisecond, exit1, refusal), exitAt("n2", 9*time.Second, exit1, refusal)}}
+
+	r := Nodes(diskFaultOn(t, history.FPowerCut, ReorderCut).ops, ev)
+	mustValid(t, r, Valid)
+	if d := nodesDetails(t, r); d.Refused["n2"] == "" ||
+		!strings.Contains(r.Summary, "n2 refused to start after a power cut with out-of-order pages: corruption in /d/wal/0000000000000000.wal at offset 45809") {
+		t.Fatalf("expected n2's refusal named as the allowed outcome, found %+v: %s", d.Refused, r.Summary)
+	}
+
+	r = Nodes(diskFaultOn(t, history.FPowerCut, "one").ops, ev)
+	mustValid(t, r, Invalid)
+}

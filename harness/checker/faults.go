@@ -165,13 +165,32 @@ type FaultKindOutcome struct {
 	// Healed counts faults that took effect and were then healed (an
 	// instant fault is over when it takes effect).
 	Healed int `json:"healed"`
+	// Disk and power-cut kinds: Bit counts the healed faults whose
+	// recorded effect shows they did something (fsyncs failed, corrupt
+	// bytes read, bytes lost at the cut) or whose effect was not
+	// recorded; NoEffect says, for the first few that did nothing, what
+	// was recorded.
+	Bit      int      `json:"bit,omitempty"`
+	NoEffect []string `json:"no_effect,omitempty"`
+	// Refused are starts refused after the kind's faults, as the nemesis
+	// recorded them (a node that would not start after a power cut with
+	// out-of-order pages: its message).
+	Refused []string `json:"refused,omitempty"`
 	// Errors are the first few errors its injections ended with.
 	Errors []string `json:"errors,omitempty"`
 }
 
 // Cycled reports whether the kind was exercised at least once: invoked,
-// took effect, and healed.
-func (o FaultKindOutcome) Cycled() bool { return o.Healed > 0 }
+// took effect, and healed — and, for a disk or power-cut kind, did
+// something to a disk (Bit).
+func (o FaultKindOutcome) Cycled() bool {
+	if isDiskKind(o.F) {
+		return o.Bit > 0
+	}
+	return o.Healed > 0
+}
+
+func isDiskKind(f string) bool { return f == history.FDisk || f == history.FPowerCut }
 
 // FailedHeal is a heal (heal-<f> or heal-all) that did not complete ok:
 // the faults it was to end stay open.
@@ -201,13 +220,26 @@ type FaultsDetails struct {
 // history ends (its heal failed, or never came) is Unknown too: what the
 // nodes reported afterwards was read from a cluster that may still have
 // been faulted. No requested kind is Unknown: there is nothing to vouch for.
+//
+// A disk or power-cut fault is exercised only if it did something
+// (diskFaultEffect): one that took effect and was healed but whose
+// recorded effect is zero — no fsync failed, no corrupt byte was read, a
+// cut lost nothing — does not count, and a kind with no other is Unknown,
+// "not exercised", saying what was recorded.
 func Faults(ops []history.Op, requested []FaultKind) Result {
+	return FaultsWithDisks(ops, requested, nil)
+}
+
+// FaultsWithDisks is Faults knowing each node's faultfs counters over the
+// run (NodeEvidence.Disks), for disk faults whose heal recorded no effect.
+func FaultsWithDisks(ops []history.Op, requested []FaultKind, totals map[string]DiskEffect) Result {
 	const name = "faults"
 	d := FaultsDetails{}
 	windows, faults, heals, err := faultWindows(ops)
 	if err != nil {
 		return unknown(name, "cannot pair the nemesis ops: %v", err)
 	}
+	effects := healEffects(heals)
 	for _, k := range requested {
 		d.Kinds = append(d.Kinds, FaultKindOutcome{FaultKind: k})
 	}
@@ -262,6 +294,14 @@ func Faults(ops []history.Op, requested []FaultKind) Result {
 			o.TookEffect++
 			if w, ok := windowOf[p.Invoke.Index]; ok && w.Healed {
 				o.Healed++
+				if isDiskKind(p.Invoke.F) {
+					switch fe := diskFaultEffect(w, p.Completion, effects, totals); {
+					case fe.bit || !fe.known:
+						o.Bit++
+					case len(o.NoEffect) < 3:
+						o.NoEffect = append(o.NoEffect, fmt.Sprintf("%s: %s", w, fe.what))
+					}
+				}
 			}
 		case history.Fail:
 			o.Failed++
@@ -289,10 +329,18 @@ func Faults(ops []history.Op, requested []FaultKind) Result {
 	var problems, fine []string
 	for _, o := range d.Kinds {
 		switch {
+		case o.Cycled() && isDiskKind(o.F) && o.Bit < o.Healed:
+			fine = append(fine, fmt.Sprintf("%s ×%d (%d did nothing to a disk)", o.Name, o.Bit, o.Healed-o.Bit))
 		case o.Cycled():
 			fine = append(fine, fmt.Sprintf("%s ×%d", o.Name, o.Healed))
 		case o.Invoked == 0:
 			problems = append(problems, o.Name+" was never injected")
+		case o.Healed > 0 && isDiskKind(o.F):
+			p := fmt.Sprintf("%s not exercised: took effect and was healed %d times but did nothing to a disk", o.Name, o.Healed)
+			if len(o.NoEffect) > 0 {
+				p += " (first: " + o.NoEffect[0] + ")"
+			}
+			problems = append(problems, p)
 		case o.TookEffect == 0:
 			p := fmt.Sprintf("%s never took effect (%d invoked: %d failed, %d unconfirmed)", o.Name, o.Invoked, o.Failed, o.Unconfirmed)
 			if len(o.Errors) > 0 {

@@ -48,10 +48,12 @@ type diskParams struct {
 // everywhere means the fault never bit.
 type DiskEffect struct {
 	FsyncEIO     uint64 `json:"fsync_eio,omitempty"`
+	LostBytes    uint64 `json:"lost_bytes,omitempty"`
 	ENOSPC       uint64 `json:"enospc,omitempty"`
 	Stalled      uint64 `json:"stalled,omitempty"`
 	Delayed      uint64 `json:"delayed,omitempty"`
 	CorruptReads uint64 `json:"corrupt_reads,omitempty"`
+	CorruptBytes uint64 `json:"corrupt_bytes,omitempty"`
 }
 
 // walSegment is a path a WAL segment has in a node's data dir, to match
@@ -215,12 +217,22 @@ func Fencing(ops []history.Op, ev NodeEvidence) Result {
 					d.Silent = append(d.Silent, de)
 				}
 			}
+			// What faultfs counted on this node: a fault that did
+			// nothing exercised no rule, whatever the nemesis' ok said.
+			one := w
+			one.Targets = []string{node}
+			fe := diskFaultEffect(one, faults[i].Completion, effects, ev.Disks)
+			idle := fe.known && !fe.bit
 			if w.Kind == diskCorruptRead {
 				// A corrupt-read that took effect restarted its node
 				// on a corrupt view: it either refused (its exit is
 				// judged above) or kept serving (ledger, convergence
-				// and aggregates judge what it served).
-				fw.Judged = w.Kind == diskCorruptRead && w.Effective >= 0
+				// and aggregates judge what it served) — if the node
+				// read a corrupt byte at all.
+				fw.Judged = w.Effective >= 0 && !idle
+				if idle {
+					fw.Why = "no corrupt byte was read (" + fe.what + ")"
+				}
 				if fw.Judged {
 					exercised++
 				}
@@ -262,7 +274,10 @@ func Fencing(ops []history.Op, ev NodeEvidence) Result {
 							Process: int(op.Process), FirstID: firstID(op), FaultOpen: !w.Healed})
 					}
 				}
-				if fw.Writes > 0 {
+				switch {
+				case fw.Writes > 0 && idle:
+					fw.Why = "the fault did nothing to the disk (" + fe.what + ")"
+				case fw.Writes > 0:
 					exercised++
 				}
 			}
@@ -296,7 +311,7 @@ func Fencing(ops []history.Op, ev NodeEvidence) Result {
 				why = append(why, w.Node+": "+w.Why)
 			}
 		}
-		s := "no write reached a node under a judged fsync-error, disk-full or slow-disk-stall and no corrupt-read took effect: no rule was exercised"
+		s := "no write reached a node under a judged fsync-error, disk-full or slow-disk-stall that did something to its disk, and no corrupt-read served a corrupt byte: no rule was exercised"
 		if len(why) > 0 {
 			s += " (" + strings.Join(why, "; ") + ")"
 		}

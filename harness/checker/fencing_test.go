@@ -322,3 +322,97 @@ func TestFencingWriteHeldUntilTheHealCounts(t *testing.T) {
 		t.Fatalf("expected the held write counted as not acknowledged under the fault; found %+v", d.Windows)
 	}
 }
+
+// healDisk heals a disk fault recording, as the nemesis does, what it did
+// to each target while armed.
+func (h *hist) healDisk(effect map[string]DiskEffect) {
+	b, err := json.Marshal(map[string]any{"effect": effect})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	inv := h.invoke(history.Nemesis, history.HealOf(fDisk), nil, "")
+	h.complete(inv, history.OK, history.FaultValue{Kind: diskCorruptRead, Params: b})
+}
+
+// corruptReadOnN2 is a corrupt-read on n2 that took effect (ok) and was
+// healed recording reads corrupt reads on n2.
+func corruptReadOnN2(t *testing.T, reads uint64) *hist {
+	h := newHist(t)
+	h.write(0, "w1", "n2", history.OK, 10)
+	h.at(time.Second)
+	h.fault(fDisk, diskFault(t, diskCorruptRead, map[string]any{"corrupt_read": []any{map[string]any{"path": "wal/*.wal"}}}, "n2"))
+	h.at(3 * time.Second)
+	h.healDisk(map[string]DiskEffect{"n2": {CorruptReads: reads}})
+	h.write(1, "w2", "n2", history.OK, 11)
+	return h
+}
+
+// A corrupt-read whose corrupt bytes were never read exercised nothing:
+// the nemesis' ok is not enough.
+func TestDiskFaultsAreJudgedByTheirEffect(t *testing.T) {
+	ev := NodeEvidence{Nodes: []string{"n1", "n2", "n3"}, Final: serving("n1", "n2", "n3")}
+	requested := []FaultKind{{Name: "corrupt-read", F: fDisk, Kind: diskCorruptRead}}
+	t.Run("Regression: corrupt bytes never read", func(t *testing.T) {
+		h := corruptReadOnN2(t, 0)
+		f := Faults(h.ops, requested)
+		mustValid(t, f, Unknown)
+		if !strings.Contains(f.Summary, "corrupt-read not exercised") || !strings.Contains(f.Summary, "corrupt reads served while armed: n2 0") {
+			t.Fatalf("faults summary should say corrupt-read was not exercised and why: %s", f.Summary)
+		}
+		r := Fencing(h.ops, ev)
+		mustValid(t, r, Unknown)
+		if d := fencingDetails(t, r); len(d.Windows) != 1 || d.Windows[0].Judged || !strings.Contains(d.Windows[0].Why, "no corrupt byte was read") {
+			t.Fatalf("fencing: expected the window not judged, saying no corrupt byte was read; found %+v", d.Windows)
+		}
+	})
+	t.Run("corrupt bytes read", func(t *testing.T) {
+		h := corruptReadOnN2(t, 3)
+		mustValid(t, Faults(h.ops, requested), Valid)
+		mustValid(t, Fencing(h.ops, ev), Valid)
+	})
+	t.Run("healed by heal-all: the run's counters can say it did nothing", func(t *testing.T) {
+		h := newHist(t)
+		h.fault(fDisk, diskFault(t, diskCorruptRead, map[string]any{}, "n2"))
+		h.complete(h.invoke(history.Nemesis, history.HealAll, nil, ""), history.OK, nil)
+		mustValid(t, FaultsWithDisks(h.ops, requested, map[string]DiskEffect{"n2": {}}), Unknown)
+		mustValid(t, FaultsWithDisks(h.ops, requested, map[string]DiskEffect{"n2": {CorruptReads: 1}}), Valid)
+	})
+	t.Run("a sticky fsync-error no fsync ran into", func(t *testing.T) {
+		h := fsyncErrorOnN2(t, false)
+		// Replace the heal's record: no fsync failed on n2.
+		for i := range h.ops {
+			op := &h.ops[i]
+			if op.F == history.HealOf(fDisk) && op.Type == history.OK {
+				b, _ := json.Marshal(map[string]any{"effect": map[string]DiskEffect{"n2": {}}})
+				v, _ := json.Marshal(history.FaultValue{Kind: diskFsyncError, Params: b})
+				op.Value = v
+			}
+		}
+		r := Fencing(h.ops, ev)
+		mustValid(t, r, Unknown)
+		if !strings.Contains(r.Summary, "fsyncs failed while armed: n2 0") {
+			t.Fatalf("fencing summary should say no fsync failed: %s", r.Summary)
+		}
+		f := Faults(h.ops, []FaultKind{{Name: "fsync-error", F: fDisk, Kind: diskFsyncError}})
+		mustValid(t, f, Unknown)
+	})
+}
+
+// A power cut that found nothing unsynced lost nothing: not exercised.
+func TestPowerCutThatLostNothingIsNotExercised(t *testing.T) {
+	cut := func(t *testing.T, bytes int64) *hist {
+		h := newHist(t)
+		inv := h.invoke(history.Nemesis, history.FPowerCut, history.FaultValue{Kind: "one", Targets: []string{"n2"}}, "")
+		params, _ := json.Marshal(map[string]any{"reports": map[string]PowerCutLoss{"n2": {BytesDiscarded: bytes, ChangesUndone: int(bytes / 100)}}})
+		h.complete(inv, history.OK, history.FaultValue{Kind: "one", Targets: []string{"n2"}, Params: params})
+		h.heal(history.FPowerCut)
+		return h
+	}
+	requested := []FaultKind{{Name: "power-cut-one", F: history.FPowerCut, Kind: "one"}}
+	f := Faults(cut(t, 0).ops, requested)
+	mustValid(t, f, Unknown)
+	if !strings.Contains(f.Summary, "power-cut-one not exercised") || !strings.Contains(f.Summary, "n2 0 bytes") {
+		t.Fatalf("summary should say the cut lost nothing: %s", f.Summary)
+	}
+	mustValid(t, Faults(cut(t, 4096).ops, requested), Valid)
+}

@@ -124,6 +124,10 @@ type LagDetails struct {
 	Violations []string      `json:"violations,omitempty"`
 	// Unmeasured counts follower samples taken before any leader was seen.
 	Unmeasured int `json:"unmeasured,omitempty"`
+	// Unsampled names each follower never sampled after a heal (neither as
+	// a follower nor as the leader) while the cluster was still sampled,
+	// and the fault window: whether it caught up is not in the samples.
+	Unsampled []string `json:"unsampled,omitempty"`
 }
 
 type lagPoint struct {
@@ -218,9 +222,19 @@ func Lag(samples []LagSample, faults []FaultWindow, slo SLO) Result {
 	// committed entry, so it has caught up (and has no follower samples
 	// left to say so).
 	led := map[string][]int64{}
+	// ids is each node's raft id as it last reported it; leaders are the
+	// leader samples, to tell a follower removed from the membership
+	// (which is no longer sampled, and need not catch up) from one the
+	// sampler missed.
+	ids := map[string]uint64{}
+	var leaders []LagSample
 	var lastSample int64
 	for _, s := range samples {
 		lastSample = max(lastSample, s.Time)
+		ids[s.Node] = s.ID
+		if s.Leader != 0 && s.Leader == s.ID {
+			leaders = append(leaders, s)
+		}
 		if s.Leader != 0 && s.Leader == s.ID {
 			led[s.Node] = append(led[s.Node], s.Time)
 			continue
@@ -274,8 +288,15 @@ func Lag(samples []LagSample, faults []FaultWindow, slo SLO) Result {
 			cu := CatchUp{Fault: w.Label(), Node: n, HealedAt: w.End, CaughtUpAt: -1, Ms: -1}
 			pts := points[n]
 			i := sort.Search(len(pts), func(i int) bool { return pts[i].time >= w.End })
-			if i == len(pts) {
-				continue // never sampled after the heal: nothing to judge
+			if i == len(pts) && !ledSince(led[n], w.End) {
+				if removedSince(leaders, ids[n], w.End) {
+					continue // no longer a member: nothing to catch up
+				}
+				// Never sampled after the heal: whether it caught up is
+				// not in the samples, so it is not judged true.
+				d.Unsampled = append(d.Unsampled, fmt.Sprintf("follower %s never sampled after the heal of %s (window %s..%s)",
+					n, w.Label(), history.FormatTime(w.Start), history.FormatTime(w.End)))
+				continue
 			}
 			ledAt := int64(-1)
 			for _, t := range led[n] {
@@ -392,11 +413,44 @@ func Lag(samples []LagSample, faults []FaultWindow, slo SLO) Result {
 	if slowest >= 0 {
 		s += fmt.Sprintf("; slowest catch-up %.0fms after %d heals (SLO %v)", slowest, heals, slo.CatchUp)
 	}
+	if len(d.Unsampled) > 0 {
+		return Result{Name: name, Valid: Unknown, Details: d, Summary: fmt.Sprintf(
+			"%s; but %d catch-ups not measured: %s", s, len(d.Unsampled), strings.Join(d.Unsampled, "; "))}
+	}
 	if undecided > 0 {
 		return Result{Name: name, Valid: Unknown, Details: d, Summary: fmt.Sprintf(
 			"%s; but %d catch-ups undecided: sampling stopped before the followers caught up and before the %v SLO ran out", s, undecided, slo.CatchUp)}
 	}
 	return Result{Name: name, Valid: Valid, Details: d, Summary: s}
+}
+
+// ledSince reports whether any of the times a node was sampled as the
+// leader is at or after t.
+func ledSince(led []int64, t int64) bool {
+	for _, l := range led {
+		if l >= t {
+			return true
+		}
+	}
+	return false
+}
+
+// removedSince reports whether a leader sampled at or after t listed the
+// membership's match indexes without id: the member was removed.
+func removedSince(leaders []LagSample, id uint64, t int64) bool {
+	for _, s := range leaders {
+		if s.Time < t || len(s.Members) == 0 {
+			continue
+		}
+		found := false
+		for _, m := range s.Members {
+			found = found || m.ID == id
+		}
+		if !found {
+			return true
+		}
+	}
+	return false
 }
 
 // lagStats uses nearest-rank percentiles.

@@ -244,3 +244,40 @@ func TestLagFollowerThatBecomesLeaderHasCaughtUp(t *testing.T) {
 		t.Fatalf("lag verdict unknown: %s", r.Summary)
 	}
 }
+
+// A follower the sampler never reached after a heal, while it kept
+// sampling the others, has an unmeasured catch-up: unknown, naming the
+// follower and the window, never true by omission.
+func TestLagFollowerUnsampledAfterHealIsUnknown(t *testing.T) {
+	t.Run("Regression: unsampled follower after heal", func(t *testing.T) {
+		c := cluster{rate: 1000, end: 20 * time.Second}
+		w := FaultWindow{F: "partition", Kind: "isolate", Targets: []string{"n3"}, Start: int64(5 * time.Second), Effective: int64(5 * time.Second), End: int64(8 * time.Second), Healed: true}
+		var samples []LagSample
+		for _, s := range c.samples() {
+			if s.Node == "n3" && s.Time >= int64(5*time.Second) {
+				continue // n3 unreachable from the fault on, and never again
+			}
+			samples = append(samples, s)
+		}
+		r := Lag(samples, []FaultWindow{w}, SLO{})
+		mustValid(t, r, Unknown)
+		if !strings.Contains(r.Summary, "follower n3 never sampled after the heal of partition(isolate)") || !strings.Contains(r.Summary, "5.000s..8.000s") {
+			t.Fatalf("summary should name the follower and the window: %s", r.Summary)
+		}
+	})
+	t.Run("removed member is not required to catch up", func(t *testing.T) {
+		c := cluster{rate: 1000, end: 20 * time.Second}
+		w := FaultWindow{F: "member", Kind: "remove", Targets: []string{"n3"}, Start: int64(5 * time.Second), Effective: int64(5 * time.Second), End: int64(8 * time.Second), Healed: true}
+		var samples []LagSample
+		for _, s := range c.samples() {
+			if s.Node == "n3" && s.Time >= int64(5*time.Second) {
+				continue
+			}
+			if s.Node == "n1" && s.Time >= int64(5*time.Second) {
+				s.Members = s.Members[:2] // n3 (id 3) removed
+			}
+			samples = append(samples, s)
+		}
+		mustValid(t, Lag(samples, []FaultWindow{w}, SLO{}), Valid)
+	})
+}

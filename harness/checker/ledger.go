@@ -92,6 +92,26 @@ type LostWrite struct {
 	MissingOn []string      `json:"missing_on"`
 	PresentOn []string      `json:"present_on,omitempty"`
 	Faults    []FaultWindow `json:"faults,omitempty"` // active within FaultMargin of invoke..ack
+	// State, when the nodes' applied state was read (EntityCounts): what
+	// it says of the id's entity and signal on each node missing it,
+	// "n3: 7 view events applied on entity 12, 9 acknowledged".
+	State []string `json:"state,omitempty"`
+}
+
+// EntityCounts is one node's applied state as the ledger audits it: per
+// entity, the count of events of each signal (GET /v1/entities/{id} with
+// consistency=local, read after the cluster quiesced). It is independent
+// of the id memory that GET /v1/audit/events reads, so it tells a write
+// that was never applied from one whose id the memory does not hold. An
+// entity absent from the map was not read.
+type EntityCounts map[uint64]map[string]uint64
+
+// MemoryGap is a node whose id memory (its audit) names fewer events of
+// the entities read than its applied state holds.
+type MemoryGap struct {
+	Node       string `json:"node"`
+	Remembered uint64 `json:"remembered"` // audit entries on the entities read
+	Applied    uint64 `json:"applied"`    // events the entities' counts hold
 }
 
 // LandedWrite is an event id found on the nodes (recovered, divergent or
@@ -119,13 +139,21 @@ type UnexpectedID struct {
 	Nodes []string `json:"nodes"`
 }
 
-// AckMismatch is an ok write whose ack names a log index other than the
-// one its id landed at. It is reported, not judged: a proposal the server
-// re-proposed can be acknowledged at its no-op second copy.
+// AckMismatch is an ok write, sent once, whose ack names a log index
+// other than the one its id landed at. When the ack said none of its
+// events were duplicates (X-Tidal-Duplicates 0, recorded in the ok's
+// value) the node applied the events at the ack's index while the audit
+// holds them at another: the write was proposed and applied twice, and
+// the result is INVALID. An ack that counted duplicates (a retry inside
+// the op, deduplicated at its second entry), or a history that did not
+// record them, is informational.
 type AckMismatch struct {
 	WriteRef
 	Ack   Ack    `json:"ack"`
 	Index uint64 `json:"index"`
+	// Duplicates is what the ack said, -1 when the history did not record
+	// it.
+	Duplicates int `json:"duplicates"`
 }
 
 // LedgerDetails is the Details of a Ledger result.
@@ -154,8 +182,20 @@ type LedgerDetails struct {
 	// invalid — the lag and convergence checkers judge the node's liveness.
 	Unreplicated Anomalies[LostWrite]   `json:"unreplicated"`
 	Applied      map[string]uint64      `json:"applied,omitempty"`  // each node's applied index when audited
-	AckIndex     Anomalies[AckMismatch] `json:"ack_index_mismatch"` // informational
-	Faults       []FaultWindow          `json:"faults,omitempty"`
+	AckIndex     Anomalies[AckMismatch] `json:"ack_index_mismatch"` // informational: the ack counted duplicates, or did not say
+	// DoubleApplied are ack index mismatches of once-sent writes whose
+	// ack counted no duplicates: applied twice. Invalid.
+	DoubleApplied Anomalies[AckMismatch] `json:"double_applied"`
+	// MemoryShort are acknowledged ids missing from the audit (the id
+	// memory) of nodes whose applied state holds at least every
+	// acknowledged event of the id's entity and signal: the id memory is
+	// missing or smaller than the applied state, which is not a lost
+	// write. Unknown: exactly-once cannot be vouched for those ids.
+	MemoryShort Anomalies[LostWrite] `json:"memory_short"`
+	// MemoryGaps: nodes whose audit names fewer events than their
+	// applied state holds, over the entities read.
+	MemoryGaps []MemoryGap   `json:"memory_gaps,omitempty"`
+	Faults     []FaultWindow `json:"faults,omitempty"`
 }
 
 // ledgerID is what the checker knows about one event id.
@@ -167,6 +207,73 @@ type ledgerID struct {
 	index   uint64 // index on the first node it was seen on
 	dup     bool   // twice on one node
 	diverge bool   // different indexes on different nodes
+	key     stateKey
+}
+
+// stateKey is what the applied state counts an event under: its entity
+// and signal. A counter add's signal is not in the history; its key has
+// signal "" and counts every signal of the entity (counter keys carry one
+// signal only).
+type stateKey struct {
+	entity uint64
+	signal string
+}
+
+// count is how many events state holds under k; ok false when k's entity
+// was not read.
+func (k stateKey) count(state EntityCounts) (uint64, bool) {
+	sigs, ok := state[k.entity]
+	if !ok {
+		return 0, false
+	}
+	if k.signal != "" {
+		return sigs[k.signal], true
+	}
+	var n uint64
+	for _, c := range sigs {
+		n += c
+	}
+	return n, true
+}
+
+// writeKeys returns the state keys of the event ids a client op sends, in
+// the order writeIDs returns the ids.
+func writeKeys(op history.Op) []stateKey {
+	switch op.F {
+	case history.FWrite:
+		v, err := history.Decode[history.WriteValue](op)
+		if err != nil {
+			return nil
+		}
+		keys := make([]stateKey, len(v.Events))
+		for i, e := range v.Events {
+			keys[i] = stateKey{entity: e.Entity, signal: e.Signal}
+		}
+		return keys
+	case history.FAdd:
+		v, err := history.Decode[history.AddValue](op)
+		if err != nil {
+			return nil
+		}
+		keys := make([]stateKey, len(v.IDs))
+		for i := range keys {
+			keys[i] = stateKey{entity: v.Key}
+		}
+		return keys
+	}
+	return nil
+}
+
+// ackDuplicates is the X-Tidal-Duplicates an ok write recorded, -1 when
+// its value does not say.
+func ackDuplicates(ok history.Op) int {
+	var v struct {
+		Duplicates *int `json:"duplicates"`
+	}
+	if len(ok.Value) == 0 || json.Unmarshal(ok.Value, &v) != nil || v.Duplicates == nil {
+		return -1
+	}
+	return *v.Duplicates
 }
 
 func outcomeRank(t history.Type) int {
@@ -232,6 +339,18 @@ func LedgerAt(ops []history.Op, audits map[string][]AuditEntry, applied map[stri
 // or Invalid when the node crashed — never Valid by leaving it out. The
 // audited nodes are still checked, and anything wrong on them is Invalid.
 func LedgerCovering(ops []history.Op, audits map[string][]AuditEntry, applied map[string]uint64, cov Coverage) Result {
+	return LedgerWithState(ops, audits, applied, cov, nil)
+}
+
+// LedgerWithState is LedgerCovering that also audits the applied state:
+// state holds, per node, the event counts of the entities read. An
+// acknowledged id missing from a node's audit is lost only when that
+// node's applied state holds fewer events of the id's entity and signal
+// than were acknowledged (or the entity was not read); when it holds at
+// least as many, the id memory the audit reads is missing or smaller than
+// the applied state (MemoryShort, unknown), not a lost write. nil state
+// judges the audits alone.
+func LedgerWithState(ops []history.Op, audits map[string][]AuditEntry, applied map[string]uint64, cov Coverage, state map[string]EntityCounts) Result {
 	const name = "ledger"
 	pairs, err := history.Pairs(ops)
 	if err != nil {
@@ -281,10 +400,14 @@ func LedgerCovering(ops []history.Op, audits map[string][]AuditEntry, applied ma
 			continue
 		}
 		d.Outcomes[p.Type()]++
-		for _, id := range sent {
+		keys := writeKeys(p.Invoke)
+		for j, id := range sent {
 			li := ids[id]
 			if li == nil {
 				li = &ledgerID{pair: int32(i), outcome: p.Type()}
+				if j < len(keys) {
+					li.key = keys[j]
+				}
 				ids[id] = li
 				order = append(order, id)
 			} else if outcomeRank(p.Type()) > outcomeRank(li.outcome) {
@@ -352,6 +475,49 @@ func LedgerCovering(ops []history.Op, audits map[string][]AuditEntry, applied ma
 		}
 		return true
 	}
+	// The applied state: acknowledged events per state key, and whether a
+	// node's counts cover every acknowledged event of a key.
+	ackedOf := map[stateKey]uint64{}
+	// remembered counts each node's audit entries per state key (and per
+	// entity under signal "").
+	remembered := map[string]map[stateKey]uint64{}
+	if state != nil {
+		for _, n := range d.Nodes {
+			m := map[stateKey]uint64{}
+			for _, e := range audits[n] {
+				m[stateKey{entity: e.Entity, signal: e.Signal}]++
+				m[stateKey{entity: e.Entity}]++
+			}
+			remembered[n] = m
+		}
+		for _, id := range order {
+			if li := ids[id]; li.outcome == history.OK {
+				ackedOf[li.key]++
+			}
+		}
+		d.MemoryGaps = memoryGaps(d.Nodes, audits, state)
+	}
+	// stateShort says, for each node of missing where k's acknowledged
+	// events cannot be put down to a short id memory, why: its counts hold
+	// fewer events than were acknowledged, it remembers every event it
+	// holds (so the id is not applied), or its entity was not read. Empty:
+	// on every such node the counts cover the acknowledged events and the
+	// memory names fewer events than the counts hold.
+	stateShort := func(missing []string, k stateKey) []string {
+		var out []string
+		for _, n := range missing {
+			c, read := k.count(state[n])
+			switch {
+			case state[n] == nil || !read:
+				out = append(out, fmt.Sprintf("%s: entity %d not read", n, k.entity))
+			case c < ackedOf[k]:
+				out = append(out, fmt.Sprintf("%s: %d %s events applied on entity %d, %d acknowledged", n, c, signalName(k), k.entity, ackedOf[k]))
+			case remembered[n][k] >= c:
+				out = append(out, fmt.Sprintf("%s: its id memory names all %d %s events applied on entity %d", n, c, signalName(k), k.entity))
+			}
+		}
+		return out
+	}
 	dupIDs := map[string]string{} // example id -> reason
 	for _, id := range order {
 		li := ids[id]
@@ -375,13 +541,30 @@ func LedgerCovering(ops []history.Op, audits map[string][]AuditEntry, applied ma
 						Faults: faultsAround(windows, p.Invoke.Time, p.Completion.Time, int64(FaultMargin))}
 				})
 			} else if li.seen != all {
-				d.Lost.add(func() LostWrite {
-					return LostWrite{WriteRef: ref(id, p), Ack: ackOf(p), MissingOn: nodesOf(all &^ li.seen), PresentOn: nodesOf(li.seen),
+				missing := nodesOf(all &^ li.seen)
+				lw := func() LostWrite {
+					return LostWrite{WriteRef: ref(id, p), Ack: ackOf(p), MissingOn: missing, PresentOn: nodesOf(li.seen),
 						Faults: faultsAround(windows, p.Invoke.Time, p.Completion.Time, int64(FaultMargin))}
-				})
+				}
+				var short []string
+				if state != nil {
+					short = stateShort(missing, li.key)
+				}
+				if state != nil && len(short) == 0 {
+					d.MemoryShort.add(lw)
+				} else {
+					d.Lost.add(func() LostWrite { w := lw(); w.State = short; return w })
+				}
 			}
 			if li.seen != 0 && li.sends == 1 && p.Completion.Seq != 0 && p.Completion.Seq != li.index {
-				d.AckIndex.add(func() AckMismatch { return AckMismatch{WriteRef: ref(id, p), Ack: ackOf(p), Index: li.index} })
+				m := func() AckMismatch {
+					return AckMismatch{WriteRef: ref(id, p), Ack: ackOf(p), Index: li.index, Duplicates: ackDuplicates(p.Completion)}
+				}
+				if ackDuplicates(p.Completion) == 0 {
+					d.DoubleApplied.add(m)
+				} else {
+					d.AckIndex.add(m)
+				}
 			}
 		case history.Info:
 			switch li.seen {
@@ -437,13 +620,13 @@ func LedgerCovering(ops []history.Op, audits map[string][]AuditEntry, applied ma
 	// "Every acknowledged write survived" holds for none: a run whose
 	// writes were never acknowledged has nothing of durability to vouch
 	// for (issue 16 item 5).
-	if d.Unreplicated.Count > 0 || d.Acked == 0 {
+	if d.Unreplicated.Count > 0 || d.MemoryShort.Count > 0 || d.Acked == 0 {
 		valid = Unknown
 	}
 	if missingValid != Valid {
 		valid = missingValid
 	}
-	if d.Lost.Count+d.Dup.Count+d.Unexp.Count+d.FailedApp.Count+d.Divergent.Count > 0 {
+	if d.Lost.Count+d.Dup.Count+d.Unexp.Count+d.FailedApp.Count+d.Divergent.Count+d.DoubleApplied.Count > 0 {
 		valid = Invalid
 	}
 	summary := ledgerSummary(&d)
@@ -465,6 +648,27 @@ func ledgerSummary(d *LedgerDetails) string {
 				labels[i] = w.Label()
 			}
 			s += ", near " + strings.Join(labels, ", ")
+		}
+		if len(l.State) > 0 {
+			s += "; applied state: " + strings.Join(l.State, ", ")
+		}
+		parts = append(parts, s)
+	}
+	if d.DoubleApplied.Count > 0 {
+		m := d.DoubleApplied.Examples[0]
+		parts = append(parts, fmt.Sprintf("%d once-sent writes acknowledged at another index than where they landed, with no duplicates in the ack (applied twice: a double proposal); first: %s acked by %s at seq %d, found at index %d",
+			d.DoubleApplied.Count, m.ID, m.Ack.Node, m.Ack.Seq, m.Index))
+	}
+	if d.MemoryShort.Count > 0 {
+		l := d.MemoryShort.Examples[0]
+		gaps := make([]string, 0, len(d.MemoryGaps))
+		for _, g := range d.MemoryGaps {
+			gaps = append(gaps, fmt.Sprintf("%s remembers %d ids, its applied state holds %d events", g.Node, g.Remembered, g.Applied))
+		}
+		s := fmt.Sprintf("the id memory is missing or smaller than the applied state: %d acknowledged ids absent from the audit (GET /v1/audit/events) of nodes whose entity counts hold every acknowledged event (not lost writes, but exactly-once is unchecked for them); first: %s missing on %s",
+			d.MemoryShort.Count, l.ID, strings.Join(l.MissingOn, ","))
+		if len(gaps) > 0 {
+			s += " (" + strings.Join(gaps, "; ") + ")"
 		}
 		parts = append(parts, s)
 	}
@@ -506,4 +710,38 @@ func ledgerSummary(d *LedgerDetails) string {
 		return s
 	}
 	return strings.Join(parts, "; ")
+}
+
+func signalName(k stateKey) string {
+	if k.signal == "" {
+		return "counter"
+	}
+	return k.signal
+}
+
+// memoryGaps compares, per node, the audit entries on the entities read
+// with the events their counts hold.
+func memoryGaps(nodes []string, audits map[string][]AuditEntry, state map[string]EntityCounts) []MemoryGap {
+	var out []MemoryGap
+	for _, n := range nodes {
+		st := state[n]
+		if st == nil {
+			continue
+		}
+		g := MemoryGap{Node: n}
+		for _, e := range audits[n] {
+			if _, read := st[e.Entity]; read {
+				g.Remembered++
+			}
+		}
+		for _, sigs := range st {
+			for _, c := range sigs {
+				g.Applied += c
+			}
+		}
+		if g.Remembered < g.Applied {
+			out = append(out, g)
+		}
+	}
+	return out
 }

@@ -371,3 +371,101 @@ func TestLedgerWithNoAcknowledgedWriteIsUnknown(t *testing.T) {
 	}
 	mustValid(t, Ledger(h.ops, audits, nil), Invalid)
 }
+
+// ackDup acknowledges inv at seq with X-Tidal-Duplicates dup recorded in
+// the ok's value.
+func (h *hist) ackDup(inv history.Op, seq uint64, dup int) history.Op {
+	v, err := history.Decode[history.WriteValue](inv)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	v.Duplicates = &dup
+	b, _ := json.Marshal(v)
+	return h.push(history.Op{Process: inv.Process, Type: history.OK, F: inv.F, Node: inv.Node, Seq: seq, Term: 2, Value: b}, nil)
+}
+
+// The audit reads the id memory; the entity counts read the applied
+// state. A node whose memory is empty but whose counts hold every
+// acknowledged event has not lost writes.
+func TestLedgerTellsAShortIDMemoryFromLostWrites(t *testing.T) {
+	t.Run("Regression: emptied id memory is not lost writes", func(t *testing.T) {
+		h, audits := ledgerRun(t)
+		audits["n3"] = nil // the id memory of n3 is empty
+		state := map[string]EntityCounts{"n1": {1: {"view": 3}}, "n2": {1: {"view": 3}}, "n3": {1: {"view": 3}}}
+		// w3 (info, landed) is on n1 and n2 only by the audits: with n3's
+		// memory empty it reads as divergent; drop it from the picture.
+		for _, n := range []string{"n1", "n2"} {
+			audits[n] = audits[n][:2]
+		}
+		state["n1"][1]["view"], state["n2"][1]["view"], state["n3"][1]["view"] = 2, 2, 2
+		r := LedgerWithState(h.ops, audits, nil, Coverage{}, state)
+		mustValid(t, r, Unknown)
+		d := ledgerDetails(t, r)
+		if d.Lost.Count != 0 || d.MemoryShort.Count != 2 {
+			t.Fatalf("expected 0 lost and 2 ids put down to a short id memory, found %d lost, %d memory-short: %s", d.Lost.Count, d.MemoryShort.Count, r.Summary)
+		}
+		if !strings.Contains(r.Summary, "the id memory is missing or smaller than the applied state") || !strings.Contains(r.Summary, "n3 remembers 0 ids, its applied state holds 2 events") {
+			t.Fatalf("summary should say the id memory is short on n3: %s", r.Summary)
+		}
+		// Judged on the audits alone, the same run reads as lost writes.
+		mustValid(t, LedgerCovering(h.ops, audits, nil, Coverage{}), Invalid)
+	})
+	t.Run("counts short of the acknowledged events are lost writes", func(t *testing.T) {
+		h, audits := ledgerRun(t)
+		audits["n3"] = nil
+		for _, n := range []string{"n1", "n2"} {
+			audits[n] = audits[n][:2]
+		}
+		state := map[string]EntityCounts{"n1": {1: {"view": 2}}, "n2": {1: {"view": 2}}, "n3": {1: {"view": 1}}}
+		r := LedgerWithState(h.ops, audits, nil, Coverage{}, state)
+		mustValid(t, r, Invalid)
+		if d := ledgerDetails(t, r); d.Lost.Count != 2 || !strings.Contains(r.Summary, "n3: 1 view events applied on entity 1, 2 acknowledged") {
+			t.Fatalf("expected 2 lost ids with n3's counts as evidence, found %d: %s", d.Lost.Count, r.Summary)
+		}
+	})
+	t.Run("a memory naming every applied event proves the id missing", func(t *testing.T) {
+		h, audits := ledgerRun(t)
+		// n3 remembers w1 and w3 and its counts hold exactly those two:
+		// w2 was not applied there, whatever the counts cover.
+		audits["n3"] = []AuditEntry{entry("w1", 10), entry("w3", 12)}
+		state := map[string]EntityCounts{"n1": {1: {"view": 3}}, "n2": {1: {"view": 3}}, "n3": {1: {"view": 2}}}
+		r := LedgerWithState(h.ops, audits, nil, Coverage{}, state)
+		mustValid(t, r, Invalid)
+		if d := ledgerDetails(t, r); d.Lost.Count != 1 || d.Lost.Examples[0].ID != "w2" {
+			t.Fatalf("expected w2 lost on n3, found %+v: %s", d.Lost, r.Summary)
+		}
+	})
+}
+
+// A write sent once whose ack counted no duplicates was applied where the
+// ack says; found at another index, it was proposed and applied twice.
+func TestLedgerAckAtAnotherIndexIsInvalid(t *testing.T) {
+	run := func(t *testing.T, dup int) Result {
+		h := newHist(t)
+		inv := h.invoke(0, history.FWrite, history.WriteValue{Events: []history.Event{{ID: "w1", Entity: 1, Signal: "view"}}}, "n1")
+		if dup < 0 {
+			h.ack(inv, 10, 2)
+		} else {
+			h.ackDup(inv, 10, dup)
+		}
+		audits := map[string][]AuditEntry{"n1": {entry("w1", 13)}, "n2": {entry("w1", 13)}}
+		return Ledger(h.ops, audits, nil)
+	}
+	t.Run("Regression: ack index mismatch without duplicates", func(t *testing.T) {
+		r := run(t, 0)
+		mustValid(t, r, Invalid)
+		if d := ledgerDetails(t, r); d.DoubleApplied.Count != 1 || !strings.Contains(r.Summary, "double proposal") {
+			t.Fatalf("expected one double-applied write named in the summary, found %d: %s", d.DoubleApplied.Count, r.Summary)
+		}
+	})
+	t.Run("an ack that counted a duplicate is informational", func(t *testing.T) {
+		r := run(t, 1)
+		mustValid(t, r, Valid)
+		if d := ledgerDetails(t, r); d.AckIndex.Count != 1 || d.DoubleApplied.Count != 0 {
+			t.Fatalf("expected one informational mismatch, found %d (double %d)", d.AckIndex.Count, d.DoubleApplied.Count)
+		}
+	})
+	t.Run("a history without the ack's duplicates is informational", func(t *testing.T) {
+		mustValid(t, run(t, -1), Valid)
+	})
+}

@@ -2,9 +2,7 @@ package checker
 
 import (
 	"fmt"
-	"math"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -92,28 +90,19 @@ func Linearizable(ops []history.Op, outDir string, timeout time.Duration) Result
 		return unknown(name, "cannot derive fault windows: %v", err)
 	}
 
-	perKey := map[uint64][]porcupine.Operation{}
-	pending := map[uint64]int{}
-	clients := map[uint64]map[history.Process]int{} // dense porcupine client ids per key
+	keyed := NewKeyedOps[uint64]()
+	readsOf := map[uint64]int{} // ok reads per key
 	for _, p := range pairs {
 		if !p.Invoke.Process.IsClient() || p.Type() == history.Fail {
 			continue
 		}
-		var key uint64
-		var in counterInput
-		var out int64
-		ret := p.Completion.Time
 		switch p.Invoke.F {
 		case history.FAdd:
 			v, err := history.Decode[history.AddValue](p.Invoke)
 			if err != nil {
 				return unknown(name, "%v", err)
 			}
-			key, in = v.Key, counterInput{delta: v.Delta}
-			if p.Type() != history.OK {
-				ret = math.MaxInt64
-				pending[key]++
-			}
+			keyed.Add(v.Key, p, counterInput{delta: v.Delta}, int64(0), p.Type() != history.OK)
 		case history.FRead:
 			if p.Type() != history.OK {
 				continue
@@ -122,68 +111,36 @@ func Linearizable(ops []history.Op, outDir string, timeout time.Duration) Result
 			if err != nil {
 				return unknown(name, "%v", err)
 			}
-			key, in, out = k, counterInput{read: true}, value
-		default:
-			continue
+			keyed.Add(k, p, counterInput{read: true}, value, false)
+			readsOf[k]++
 		}
-		ids := clients[key]
-		if ids == nil {
-			ids = map[history.Process]int{}
-			clients[key] = ids
-		}
-		cid, ok := ids[p.Invoke.Process]
-		if !ok {
-			cid = len(ids)
-			ids[p.Invoke.Process] = cid
-		}
-		perKey[key] = append(perKey[key], porcupine.Operation{
-			ClientId: cid, Input: in, Output: out, Call: p.Invoke.Time, Return: ret,
-			Metadata: fmt.Sprintf("op %d, process %s via %s: %s", p.Invoke.Index, p.Invoke.Process, p.Invoke.Node, p.Type()),
-		})
 	}
-	keys := make([]uint64, 0, len(perKey))
-	for k := range perKey {
-		keys = append(keys, k)
-	}
-	// Smallest first: the keys that settle at once do, and whatever they
-	// leave of the budget goes to the rest.
-	sort.Slice(keys, func(i, j int) bool {
-		a, b := keys[i], keys[j]
-		if pending[a] != pending[b] {
-			return pending[a] < pending[b]
-		}
-		if len(perKey[a]) != len(perKey[b]) {
-			return len(perKey[a]) < len(perKey[b])
-		}
-		return a < b
-	})
-
-	var d LinearizableDetails
-	ordered := make([][]porcupine.Operation, len(keys))
-	for i, k := range keys {
-		ordered[i] = perKey[k]
-	}
-	searched := SearchKeys(counterModel, ordered, timeout,
-		func(i int, info porcupine.LinearizationInfo) (string, error) {
+	outcomes, illegal, undecided := keyed.Search(counterModel, timeout, "adds",
+		func(key uint64, info porcupine.LinearizationInfo) (string, error) {
 			if outDir == "" {
 				return "", nil
 			}
-			path := filepath.Join(outDir, fmt.Sprintf("linearizable-%d.html", keys[i]))
+			path := filepath.Join(outDir, fmt.Sprintf("linearizable-%d.html", key))
 			if err := VisualizeWithFaults(counterModel, info, windows, path); err != nil {
 				return "", fmt.Errorf("linearizable: %w", err)
 			}
 			return path, nil
-		},
-		func(i int) string {
-			return fmt.Sprintf("%d ops, %d pending adds", len(perKey[keys[i]]), pending[keys[i]])
 		})
-	for i, k := range keys {
-		ks := searched[i]
-		d.Keys = append(d.Keys, KeyLinearizability{Key: k, Ops: len(perKey[k]), Pending: pending[k],
-			Result: ks.Result, Visualization: ks.Visualization, Error: ks.Error})
+	d := LinearizableDetails{Illegal: illegal, Unknown: undecided}
+	// A key no ok read observed is linearizable whatever its adds did:
+	// nothing was checked, so it is unknown, never ok.
+	var unread []string
+	for _, o := range outcomes {
+		kl := KeyLinearizability{Key: o.Key, Ops: o.Ops, Pending: o.Pending,
+			Result: o.Result, Visualization: o.Visualization, Error: o.Error}
+		if readsOf[o.Key] == 0 && kl.Result == "ok" {
+			kl.Result, kl.Error = "unknown", "no ok read of the key: its adds were never observed"
+			unread = append(unread, strconv.FormatUint(o.Key, 10))
+			d.Unknown++
+		}
+		d.Keys = append(d.Keys, kl)
 	}
-	d.Illegal, d.Unknown = Tally(searched)
-	sort.Slice(d.Keys, func(i, j int) bool { return d.Keys[i].Key < d.Keys[j].Key })
+	keys := d.Keys
 
 	switch {
 	case d.Illegal > 0:
@@ -201,7 +158,14 @@ func Linearizable(ops []history.Op, outDir string, timeout time.Duration) Result
 	case len(keys) == 0:
 		return Result{Name: name, Valid: Unknown, Details: d, Summary: "no add or read operations to check"}
 	case d.Unknown > 0:
-		return Result{Name: name, Valid: Unknown, Details: d, Summary: fmt.Sprintf("%d of %d keys undecided within %v", d.Unknown, len(keys), timeout)}
+		s := fmt.Sprintf("%d of %d keys undecided", d.Unknown, len(keys))
+		if n := d.Unknown - len(unread); n > 0 {
+			s += fmt.Sprintf(": %d not decided within %v", n, timeout)
+		}
+		if len(unread) > 0 {
+			s += fmt.Sprintf("; %d never read (no ok read, so nothing to check): key %s", len(unread), strings.Join(unread, ", "))
+		}
+		return Result{Name: name, Valid: Unknown, Details: d, Summary: s}
 	}
 	return Result{Name: name, Valid: Valid, Details: d, Summary: fmt.Sprintf("all %d keys linearizable", len(keys))}
 }

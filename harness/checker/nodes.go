@@ -2,6 +2,7 @@ package checker
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -37,9 +38,14 @@ type ProcessExit struct {
 	// Requested is true when the harness (the nemesis, or the cluster on
 	// its behalf) asked for this exit — a kill or a stop — while the
 	// process was still running.
-	Requested bool       `json:"requested"`
-	Status    ExitStatus `json:"status"`
-	Logs      []LogTail  `json:"logs,omitempty"`
+	Requested bool `json:"requested"`
+	// Graceful is true when that request was a graceful stop: SIGTERM,
+	// then a wait for the process to drain and exit. Such a stop must end
+	// with exit status 0 (tidal-server: 1 failed, 4 fenced, 5 removed; a
+	// signal means the drain outlived its deadline and was killed).
+	Graceful bool       `json:"graceful,omitempty"`
+	Status   ExitStatus `json:"status"`
+	Logs     []LogTail  `json:"logs,omitempty"`
 }
 
 // NodeFinal is one node as the runner found it after the final heal.
@@ -72,6 +78,11 @@ type NodeEvidence struct {
 	// /v1/audit/digest could not be read after the run.
 	AuditErrors  map[string]string `json:"audit_errors,omitempty"`
 	DigestErrors map[string]string `json:"digest_errors,omitempty"`
+	// Disks are each node's faultfs fault counters over the whole run
+	// (nodes/<n>/faultfs.json, read alongside nodes.json; not part of
+	// it): what the disk faults did, for faults whose heal recorded no
+	// effect of its own.
+	Disks map[string]DiskEffect `json:"-"`
 }
 
 // RemovedNodes are the nodes that were out of the membership, for good,
@@ -113,10 +124,18 @@ type NodesDetails struct {
 	// for or that came with the node's removal from the membership.
 	Exits    int `json:"exits"`
 	Expected int `json:"expected_exits"`
+	// GracefulStops counts the exits after a SIGTERM of the harness that
+	// were judged (each must be exit status 0).
+	GracefulStops int `json:"graceful_stops"`
 	// DiskExits are the expected exits a disk fault asked for: a node
 	// that fenced itself on fsync-error or disk-full, or refused a log
 	// it read corrupt (diskexits.go).
 	DiskExits []string `json:"disk_exits,omitempty"`
+	// Refused are the nodes that refused to start after a power cut with
+	// out-of-order pages (their log names file and offset) and were not
+	// running at the end: an outcome docs/ARCHITECTURE.md allows, not a
+	// crash; the node needs `tidal-server wal repair`.
+	Refused map[string]string `json:"refused,omitempty"`
 	// CrashLoops name the nodes that crashed after exiting on their own
 	// more than once.
 	CrashLoops []string    `json:"crash_loops,omitempty"`
@@ -151,7 +170,14 @@ func Nodes(ops []history.Op, ev NodeEvidence) Result {
 	for _, e := range ev.Exits {
 		panicked := hasPanic(e.Logs)
 		removal := duringRemoval(windows, e.Node, e.Time)
+		graceful := e.Requested && e.Graceful && !removal
+		if graceful {
+			d.GracefulStops++
+		}
 		requestedEnd := e.Requested && (e.Status.Signal != "" || e.Status.Code == 0)
+		if graceful {
+			requestedEnd = e.Status.Signal == "" && e.Status.Code == 0
+		}
 		if !panicked && (removal || requestedEnd) {
 			d.Expected++
 			continue
@@ -163,6 +189,14 @@ func Nodes(ops []history.Op, ev NodeEvidence) Result {
 			if expected {
 				d.Expected++
 				d.DiskExits = append(d.DiskExits, fmt.Sprintf("%s %s at %s", e.Node, label, history.FormatTime(e.Time)))
+				if r, ok := reorderRefusal(windows, e); ok {
+					if d.Refused == nil {
+						d.Refused = map[string]string{}
+					}
+					d.Refused[e.Node] = r
+				} else {
+					delete(d.Refused, e.Node)
+				}
 				continue
 			}
 			loop = why
@@ -174,6 +208,8 @@ func Nodes(ops []history.Op, ev NodeEvidence) Result {
 			c.Reason = fmt.Sprintf("panicked (%s)", e.Status.Text)
 		case loop != "":
 			c.Reason = loop
+		case graceful:
+			c.Reason = fmt.Sprintf("exited with %s after the harness's SIGTERM (expected exit status 0: a graceful stop drains and exits clean; %s)", e.Status.Text, exitMeaning(e.Status))
 		case e.Status.Signal == "" && e.Status.Code == ExitFenced:
 			c.Reason = fmt.Sprintf("fenced itself (%s) with no fsync-error or disk-full on it outstanding: its disk failed without a fault, or a fenced node was restarted into another failure", e.Status.Text)
 		case e.Requested:
@@ -202,12 +238,19 @@ func Nodes(ops []history.Op, ev NodeEvidence) Result {
 		case !ok:
 			unchecked = append(unchecked, n)
 		case f.State == NodeRemoved:
+		case (!f.Alive || f.State != "running") && d.Refused[n] != "":
+			// Its last exit was the refusal; it stays down until repaired.
 		case !f.Alive || f.State != "running":
 			d.Crashes = append(d.Crashes, Crash{Node: n, Time: -1, Logs: logs,
 				Reason: fmt.Sprintf("not running after the final heal (harness state %s, process alive %t)", f.State, f.Alive)})
 		case !f.Serving:
 			d.Crashes = append(d.Crashes, Crash{Node: n, Time: -1, Logs: logs,
 				Reason: "running but not serving after the final heal: " + f.Error})
+		}
+	}
+	for n := range d.Refused {
+		if f, ok := final[n]; ok && f.Alive && f.State == "running" {
+			delete(d.Refused, n) // it started again on a repaired or rewritten log
 		}
 	}
 	for n, k := range ownExits {
@@ -247,14 +290,41 @@ func Nodes(ops []history.Op, ev NodeEvidence) Result {
 		return Result{Name: name, Valid: Unknown, Details: d, Summary: fmt.Sprintf("%s not checked after the final heal", strings.Join(unchecked, ","))}
 	}
 	s := fmt.Sprintf("no node crashed: %d process exits, all asked for by the harness or by a member removal; every node running and serving after the final heal", d.Exits)
+	if d.GracefulStops > 0 {
+		s += fmt.Sprintf("; %d graceful stops (SIGTERM) exited with status 0", d.GracefulStops)
+	}
 	if len(d.DiskExits) > 0 {
 		s = fmt.Sprintf("no node crashed: %d process exits, all asked for by the harness, by a member removal, or by a disk fault (%s); every node running and serving after the final heal",
 			d.Exits, strings.Join(d.DiskExits, "; "))
+	}
+	if len(d.Refused) > 0 {
+		var parts []string
+		for _, n := range slices.Sorted(maps.Keys(d.Refused)) {
+			parts = append(parts, n+" "+d.Refused[n])
+		}
+		s = fmt.Sprintf("no node crashed (%d process exits); down at the end, as allowed: %s; the others running and serving after the final heal",
+			d.Exits, strings.Join(parts, "; "))
 	}
 	if len(d.Removed) > 0 {
 		s += "; removed for good: " + strings.Join(d.Removed, ",")
 	}
 	return Result{Name: name, Valid: Valid, Details: d, Summary: s}
+}
+
+// exitMeaning says what tidal-server means by an exit status.
+func exitMeaning(s ExitStatus) string {
+	if s.Signal != "" {
+		return "a signal ended it: the drain did not finish before its deadline, or something else killed it"
+	}
+	switch s.Code {
+	case 1:
+		return "1 means it failed while serving or stopping"
+	case ExitFenced:
+		return "4 means it fenced itself after a failed write or fsync"
+	case 5:
+		return "5 means it was removed from the cluster"
+	}
+	return fmt.Sprintf("%d is no documented status", s.Code)
 }
 
 // duringRemoval reports whether history time t falls while the nemesis

@@ -1,6 +1,7 @@
 package faultfs
 
 import (
+	"bytes"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -615,5 +616,68 @@ func TestPowerCutTornWrites(t *testing.T) {
 	}
 	if !sawKept || !sawSectorCut || !sawNothingKept {
 		t.Errorf("over 24 seeds: kept whole changes %v, cut one at a sector %v, kept nothing %v; want all three", sawKept, sawSectorCut, sawNothingKept)
+	}
+}
+
+// An out-of-order cut leaves each page an unsynced write touched either
+// as written or as it was durably, independently of the others (a later
+// page can survive an earlier one), and never touches synced content.
+func TestPowerCutOutOfOrderKeepsASubsetOfPages(t *testing.T) {
+	f, _, mnt := mountForTest(t, Options{SkipBackingSync: true})
+	path := filepath.Join(mnt, "f")
+	const pages = 16
+	durable := bytes.Repeat([]byte{'d'}, pages*4096)
+	fh, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fh.Write(durable); err != nil {
+		t.Fatal(err)
+	}
+	if err := fh.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	syncPath(t, mnt)
+	// Unsynced: pages 4..15 rewritten, one write per page, in order.
+	for p := 4; p < pages; p++ {
+		if _, err := fh.WriteAt(bytes.Repeat([]byte{byte('A' + p)}, 4096), int64(p)*4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := f.PowerCut(PowerCutOptions{OutOfOrder: true, Seed: 7})
+	fh.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OutOfOrder || rep.PagesKept+rep.PagesDropped != pages-4 || rep.PagesKept == 0 || rep.PagesDropped == 0 {
+		t.Fatalf("expected the 12 dirty pages split between kept and dropped, found %+v", rep)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(durable) {
+		t.Fatalf("size %d, expected the durable %d", len(got), len(durable))
+	}
+	kept, gap := 0, false
+	for p := 0; p < pages; p++ {
+		pg := got[p*4096 : (p+1)*4096]
+		switch {
+		case p < 4 && !bytes.Equal(pg, durable[:4096]):
+			t.Fatalf("synced page %d changed by the cut", p)
+		case p >= 4 && bytes.Equal(pg, bytes.Repeat([]byte{byte('A' + p)}, 4096)):
+			kept++
+			if p > 4 && gap {
+				gap = false // a page kept after one dropped: out of order
+				t.Logf("page %d kept after a dropped one", p)
+			}
+		case p >= 4 && bytes.Equal(pg, durable[:4096]):
+			gap = true
+		case p >= 4:
+			t.Fatalf("page %d is neither as written nor as durable", p)
+		}
+	}
+	if kept != rep.PagesKept {
+		t.Fatalf("%d pages kept on disk, report says %d", kept, rep.PagesKept)
 	}
 }

@@ -362,8 +362,16 @@ type PowerCutOptions struct {
 	// (the last kept write possibly cut at a 512-byte sector boundary)
 	// instead of none.
 	TornWrites bool `json:"torn_writes,omitempty"`
-	// Seed drives TornWrites; 0 picks one from the clock (the report
-	// gives it).
+	// OutOfOrder keeps, per file, a seeded subset of the 4 KiB pages its
+	// unsynced writes touched, in any order, as a disk's write-back does:
+	// a later page can persist while an earlier one does not, leaving a
+	// hole of durable (often zero) bytes before data that survived. Each
+	// dirty page keeps its newest content or its durable one; the file's
+	// size is the durable size, grown to cover a kept page past it.
+	// Supersedes TornWrites. Synced content is never touched.
+	OutOfOrder bool `json:"out_of_order,omitempty"`
+	// Seed drives TornWrites and OutOfOrder; 0 picks one from the clock
+	// (the report gives it).
 	Seed int64 `json:"seed,omitempty"`
 }
 
@@ -380,7 +388,7 @@ func (f *FS) PowerCut(o PowerCutOptions) (PowerCutReport, error) {
 		return PowerCutReport{}, errors.New("faultfs: power cut: unmounted")
 	}
 	start := time.Now()
-	if o.TornWrites && o.Seed == 0 {
+	if (o.TornWrites || o.OutOfOrder) && o.Seed == 0 {
 		o.Seed = start.UnixNano()
 	}
 	old := f.gen.Load()

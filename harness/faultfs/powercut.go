@@ -74,9 +74,10 @@ func rollback(b *backing, t *tracker, o PowerCutOptions) (PowerCutReport, error)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var rep PowerCutReport
-	if o.TornWrites {
+	if o.TornWrites || o.OutOfOrder {
 		rep.Seed = o.Seed
 	}
+	rep.OutOfOrder = o.OutOfOrder
 	idx, err := indexTree(b, t)
 	if err != nil {
 		return rep, err
@@ -99,7 +100,11 @@ func rollback(b *backing, t *tracker, o PowerCutOptions) (PowerCutReport, error)
 	slices.SortFunc(dirty, func(a, b dirtyFile) int { return cmp.Compare(a.rel, b.rel) })
 	rng := rand.New(rand.NewPCG(uint64(o.Seed), 0x746f726e))
 	for _, d := range dirty {
-		if err := rollbackFile(b, d.rel, d.ft, o.TornWrites, rng, &rep); err != nil {
+		roll := rollbackFile
+		if o.OutOfOrder {
+			roll = rollbackFileOutOfOrder
+		}
+		if err := roll(b, d.rel, d.ft, o.TornWrites, rng, &rep); err != nil {
 			return rep, err
 		}
 	}
@@ -139,6 +144,62 @@ func rollbackFile(b *backing, rel string, ft *fileTrack, torn bool, rng *rand.Ra
 	}
 	rep.ChangesUndone += undone
 	rep.BytesDiscarded += discarded
+	return nil
+}
+
+// rollbackFileOutOfOrder undoes every unsynced change of the file, then
+// writes back the newest content of a seeded half of the 4 KiB pages its
+// unsynced writes touched: the pages a disk happened to write back before
+// the power went, in no particular order.
+func rollbackFileOutOfOrder(b *backing, rel string, ft *fileTrack, _ bool, rng *rand.Rand, rep *PowerCutReport) error {
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	fd, err := unix.Open(b.path(rel), unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s to undo its unsynced changes: %w", rel, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("stat %s: %w", rel, err)
+	}
+	// The newest content of every dirty page, before anything is undone.
+	type page struct {
+		off  int64
+		data []byte
+	}
+	var pages []page
+	for _, off := range ft.dirtyPages() {
+		if off >= st.Size {
+			continue // past the end now: a later truncate removed it
+		}
+		buf := make([]byte, min(undoBlock, st.Size-off))
+		n, err := unix.Pread(fd, buf, off)
+		if err != nil {
+			return fmt.Errorf("read %s's page at %d: %w", rel, off, err)
+		}
+		pages = append(pages, page{off, buf[:n]})
+	}
+	undone, discarded, err := ft.rollback(fd, 0, 0)
+	if err != nil {
+		return fmt.Errorf("undo unsynced changes of %s: %w", rel, err)
+	}
+	if undone > 0 {
+		rep.Files++
+	}
+	rep.ChangesUndone += undone
+	for _, p := range pages {
+		if rng.IntN(2) == 0 {
+			rep.PagesDropped++
+			continue
+		}
+		if _, err := unix.Pwrite(fd, p.data, p.off); err != nil {
+			return fmt.Errorf("write back %s's page at %d: %w", rel, p.off, err)
+		}
+		rep.PagesKept++
+		discarded -= int64(len(p.data))
+	}
+	rep.BytesDiscarded += max(discarded, 0)
 	return nil
 }
 

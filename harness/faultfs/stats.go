@@ -136,7 +136,13 @@ type PowerCutReport struct {
 	// durable ones: created, removed or pointed elsewhere since their
 	// directory's last fsync.
 	EntriesRolledBack int `json:"entries_rolled_back"`
-	// Seed is the seed TornWrites used.
+	// OutOfOrder: the cut kept a seeded subset of the dirty pages
+	// (PowerCutOptions.OutOfOrder); PagesKept counts them, PagesDropped
+	// the dirty pages that went back to their durable content.
+	OutOfOrder   bool `json:"out_of_order,omitempty"`
+	PagesKept    int  `json:"pages_kept,omitempty"`
+	PagesDropped int  `json:"pages_dropped,omitempty"`
+	// Seed is the seed TornWrites or OutOfOrder used.
 	Seed int64 `json:"seed,omitempty"`
 	// Duration is how long the rollback and remount took.
 	Duration time.Duration `json:"duration_ns"`

@@ -2,6 +2,7 @@ package faultfs
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -86,6 +87,26 @@ func (ft *fileTrack) record(fd int, kind changeKind, off, length, size int64) er
 	}
 	ft.undo = append(ft.undo, r)
 	return nil
+}
+
+// dirtyPages lists, in offset order, the 4 KiB pages the unsynced writes
+// touched. mu held.
+func (ft *fileTrack) dirtyPages() []int64 {
+	seen := map[int64]bool{}
+	var out []int64
+	for _, r := range ft.undo {
+		if r.kind != changeWrite || r.length <= 0 {
+			continue
+		}
+		for p := r.off / undoBlock * undoBlock; p < r.off+r.length; p += undoBlock {
+			if !seen[p] {
+				seen[p] = true
+				out = append(out, p)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // commit makes the current content durable. mu held.

@@ -190,6 +190,27 @@ func TestCompleteRejectsInvokeType(t *testing.T) {
 	}
 }
 
+type answeredErr struct{}
+
+func (answeredErr) Error() string                     { return "500 internal: boom" }
+func (answeredErr) Answer() (status int, code string) { return 500, "internal" }
+
+// A completion keeps the status and code of the answer its error wraps.
+func TestCompleteRecordsTheAnswer(t *testing.T) {
+	r, err := Create(filepath.Join(t.TempDir(), "h.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := r.Invoke(0, FWrite, WriteValue{}, "n1")
+	op := r.Complete(inv, Info, nil, fmt.Errorf("after 1 attempt: %w", answeredErr{}), 0, 0)
+	if op.Status != 500 || op.Code != "internal" {
+		t.Fatalf("expected status 500 code internal, found %d %q", op.Status, op.Code)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 const goodLines = `{"index":0,"time":10,"process":0,"type":"invoke","f":"write","value":{"events":[{"id":"a","entity":1,"signal":"view"}]},"node":"n1"}
 {"index":1,"time":20,"process":"nemesis","type":"invoke","f":"partition","value":{"kind":"halves"}}
 {"index":2,"time":30,"process":0,"type":"ok","f":"write","value":{"events":[{"id":"a","entity":1,"signal":"view"}]},"node":"n1","seq":5,"term":2}

@@ -108,6 +108,20 @@ type Op struct {
 	Error   string          `json:"error,omitempty"` // why a completion is fail or info
 	Seq     uint64          `json:"seq,omitempty"`   // ok writes: raft log index of the entry (X-Tidal-Seq)
 	Term    uint64          `json:"term,omitempty"`  // ok writes: its term (X-Tidal-Term)
+	// Status and Code are what the server answered a completion that is
+	// not ok, when it answered at all (a timeout or a cut connection has
+	// neither): the HTTP status (500) and the API's error code (tidal's
+	// "internal", "unavailable"; etcd's gRPC code name, "Unknown"). The
+	// responses checker judges them against what the API documents.
+	Status int    `json:"status,omitempty"`
+	Code   string `json:"code,omitempty"`
+}
+
+// Answered is implemented by an error that carries a server's answer: the
+// HTTP status and the API's error code. The Recorder fills a completion's
+// Status and Code from the first such error in its chain.
+type Answered interface {
+	Answer() (status int, code string)
 }
 
 func (o Op) String() string {

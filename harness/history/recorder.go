@@ -95,6 +95,10 @@ func (r *Recorder) Complete(invoke Op, t Type, value any, err error, seq, term u
 	op := Op{Process: invoke.Process, Type: t, F: invoke.F, Node: invoke.Node, Seq: seq, Term: term}
 	if err != nil {
 		op.Error = err.Error()
+		var a Answered
+		if errors.As(err, &a) {
+			op.Status, op.Code = a.Answer()
+		}
 	}
 	if !t.IsCompletion() {
 		r.fail(fmt.Errorf("history: completing %s: expected type ok, fail or info, found %q", invoke, t))

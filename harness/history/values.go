@@ -16,6 +16,11 @@ type Event struct {
 // batch is one raft entry, so its events land together or not at all.
 type WriteValue struct {
 	Events []Event `json:"events"`
+	// Duplicates, on ok, is how many of the events the node answered as
+	// retries of ones already applied (X-Tidal-Duplicates): then the
+	// ack's seq is the index of the retry's entry, not where they landed.
+	// Absent (not 0) in histories written before it existed.
+	Duplicates *int `json:"duplicates,omitempty"`
 }
 
 // AddValue is the value of an FAdd op: add Delta to the counter of entity
@@ -34,6 +39,8 @@ type AddValue struct {
 	TS      int64    `json:"ts,omitempty"`
 	SentMS  int64    `json:"sent_ms,omitempty"`
 	AckedMS int64    `json:"acked_ms,omitempty"`
+	// Duplicates: as WriteValue's.
+	Duplicates *int `json:"duplicates,omitempty"`
 }
 
 // ReadValue is the value of an FRead op. Value is null on the invoke and
@@ -127,6 +134,16 @@ const (
 	FTransferLeader = "transfer-leader"
 	FRemoveMember   = "remove-member"
 	FAddMember      = "add-member"
+	// FStop is a graceful stop (SIGTERM, then a wait for the exit; kind
+	// "one"); its ok records each node's exit status.
+	FStop = "stop"
+	// FQuiet is a quiet spell: the workload's new ops held before a power
+	// cut (kind "before-cut"), ended by heal-quiet.
+	FQuiet = "quiet"
+	// FStopPowerCut is a graceful stop followed by a power cut of the
+	// stopped node's disk (kind "one"): a process fault of its own f, so
+	// that its heal never ends a disk power cut's window.
+	FStopPowerCut = "stop-power-cut"
 	// FPowerCut is a power cut under nodes (kind "one", "minority",
 	// "all"); FDisk a fault armed on nodes' disks (kind "fsync-error",
 	// "disk-full", "slow-disk", "slow-disk-stall", "corrupt-read"). Both

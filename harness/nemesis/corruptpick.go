@@ -21,8 +21,10 @@ import (
 const (
 	// CorruptWALRecord flips bytes inside the body of a WAL record that
 	// has a good record after it in its segment: its checksum fails and,
-	// with a record after it, tidal-server must call it corruption (a
-	// last record could pass for a torn tail, which Open truncates).
+	// with a record after it, tidal-server must call it corruption
+	// whatever the bytes (damage to a last record is judged by the WAL's
+	// torn-write rule, under which a record left with a zeroed sector is
+	// a torn tail that Open truncates).
 	CorruptWALRecord = "wal-record"
 	// CorruptSnapshot flips bytes inside the payload of the newest
 	// snapshot file (the one a starting node loads); without one, a WAL

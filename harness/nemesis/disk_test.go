@@ -320,8 +320,8 @@ func TestParseMixWithoutFUSE(t *testing.T) {
 		t.Fatalf("all with FUSE: expected the disk kinds, found %v (%v)", all, err)
 	}
 	disk, err := ParseMixWith("disk", 3, nil)
-	if err != nil || len(disk) != 8 || !NeedsDisks(disk) {
-		t.Fatalf("disk group: expected its 8 kinds, found %v (%v)", disk, err)
+	if err != nil || len(disk) != 9 || !NeedsDisks(disk) {
+		t.Fatalf("disk group: expected its 9 kinds, found %v (%v)", disk, err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/tidaldb/tidal/harness/checker"
 	"github.com/tidaldb/tidal/harness/cluster"
@@ -46,10 +47,15 @@ type Kind struct {
 	// Leader kinds resolve their target at run time; the schedule holds
 	// no targets (or, for transfer-leader, only an order of candidates).
 	Leader bool
+	// OptIn kinds run only when named: "all" leaves them out.
+	OptIn bool
 
 	// Needs, when set, is what the kind needs from the database under test
 	// (see Capability); empty derives it from F (Kind.Requires).
 	Needs []Capability
+	// Timeout, when longer than the Runner's ActionTimeout, bounds the
+	// kind's inject instead (a rolling restart waits for every node).
+	Timeout time.Duration
 
 	// pick chooses a step's targets at generation time from the sorted
 	// nodes; nil means none.
@@ -135,7 +141,7 @@ var kinds = []Kind{
 		Doc: "hand leadership to another running node via the admin API (instant)"},
 }
 
-func init() { kinds = append(kinds, diskKinds...) }
+func init() { kinds = slices.Concat(kinds, diskKinds, electionKinds, gracefulKinds) }
 
 // Recorded is how the history records a fault of kind k: the checker
 // finds the faults a run asked for by it (see checker.Faults). Links
@@ -196,13 +202,14 @@ var groups = []group{
 	{"kill", "kill-one, kill-leader, kill-minority", []string{"kill-one", "kill-leader", "kill-minority"}},
 	{"pause", "pause-one, pause-leader, pause-minority", []string{"pause-one", "pause-leader", "pause-minority"}},
 	{"restart", "restart-one", []string{"restart-one"}},
+	{"graceful", "stop, restart-graceful, rolling-restart, stop-then-power-cut (the last needs faultfs)", []string{"stop", "restart-graceful", "rolling-restart", "stop-then-power-cut"}},
 	{"slow", "slow-links, bandwidth", []string{"slow-links", "bandwidth"}},
 	{"transfer", "transfer-leader", []string{"transfer-leader"}},
 	{"membership", "member-churn", []string{"member-churn"}},
-	{"disk", "power-cut-one, power-cut-minority, power-cut-all, fsync-error, disk-full, slow-disk, corrupt-read, slow-disk-stall (need faultfs)",
-		[]string{"power-cut-one", "power-cut-minority", "power-cut-all", "fsync-error", "disk-full", "slow-disk", "corrupt-read", "slow-disk-stall"}},
+	{"disk", "power-cut-one, power-cut-minority, power-cut-all, power-cut-after-election, fsync-error, disk-full, slow-disk, corrupt-read, slow-disk-stall (need faultfs)",
+		[]string{"power-cut-one", "power-cut-minority", "power-cut-all", "power-cut-after-election", "fsync-error", "disk-full", "slow-disk", "corrupt-read", "slow-disk-stall"}},
 	{"clock", "clock-skew, clock-jump", []string{"clock-skew", "clock-jump"}},
-	{"all", "every kind (the disk kinds only where faultfs can mount)", nil},
+	{"all", "every kind but the opt-in power-cut-reorder (the disk kinds only where faultfs can mount)", nil},
 }
 
 // groupOf names the group kind belongs to (the first group listing it,
@@ -243,11 +250,11 @@ func Help() string {
 	var b strings.Builder
 	b.WriteString("fault kinds:\n")
 	for _, k := range kinds {
-		fmt.Fprintf(&b, "  %-19s %s\n", k.Name, k.Doc)
+		fmt.Fprintf(&b, "  %-24s %s\n", k.Name, k.Doc)
 	}
 	b.WriteString("groups:\n")
 	for _, g := range groups {
-		fmt.Fprintf(&b, "  %-19s %s\n", g.Name, g.Doc)
+		fmt.Fprintf(&b, "  %-24s %s\n", g.Name, g.Doc)
 	}
 	b.WriteString("the disk kinds run on faultfs mounted over every node's data dir (tidal-chaos run --faultfs auto|on)")
 	if err := DiskSupport(); err != nil {
@@ -303,7 +310,11 @@ func ParseMixWith(list string, nodes int, noDisks error) ([]string, error) {
 		}
 		members := groups[i].Kinds
 		if members == nil {
-			members = KindNames()
+			for _, k := range kinds {
+				if !k.OptIn {
+					members = append(members, k.Name)
+				}
+			}
 		} else if name == "disk" && noDisks != nil {
 			return nil, fmt.Errorf("nemesis %q: the disk kinds need faultfs: %w", name, noDisks)
 		}

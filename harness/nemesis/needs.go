@@ -31,6 +31,14 @@ const (
 	CapMembership Capability = "membership"
 	// CapDisk: the node's data directory sits on faultfs.
 	CapDisk Capability = "disk"
+	// CapStop: a node's process can be stopped gracefully (SIGTERM, then
+	// a wait for its exit) and its exit status read; 0 means it drained
+	// clean.
+	CapStop Capability = "stop"
+	// CapElectionLog: the node's log says, as it happens, when it
+	// campaigns, votes or becomes leader (raft's Info lines in
+	// tidal-server's --log-file): power-cut-after-election's trigger.
+	CapElectionLog Capability = "election-log"
 	// CapClock: the node's clock can be moved while it runs (tidal-server's
 	// test-only --test-clock-offset-file).
 	CapClock Capability = "clock"

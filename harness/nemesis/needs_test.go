@@ -9,7 +9,7 @@ import (
 // Issue 15 item 1: every kind declares what it needs from a database, and
 // a run refuses a fault its database cannot take, saying why.
 func TestEveryKindRequiresSomething(t *testing.T) {
-	all := Capabilities{DB: "all", Has: []Capability{CapNetwork, CapKill, CapPause, CapLeader, CapTransferLeader, CapMembership, CapDisk}}
+	all := Capabilities{DB: "all", Has: []Capability{CapNetwork, CapKill, CapPause, CapLeader, CapTransferLeader, CapMembership, CapDisk, CapStop}}
 	for _, k := range Kinds() {
 		if len(k.Requires()) == 0 {
 			t.Errorf("%s: expected at least one capability, found none", k.Name)

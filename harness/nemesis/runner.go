@@ -32,6 +32,12 @@ type Runner struct {
 	// and convergence (default 60s).
 	RecoveryTimeout time.Duration
 
+	// Quiet, when set, is the workload's gate for new ops, and
+	// QuietBeforeCut how long it stays closed before a power cut (see
+	// quiet.go); zero or no gate: cuts land on whatever is in flight.
+	Quiet          Quieter
+	QuietBeforeCut time.Duration
+
 	// members are the slots that held a member when the runner was made;
 	// HealAll adds back any of them that churn left removed.
 	members []string
@@ -215,9 +221,11 @@ func (r *Runner) inject(ctx context.Context, s Step, step int) error {
 	}
 	r.log.Info("injecting fault", "kind", k.Name, "targets", v.Targets, "step", step)
 
-	actx, cancel := context.WithTimeout(ctx, r.ActionTimeout)
+	reopen := r.quietBefore(ctx, k)
+	actx, cancel := context.WithTimeout(ctx, max(r.ActionTimeout, k.Timeout))
 	at, err := k.fault.Inject(actx, r.c, &v)
 	cancel()
+	reopen()
 	if err != nil {
 		typ := history.Info
 		if IsNotApplied(err) {

@@ -53,6 +53,8 @@ type Step struct {
 	// Offsets are the clock offsets of clock-skew and clock-jump, per
 	// target (clock.go).
 	Offsets map[string]time.Duration
+	// Rolling is what rolling-restart drew (graceful.go).
+	Rolling *RollingSpec
 }
 
 // Schedule is a run's faults, in start order. It is a pure function of
@@ -202,6 +204,7 @@ func Generate(seed int64, cfg ScheduleConfig) (Schedule, error) {
 			st.Disk = diskSpec(k.Name, r)
 		}
 		st.Offsets = clockOffsets(r, k.Name, st.Targets)
+		st.Rolling = rollingSpec(k.Name, r)
 		if !k.Instant {
 			st.Duration = cfg.FaultDuration
 			busyUntil[k.Class] = t + cfg.FaultDuration
@@ -348,10 +351,11 @@ type stepJSON struct {
 	Link     *relay.Spec             `json:"link,omitempty"`
 	Disk     *DiskSpec               `json:"disk,omitempty"`
 	Offsets  map[string]jsonDuration `json:"offsets,omitempty"`
+	Rolling  *RollingSpec            `json:"rolling,omitempty"`
 }
 
 func (s Step) MarshalJSON() ([]byte, error) {
-	j := stepJSON{At: jsonDuration(s.At), Kind: s.Kind, Targets: s.Targets, Link: s.Link, Disk: s.Disk}
+	j := stepJSON{At: jsonDuration(s.At), Kind: s.Kind, Targets: s.Targets, Link: s.Link, Disk: s.Disk, Rolling: s.Rolling}
 	for t, d := range s.Offsets {
 		if j.Offsets == nil {
 			j.Offsets = map[string]jsonDuration{}
@@ -370,7 +374,7 @@ func (s *Step) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*s = Step{At: time.Duration(j.At), Kind: j.Kind, Targets: j.Targets, Link: j.Link, Disk: j.Disk}
+	*s = Step{At: time.Duration(j.At), Kind: j.Kind, Targets: j.Targets, Link: j.Link, Disk: j.Disk, Rolling: j.Rolling}
 	for t, d := range j.Offsets {
 		if s.Offsets == nil {
 			s.Offsets = map[string]time.Duration{}

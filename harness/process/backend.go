@@ -57,3 +57,9 @@ func (h handle) Stats() (any, error)                 { return h.Process.Stats() 
 
 // Listening implements cluster.ListenerOwner.
 func (h handle) Listening(addr string) (bool, error) { return h.Process.Listening(addr) }
+
+// ExitCode implements cluster.ExitReporter.
+func (h handle) ExitCode() (int, string, bool) {
+	s, ok := h.Process.ExitStatus()
+	return s.Code, s.Text, ok
+}

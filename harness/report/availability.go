@@ -31,6 +31,9 @@ type faultAvailability struct {
 	OutageS   float64 // seconds, see above
 	OutageEnd bool    // the outage ran to the end of the history
 	ResumedS  float64 // seconds from the heal to the first ok write; -1 none
+	// Refused counts the client ops answered 503, 504 or 408 while the
+	// fault was in effect (checker.CountRefusals).
+	Refused checker.WindowRefusals
 }
 
 // availability computes the figures of every window from the pairs.
@@ -43,9 +46,10 @@ func availability(pairs []history.Pair, windows []checker.FaultWindow, end int64
 		}
 	}
 	sort.Slice(oks, func(i, j int) bool { return oks[i] < oks[j] })
+	refused := checker.CountRefusals(pairs, windows)
 	out := make([]faultAvailability, 0, len(windows))
-	for _, w := range windows {
-		a := faultAvailability{Window: w, ResumedS: -1}
+	for i, w := range windows {
+		a := faultAvailability{Window: w, ResumedS: -1, Refused: refused[i]}
 		first := sort.Search(len(oks), func(i int) bool { return oks[i] >= w.Start })
 		after := sort.Search(len(oks), func(i int) bool { return oks[i] >= w.End })
 		a.OKWrites = after - first

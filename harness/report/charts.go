@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -265,6 +266,25 @@ func followerLagPoints(samples []checker.LagSample) (map[string][]*[2]float64, [
 	return out, followers
 }
 
+// lagScale is the top of the lag chart's y axis: the highest lag, unless
+// a few outage spikes would flatten everything else, SLO line included.
+// Then the scale stops at max(4 × SLO, the 95th percentile of the lags) and
+// the spikes are drawn at the top and named in a note; the lag checker,
+// not the chart, is where their size is judged.
+func lagScale(values []float64, sloMs float64) float64 {
+	peak := sloMs
+	for _, v := range values {
+		peak = math.Max(peak, v)
+	}
+	if sloMs > 0 && peak > 4*sloMs && len(values) > 0 {
+		sorted := slices.Clone(values)
+		slices.Sort(sorted)
+		p95 := sorted[min(len(sorted)-1, len(sorted)*95/100)]
+		peak = math.Min(peak, math.Max(4*sloMs, p95))
+	}
+	return math.Max(peak*1.05, 1)
+}
+
 // lagChart plots each follower's lag with the SLO's p99 bound as a
 // dashed line. A line breaks where the node led or was not sampled for
 // over a second (paused, killed, partitioned from the poller). Each
@@ -274,19 +294,23 @@ func followerLagPoints(samples []checker.LagSample) (map[string][]*[2]float64, [
 // one; a follower that never caught up gets a dashed bar to the end.
 func lagChart(samples []checker.LagSample, faults []checker.FaultWindow, tmax, sloMs float64, catchUps []checker.CatchUp) string {
 	series, nodes := followerLagPoints(samples)
-	peak := sloMs
+	var values []float64
 	for _, pts := range series {
 		for _, p := range pts {
 			if p != nil {
-				peak = math.Max(peak, p[1])
+				values = append(values, p[1])
 			}
 		}
 	}
-	peak = math.Max(peak*1.05, 1)
+	peak := lagScale(values, sloMs)
 	ticks := linearTicks(0, peak, 5)
 	y := axis{lo: 0, hi: math.Max(peak, ticks[len(ticks)-1])}
 	c := newChart("Follower replication lag (time behind the leader's commit)", tmax, y, faults)
 	c.axes("time since start (s)", "lag", ticks, latencyLabel)
+	if highest := slices.Max(append(values, 0)); highest > y.hi {
+		fmt.Fprintf(&c.b, `<text x="%s" y="%s" class="tick off-scale" text-anchor="start">▲ peaks off scale, up to %s (drawn at the top)</text>`,
+			f1(c.x.from+4), f1(c.top+11), esc(latencyLabel(highest)))
+	}
 	if sloMs > 0 {
 		py := c.y.at(sloMs)
 		fmt.Fprintf(&c.b, `<line class="slo" x1="%s" x2="%s" y1="%s" y2="%s" stroke="#212529" stroke-dasharray="6 4"/>`, f1(c.x.from), f1(c.x.to), f1(py), f1(py))
@@ -325,7 +349,7 @@ func lagChart(samples []checker.LagSample, faults []checker.FaultWindow, tmax, s
 				last = -1
 				continue
 			}
-			line = append(line, [2]float64{c.x.at(p[0]), c.y.at(p[1])})
+			line = append(line, [2]float64{c.x.at(p[0]), c.y.at(math.Min(p[1], y.hi))})
 			last = p[0]
 		}
 		flush()

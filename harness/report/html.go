@@ -259,6 +259,7 @@ func buildPage(rep Report) page {
 		nodes := laneNodes(rep.History, values, rep.Lag)
 		leaders, terms := leaderSpans(rep.Lag, tmax)
 		spans := append(nodeSpans(faults, values, nodes), crashSpans(rr.Results)...)
+		leaders = clipLeaders(leaders, spans)
 		p.Charts = append(p.Charts, template.HTML(lanesChart(nodes, spans, leaders, terms, tmax)))
 	}
 	var end int64
@@ -408,10 +409,10 @@ details summary { cursor: pointer; color: #495057; }
 {{range .Faults}}<tr><td>{{.Label}}</td><td>{{join .Targets}}</td><td class="num">{{t .Start}}</td><td class="num">{{effective .}}</td><td class="num">{{if .Healed}}{{t .End}}{{else}}<span class="bad">never</span>{{end}}</td></tr>
 {{end}}</table>{{else}}<p>No faults were injected.</p>{{end}}
 {{if .Availability}}<h3 id="availability">Availability per fault</h3>
-<p>Writes as clients saw them (any node): the longest stretch without a successful write from the fault's invoke until writes succeeded again after its heal, and how long after the heal the first one succeeded.</p>
+<p>Writes as clients saw them (any node): the longest stretch without a successful write from the fault's invoke until writes succeeded again after its heal, and how long after the heal the first one succeeded; and the client ops (any kind) answered 503 (unavailable), 504 (outcome unknown) or 408 (body too slow) while the fault was in effect.</p>
 <table>
-<tr><th>fault</th><th>targets</th><th class="num">window</th><th class="num">ok writes during</th><th class="num">longest without an ok write</th><th class="num">first ok write after the heal</th></tr>
-{{range .Availability}}<tr><td>{{.Window.Label}}</td><td>{{join .Window.Targets}}</td><td class="num">{{t .Window.Start}}..{{t .Window.End}}</td><td class="num">{{.OKWrites}}</td><td class="num">{{seconds .OutageS}}{{if .OutageEnd}} (to the end){{end}}</td><td class="num">{{if ge .ResumedS 0.0}}{{seconds .ResumedS}}{{else}}<span class="bad">none</span>{{end}}</td></tr>
+<tr><th>fault</th><th>targets</th><th class="num">window</th><th class="num">ok writes during</th><th class="num">longest without an ok write</th><th class="num">first ok write after the heal</th><th class="num">503 / 504 / 408</th></tr>
+{{range .Availability}}<tr><td>{{.Window.Label}}</td><td>{{join .Window.Targets}}</td><td class="num">{{t .Window.Start}}..{{t .Window.End}}</td><td class="num">{{.OKWrites}}</td><td class="num">{{seconds .OutageS}}{{if .OutageEnd}} (to the end){{end}}</td><td class="num">{{if ge .ResumedS 0.0}}{{seconds .ResumedS}}{{else}}<span class="bad">none</span>{{end}}</td><td class="num">{{.Refused.Unavailable}} / {{.Refused.Timeout}} / {{.Refused.BodyTimeout}}</td></tr>
 {{end}}</table>{{end}}
 </section>
 
@@ -457,7 +458,9 @@ details summary { cursor: pointer; color: #495057; }
 <tr><th>on some nodes only</th><td{{if .Divergent.Count}} class="bad"{{end}}>{{.Divergent.Count}}</td></tr>
 <tr><th>sent by no client</th><td{{if .Unexp.Count}} class="bad"{{end}}>{{.Unexp.Count}}</td></tr>
 <tr><th>info writes</th><td>{{.Recovered.Count}} landed everywhere, {{.NotLanded}} nowhere</td></tr>
-<tr><th>ack index mismatches</th><td>{{.AckIndex.Count}} (informational)</td></tr>
+<tr><th>acked at another index, no duplicates (applied twice)</th><td{{if .DoubleApplied.Count}} class="bad"{{end}}>{{.DoubleApplied.Count}}</td></tr>
+<tr><th>ack index mismatches of retries</th><td>{{.AckIndex.Count}} (informational)</td></tr>
+<tr><th>id memory short of the applied state</th><td{{if .MemoryShort.Count}} class="unknown"{{end}}>{{.MemoryShort.Count}} acknowledged ids absent from the audit, their events in the entity counts{{range .MemoryGaps}}; {{.Node}} remembers {{.Remembered}} ids, holds {{.Applied}} events{{end}}</td></tr>
 </table>
 {{if .Lost.Count}}<h3 id="lost-writes">Lost writes</h3><p>{{more (len .Lost.Examples) .Lost.Count}}</p>
 <table><tr><th>id</th><th>sent</th><th>acknowledged</th><th>missing on</th><th>present on</th><th>faults around it</th></tr>

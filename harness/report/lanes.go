@@ -81,11 +81,15 @@ func nodeSpans(windows []checker.FaultWindow, values []history.FaultValue, nodes
 			for _, n := range targets {
 				add(n, bandProcess, "down", "killed")
 			}
+		case w.F == history.FStop:
+			for _, n := range targets {
+				add(n, bandProcess, "down", "stopped (SIGTERM)")
+			}
 		case w.F == history.FPause:
 			for _, n := range targets {
 				add(n, bandProcess, "paused", "paused")
 			}
-		case w.F == history.FPowerCut:
+		case w.F == history.FPowerCut || w.F == history.FStopPowerCut:
 			for _, n := range targets {
 				add(n, bandProcess, "power-cut", "power cut")
 			}
@@ -232,6 +236,46 @@ func leaderSpans(samples []checker.LagSample, tmax float64) (spans []leaderSpan,
 	return spans, termChanges
 }
 
+// notLeading are the process states in which a node cannot be leading:
+// its process is gone or its disk is cut from under it.
+var notLeading = map[string]bool{"down": true, "power-cut": true, "removed": true}
+
+// clipLeaders ends each leader span where its node's process went down
+// (killed, power cut, removed) and resumes it where the node came back,
+// if the term had not moved on. The samples alone cannot show this: a
+// cluster with no node up sends none, so the last leader seen would seem
+// to lead through the outage. The gap is drawn as no leader in that term.
+func clipLeaders(leaders []leaderSpan, spans []laneSpan) []leaderSpan {
+	var out []leaderSpan
+	for _, l := range leaders {
+		if l.node == "" {
+			out = append(out, l)
+			continue
+		}
+		var downs [][2]float64
+		for _, s := range spans {
+			if s.node == l.node && s.band == bandProcess && notLeading[s.state] && s.to > l.from && s.from < l.to {
+				downs = append(downs, [2]float64{math.Max(s.from, l.from), math.Min(s.to, l.to)})
+			}
+		}
+		sort.Slice(downs, func(i, j int) bool { return downs[i][0] < downs[j][0] })
+		at := l.from
+		for _, d := range downs {
+			if d[0] > at {
+				out = append(out, leaderSpan{from: at, to: d[0], node: l.node, term: l.term})
+			}
+			if d[1] > at {
+				out = append(out, leaderSpan{from: math.Max(at, d[0]), to: d[1], term: l.term})
+				at = d[1]
+			}
+		}
+		if at < l.to {
+			out = append(out, leaderSpan{from: at, to: l.to, node: l.node, term: l.term})
+		}
+	}
+	return out
+}
+
 // laneNodes are the nodes to draw rows for: every node the history or the
 // samples name, in natural order (n2 before n10).
 func laneNodes(ops []history.Op, values []history.FaultValue, samples []checker.LagSample) []string {
@@ -325,7 +369,7 @@ func lanesChart(nodes []string, spans []laneSpan, leaders []leaderSpan, termChan
 					esc(s.state), esc(n), esc(s.label), esc(s.title), f1(x0), f1(top+y[0]), f1(w), f1(y[1]), laneColors[s.state])
 				if band == bandProcess {
 					if float64(len(s.label))*6.2+4 <= w {
-						fmt.Fprintf(&b, `<text x="%s" y="%s" class="lane-label" fill="#fff">%s</text>`, f1(x0+2), f1(top+laneRow-3), esc(s.label))
+						fmt.Fprintf(&b, `<text x="%s" y="%s" class="lane-label" style="fill:#fff">%s</text>`, f1(x0+2), f1(top+laneRow-3), esc(s.label))
 					}
 				} else if float64(len(s.label))*5.2+4 <= w {
 					fmt.Fprintf(&b, `<text x="%s" y="%s" class="band-label">%s</text>`, f1(x0+2), f1(top+y[0]+y[1]-1), esc(s.label))
@@ -357,7 +401,7 @@ func lanesChart(nodes []string, spans []laneSpan, leaders []leaderSpan, termChan
 			if l.node == "" {
 				fill = "#495057"
 			}
-			fmt.Fprintf(&b, `<text x="%s" y="%s" class="lane-label" fill="%s">%s</text>`, f1(x0+3), f1(leaderTop+leaderRow-6), fill, esc(label))
+			fmt.Fprintf(&b, `<text x="%s" y="%s" class="lane-label" style="fill:%s">%s</text>`, f1(x0+3), f1(leaderTop+leaderRow-6), fill, esc(label))
 		}
 		b.WriteString(`</g>`)
 	}

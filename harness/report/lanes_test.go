@@ -246,9 +246,32 @@ func TestLanesRendered(t *testing.T) {
 			t.Errorf("expected a %s span in the lanes, found states %v", s, states)
 		}
 	}
+	// Regression: leader lane through a power cut. The samples name n2
+	// leader from 7s to the end, but n2's disk was cut from 9s to 11s: the
+	// lane shows no leader there, not n2.
 	leaders := lanes.all(func(x *html.Node) bool { return attr(x, "class") == "leader" })
-	if len(leaders) != 2 || attr(leaders[0], "data-node") != "n1" || attr(leaders[1], "data-node") != "n2" {
-		t.Errorf("expected the leader lane n1 then n2, found %d spans", len(leaders))
+	var lane []string
+	for _, l := range leaders {
+		lane = append(lane, fmt.Sprintf("%q", attr(l, "data-node")))
+	}
+	if want := `"n1" "n2" "" "n2"`; strings.Join(lane, " ") != want {
+		t.Errorf("leader lane %s; expected %s (n2 power cut 9s-11s)", strings.Join(lane, " "), want)
+	}
+	// Regression: unreadable power-cut label. The page's stylesheet sets
+	// every chart text's fill, which beats a fill attribute: labels meant
+	// white were drawn dark on the dark red of a power cut. They carry the
+	// colour in a style attribute, which beats the stylesheet.
+	labels := 0
+	for _, g := range lanes.all(func(x *html.Node) bool { return attr(x, "class") == "span" && attr(x, "data-state") == "power-cut" }) {
+		for _, text := range (parsedPage{root: g}).all(tag("text")) {
+			labels++
+			if attr(text, "style") != "fill:#fff" || attr(text, "fill") != "" {
+				t.Errorf("power-cut label: style %q fill %q; expected style fill:#fff and no fill attribute", attr(text, "style"), attr(text, "fill"))
+			}
+		}
+	}
+	if labels == 0 {
+		t.Error("expected the power-cut span to carry its label")
 	}
 	if n := len(lanes.all(func(x *html.Node) bool { return attr(x, "class") == "term-change" })); n != 1 {
 		t.Errorf("expected one term change tick, found %d", n)
@@ -356,5 +379,38 @@ func TestEveryNemesisKindHasALane(t *testing.T) {
 				t.Errorf("%s: drawn on band %d, expected one of %v for class %s", k.Name, s.band, want, k.Class)
 			}
 		}
+	}
+}
+
+// Regression: an outage spike flattens the lag chart. One follower down
+// for 30 s made the y axis 30 s tall, and the 2 s SLO line sat on the
+// floor with every other sample. The scale stops at max(4 × SLO, p95);
+// the spike is drawn at the top and named in a note.
+func TestLagChartKeepsTheSLOLineReadableOverASpike(t *testing.T) {
+	var samples []checker.LagSample
+	for i := 0; i < 300; i++ {
+		at := int64(i) * 100e6
+		applied := uint64(i)
+		if i >= 100 && i < 110 {
+			applied = 0 // n2 stuck: lag grows to ~10 s
+		}
+		samples = append(samples,
+			checker.LagSample{Time: at, Node: "n1", ID: 1, Leader: 1, Term: 2, Commit: uint64(i), Applied: uint64(i)},
+			checker.LagSample{Time: at + 1e6, Node: "n2", ID: 2, Leader: 1, Term: 2, Commit: uint64(i), Applied: applied})
+	}
+	svg := lagChart(samples, nil, 30, 500, nil)
+	if !strings.Contains(svg, "peaks off scale, up to") {
+		t.Errorf("expected a note naming the off-scale peak in:\n%s", svg)
+	}
+	spike := make([]float64, 40)
+	spike[17] = 10_000
+	if got := lagScale(spike, 500); got > 4*500*1.05+1e-9 {
+		t.Errorf("lagScale over a lone 10 s spike with a 500 ms SLO: %g; expected at most 4 × SLO (+5%%)", got)
+	}
+	if got := lagScale([]float64{100, 200, 300}, 500); got != 500*1.05 {
+		t.Errorf("lagScale under the SLO: %g; expected the SLO (+5%%)", got)
+	}
+	if got := lagScale([]float64{100, 900}, 500); got != 900*1.05 {
+		t.Errorf("lagScale with a peak under 4 × SLO: %g; expected the peak (+5%%)", got)
 	}
 }

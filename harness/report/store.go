@@ -67,6 +67,7 @@ const (
 	DigestsFile   = "digests.json"
 	NodesFile     = "nodes.json"
 	auditsDir     = "audits"
+	entitiesDir   = "entities"
 	nodesDir      = "nodes"
 	linearizeDir  = "linearizable"
 	latestLink    = "latest"
@@ -339,10 +340,38 @@ func (r *Run) WriteNodeEvidence(ev checker.NodeEvidence) error {
 
 // ReadNodeEvidence reads nodes.json. A run stored before exit tracking
 // has none, and the error says so: the nodes checker is then unknown.
+//
+// Its Disks are read from each node's faultfs.json (written when the
+// cluster's mounts come down), when the run had faultfs.
 func (r *Run) ReadNodeEvidence() (checker.NodeEvidence, error) {
 	var ev checker.NodeEvidence
 	err := r.readJSON(NodesFile, &ev)
+	ev.Disks = r.ReadDiskTotals()
 	return ev, err
+}
+
+// ReadDiskTotals reads the fault counters of every nodes/<n>/faultfs.json:
+// what faultfs did to each node's disk over the whole run. Nil when the
+// run had no faultfs mounts; a file that does not parse is left out.
+func (r *Run) ReadDiskTotals() map[string]checker.DiskEffect {
+	paths, _ := filepath.Glob(filepath.Join(r.NodesDir(), "*", "faultfs.json"))
+	if len(paths) == 0 {
+		return nil
+	}
+	out := map[string]checker.DiskEffect{}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		var st struct {
+			Faults checker.DiskEffect `json:"faults"`
+		}
+		if json.Unmarshal(b, &st) == nil {
+			out[filepath.Base(filepath.Dir(p))] = st.Faults
+		}
+	}
+	return out
 }
 
 // WriteAudit stores a node's /v1/audit/events body as read from body
@@ -359,6 +388,45 @@ func (r *Run) WriteAudit(node string, body io.Reader) error {
 		_, err := io.Copy(w, body)
 		return err
 	})
+}
+
+// WriteEntityCounts writes entities/<node>.json: the node's applied event
+// counts per entity and signal, read after the run (checker.EntityCounts).
+func (r *Run) WriteEntityCounts(node string, counts checker.EntityCounts) error {
+	if err := checkTestName(node); err != nil {
+		return fmt.Errorf("report: entity counts of node %q: expected a plain node name", node)
+	}
+	if err := os.MkdirAll(filepath.Join(r.dir, entitiesDir), 0o755); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	return writeAtomic(filepath.Join(r.dir, entitiesDir, node+".json"), func(w io.Writer) error {
+		return json.NewEncoder(w).Encode(counts)
+	})
+}
+
+// ReadEntityCounts reads every entities/<node>.json, by node name. A run
+// stored without them (or a DB that has none) reads as nil, not an error.
+func (r *Run) ReadEntityCounts() (map[string]checker.EntityCounts, error) {
+	paths, err := filepath.Glob(filepath.Join(r.dir, entitiesDir, "*.json"))
+	if err != nil {
+		return nil, fmt.Errorf("report: %w", err)
+	}
+	if len(paths) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]checker.EntityCounts, len(paths))
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("report: %w", err)
+		}
+		var c checker.EntityCounts
+		if err := json.Unmarshal(b, &c); err != nil {
+			return nil, fmt.Errorf("report: %s: expected {entity: {signal: count}}: %w", p, err)
+		}
+		out[strings.TrimSuffix(filepath.Base(p), ".json")] = c
+	}
+	return out, nil
 }
 
 // ReadAudits reads every audits/<node>.ndjson, by node name. No audits

@@ -67,6 +67,10 @@ func Summary(w io.Writer, res checker.Results, run *Run) error {
 			if d, ok := detailsAs[checker.FaultsDetails](r); ok {
 				sw.faultKinds(d)
 			}
+		case "responses":
+			if d, ok := detailsAs[checker.ResponsesDetails](r); ok {
+				sw.responses(d)
+			}
 		}
 	}
 	if r, ok := resultNamed(res.Results, "stats"); ok {
@@ -153,6 +157,34 @@ func (s *summaryWriter) ledger(d checker.LedgerDetails) {
 			s.line("  %s  index %d on %s", e.ID, e.Index, strings.Join(e.Nodes, ","))
 		}
 	}
+	if d.DoubleApplied.Count > 0 {
+		s.line("writes sent once, acknowledged at another index than where they landed, no duplicates in the ack (applied twice): %d%s",
+			d.DoubleApplied.Count, showing(len(d.DoubleApplied.Examples), d.DoubleApplied.Count))
+		for _, m := range first(d.DoubleApplied.Examples) {
+			s.line("  %s  acked by %s at seq %d, found at index %d", m.ID, m.Ack.Node, m.Ack.Seq, m.Index)
+		}
+	}
+	if d.MemoryShort.Count > 0 {
+		s.line("acknowledged ids missing from the id memory whose events the applied state holds (the id memory is missing or smaller than the applied state; not lost): %d", d.MemoryShort.Count)
+		for _, g := range d.MemoryGaps {
+			s.line("  %s remembers %d ids, its entity counts hold %d events", g.Node, g.Remembered, g.Applied)
+		}
+	}
+}
+
+func (s *summaryWriter) responses(d checker.ResponsesDetails) {
+	if d.Internal > 0 {
+		s.line("500 internal answers to valid requests: %d%s", d.Internal, showing(len(d.InternalExamples), d.Internal))
+		for _, e := range first(d.InternalExamples) {
+			s.line("  %s", e)
+		}
+	}
+	if d.Suspicious > 0 {
+		s.line("gRPC Unknown with no fault around it (a finding, not judged): %d%s", d.Suspicious, showing(len(d.SuspiciousExamples), d.Suspicious))
+		for _, e := range first(d.SuspiciousExamples) {
+			s.line("  %s", e)
+		}
+	}
 }
 
 // summaryLogLines is how many log lines of a crashed node the summary
@@ -180,12 +212,18 @@ func (s *summaryWriter) nodes(d checker.NodesDetails) {
 	if len(d.Crashes) > summaryExamples {
 		s.line("  (%d crashes in all; see results.json)", len(d.Crashes))
 	}
+	for _, n := range sortedKeys(d.Refused) {
+		s.line("down at the end, as allowed: %s %s", n, d.Refused[n])
+	}
 }
 
 func (s *summaryWriter) faultKinds(d checker.FaultsDetails) {
 	parts := make([]string, 0, len(d.Kinds))
 	for _, o := range d.Kinds {
 		p := fmt.Sprintf("%s %d invoked/%d took effect/%d healed", o.Name, o.Invoked, o.TookEffect, o.Healed)
+		if o.Healed > o.Bit && (o.F == history.FDisk || o.F == history.FPowerCut) {
+			p += fmt.Sprintf("/%d did nothing to a disk", o.Healed-o.Bit)
+		}
 		if !o.Cycled() && len(o.Errors) > 0 {
 			p += " (first error: " + o.Errors[0] + ")"
 		}
@@ -256,7 +294,7 @@ func (s *summaryWriter) lag(d checker.LagDetails) {
 	if len(d.Followers) == 0 {
 		return
 	}
-	s.line("follower lag (SLO: p99 ≤ %v outside faults, catch-up ≤ %v):", d.SLO.P99, d.SLO.CatchUp)
+	s.line("follower lag (ok/OVER SLO judges the p99 outside faults against %v; every catch-up after a heal must take ≤ %v):", d.SLO.P99, d.SLO.CatchUp)
 	tw := tabwriter.NewWriter(s, 0, 0, 2, ' ', 0)
 	for _, f := range d.Followers {
 		verdict := "ok"
@@ -298,6 +336,7 @@ func (s *summaryWriter) stats(d checker.StatsDetails) {
 		parts = append(parts, fmt.Sprintf("%s %d ok/%d fail/%d info", f, o.OK, o.Fail, o.Info))
 	}
 	s.line("ops: %s", strings.Join(parts, "; "))
+	s.line("  (one op is one request; a write op may carry many event ids, which the ledger counts as acknowledged ids. ok: answered success; fail: refused, known not applied; info: outcome unknown — a timeout, a lost connection — so it may have been applied, and the ledger checker settles each from the final audit; a 500 among them breaks the API's contract, which the responses checker reports)")
 	if len(d.Faults) > 0 {
 		var parts []string
 		for _, f := range sortedKeys(d.Faults) {

@@ -50,6 +50,10 @@ type Config struct {
 	Nemesis       []string `json:"nemesis"`
 	Interval      Duration `json:"interval"`
 	FaultDuration Duration `json:"fault_duration"`
+	// QuietBeforeCut holds the workload's new ops this long before each
+	// power cut (nemesis.Runner.QuietBeforeCut); 0 = off. tidal-chaos
+	// defaults it to DefaultQuietBeforeCut.
+	QuietBeforeCut Duration `json:"quiet_before_cut,omitempty"`
 	// ServerFlags are passed to every tidal-server.
 	ServerFlags []string `json:"server_flags"`
 	// WALSegmentSize is every node's --wal-segment-size in bytes (default
@@ -229,6 +233,11 @@ func (c *Config) setDefaults() error {
 	return err
 }
 
+// DefaultQuietBeforeCut is tidal-chaos's --quiet-before-cut: long enough
+// for the clients' writes in flight to be acknowledged (group commits of
+// a few ms), short against a fault window.
+const DefaultQuietBeforeCut = Duration(300 * time.Millisecond)
+
 // Outcome is what a run produced.
 type Outcome struct {
 	Run     *report.Run
@@ -401,6 +410,9 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 		target = opts.Nemesis(target)
 	}
 	nem := nemesis.NewRunner(target, rec, log)
+	if g, ok := w.(interface{ Gate() *workload.Gate }); ok && cfg.QuietBeforeCut > 0 {
+		nem.Quiet, nem.QuietBeforeCut = g.Gate(), cfg.QuietBeforeCut.D()
+	}
 
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
@@ -666,7 +678,7 @@ func Analyze(run *report.Run, cfg Config) (checker.Results, error) {
 // samples the DB's Observe took (lag.jsonl), and availability, from the
 // clients' ops.
 func timelineResults(run *report.Run, cfg Config, ops []history.Op) []checker.Result {
-	windows, err := checker.FaultWindows(ops)
+	windows, err := timelineWindows(ops)
 	if err != nil {
 		return []checker.Result{
 			{Name: "lag", Valid: checker.Unknown, Summary: "fault windows: " + err.Error()},
@@ -681,6 +693,17 @@ func timelineResults(run *report.Run, cfg Config, ops []history.Op) []checker.Re
 	}
 	rs = append(rs, checker.Availability(ops, windows, checker.AvailabilitySLO{Stall: cfg.AvailabilityStall.D(), Recovery: cfg.AvailabilityRecovery.D()}))
 	return rs
+}
+
+// timelineWindows are the fault windows lag and availability judge by:
+// every window but the quiet spells before power cuts (nemesis' f
+// "quiet"). A quiet spell holds the clients, it disturbs no node, and it
+// ends inside its cut's window while the cut node is still down: judged as
+// a fault, its heal would start a catch-up clock for a node that cannot
+// catch up before the cut's own heal.
+func timelineWindows(ops []history.Op) ([]checker.FaultWindow, error) {
+	windows, err := checker.FaultWindows(ops)
+	return slices.DeleteFunc(windows, func(w checker.FaultWindow) bool { return w.F == history.FQuiet }), err
 }
 
 // faultsResult judges whether the faults the run asked for happened
@@ -701,7 +724,7 @@ func faultsResult(run *report.Run, cfg Config, ops []history.Op) (checker.Result
 	case len(schedule.Steps) == 0:
 		return checker.Result{}, false
 	}
-	return checker.Faults(ops, schedule.RequestedOf(cfg.Nemesis)), true
+	return checker.FaultsWithDisks(ops, schedule.RequestedOf(cfg.Nemesis), run.ReadDiskTotals()), true
 }
 
 func nodeNames(n int) []string {

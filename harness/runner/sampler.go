@@ -23,6 +23,11 @@ type lagSampler struct {
 	now      func() int64
 	interval time.Duration
 	w        *report.LagWriter
+	// elections, when set, receives each answer's term and leader with
+	// the process that gave it (checker.ElectionSample): the election
+	// checker's evidence. A node's first answer after it starts is its
+	// start-up sample.
+	elections *report.ElectionWriter
 }
 
 func (s *lagSampler) run(ctx context.Context) {
@@ -41,9 +46,16 @@ func (s *lagSampler) run(ctx context.Context) {
 				defer wg.Done()
 				sctx, cancel := context.WithTimeout(ctx, s.interval)
 				defer cancel()
+				pid, _ := s.c.PID(name)
 				st, err := s.c.ObserverClient(name).Status(sctx)
 				if err != nil {
 					return
+				}
+				// Only an answer the same process gave before and after
+				// the request is attributed to it: a restart in between
+				// would put the old process's term under the new one.
+				if after, _ := s.c.PID(name); s.elections != nil && after == pid && pid != 0 {
+					s.elections.Append(checker.ElectionSample{Time: s.now(), Node: name, PID: pid, ID: st.Node, Term: st.Term, Leader: st.Leader})
 				}
 				sample := checker.LagSample{Time: s.now(), Node: name, ID: st.Node, Leader: st.Leader, Term: st.Term, Commit: st.Commit, Applied: st.Applied}
 				for _, m := range st.Members {
@@ -54,5 +66,8 @@ func (s *lagSampler) run(ctx context.Context) {
 		}
 		wg.Wait()
 		s.w.Flush()
+		if s.elections != nil {
+			s.elections.Flush()
+		}
 	}
 }

@@ -31,7 +31,7 @@ func (tidalDB) Name() string { return DBTidal }
 // Capabilities implements db.DB: every fault kind.
 func (tidalDB) Capabilities() nemesis.Capabilities {
 	return nemesis.Capabilities{DB: DBTidal, Has: []nemesis.Capability{nemesis.CapNetwork, nemesis.CapKill, nemesis.CapPause,
-		nemesis.CapLeader, nemesis.CapTransferLeader, nemesis.CapMembership, nemesis.CapDisk, nemesis.CapClock}}
+		nemesis.CapLeader, nemesis.CapTransferLeader, nemesis.CapMembership, nemesis.CapDisk, nemesis.CapClock, nemesis.CapStop, nemesis.CapElectionLog}}
 }
 
 // Setup implements db.DB.
@@ -95,8 +95,15 @@ func (t tidalDB) Check(in db.CheckInput) []checker.Result {
 				applied[n] = d.AppliedIndex
 			}
 		}
-		rs = append(rs, checker.LedgerCovering(ops, audits, applied, in.Audit))
+		// The applied state's counts, when the run read them: the ledger
+		// tells a short id memory from lost writes with them.
+		state, err := run.ReadEntityCounts()
+		if err != nil {
+			state = nil
+		}
+		rs = append(rs, checker.LedgerWithState(ops, audits, applied, in.Audit, state))
 	}
+	rs = append(rs, checker.Responses(ops))
 	kind := cfg.Workload.Kind
 	if kind == workload.Counter || kind == workload.Mixed {
 		rs = append(rs, checker.Counter(ops))
@@ -106,12 +113,43 @@ func (t tidalDB) Check(in db.CheckInput) []checker.Result {
 	if kind == workload.Embeddings || kind == workload.Mixed {
 		rs = append(rs, checker.Embeddings(ops, nodeNames(cfg.Nodes)))
 	}
+	rs = append(rs, electionResult(run, ops, in.Evidence))
 	if digestErr == nil {
 		rs = append(rs, checker.ConvergenceCovering(digests, in.Digest))
 	} else {
 		rs = append(rs, checker.Result{Name: "convergence", Valid: checker.Unknown, Summary: "digests unreadable: " + digestErr.Error()})
 	}
 	return rs
+}
+
+// electionResult judges election safety from elections.jsonl and the
+// node exits (checker.Election).
+func electionResult(run *report.Run, ops []history.Op, ev checker.NodeEvidence) checker.Result {
+	samples, found, err := run.ReadElections()
+	switch {
+	case err != nil:
+		return checker.Result{Name: "election", Valid: checker.Unknown, Summary: "election samples unreadable: " + err.Error()}
+	case !found:
+		return checker.Result{Name: "election", Valid: checker.Unknown, Summary: "the run has no election samples (" + report.ElectionsFile + "): a store from before they were taken"}
+	}
+	samples = append(samples, checker.LoggedLeaderClaims(ops)...)
+	logs := map[string]string{}
+	for _, n := range ev.Nodes {
+		logs[n] = filepath.Join(run.NodesDir(), n, "node.log")
+	}
+	el, err := checker.ReadElectionLogs(logs)
+	if err != nil {
+		r := checker.ElectionWithLogs(samples, ev.Exits, nil)
+		if r.Valid == checker.Valid {
+			r.Valid, r.Summary = checker.Unknown, r.Summary+"; node logs unreadable: "+err.Error()
+		}
+		return r
+	}
+	if len(el.Starts) == 0 {
+		// A store whose node logs were pruned: the samples alone.
+		return checker.ElectionWithLogs(samples, ev.Exits, nil)
+	}
+	return checker.ElectionWithLogs(samples, ev.Exits, &el)
 }
 
 // tidalCluster is a running tidal cluster as a db.Cluster. It embeds
@@ -145,8 +183,13 @@ func (t *tidalCluster) Observe(run *report.Run, now func() int64) (func(), error
 	if err != nil {
 		return nil, err
 	}
+	ew, err := run.ElectionWriter()
+	if err != nil {
+		lagw.Close()
+		return nil, err
+	}
 	sampleCtx, stopSampling := context.WithCancel(context.Background())
-	sampler := &lagSampler{c: t.c, now: now, interval: t.cfg.SampleInterval.D(), w: lagw}
+	sampler := &lagSampler{c: t.c, now: now, interval: t.cfg.SampleInterval.D(), w: lagw, elections: ew}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -156,6 +199,7 @@ func (t *tidalCluster) Observe(run *report.Run, now func() int64) (func(), error
 		stopSampling()
 		<-done
 		lagw.Close()
+		ew.Close()
 	}, nil
 }
 
@@ -168,6 +212,15 @@ func (t *tidalCluster) Serving(ctx context.Context, name string) error {
 
 func (t *tidalCluster) Collect(ctx context.Context, run *report.Run, out io.Writer, alive func(string) bool, ev *checker.NodeEvidence) {
 	collect(ctx, t.c, alive, run, out, ev)
+	if wc, err := t.cfg.Workload.WithDefaults(); err == nil {
+		switch wc.Kind {
+		case workload.Ledger, workload.Mixed:
+			collectEntityCounts(ctx, t.c, alive, run, out, wc.Entities)
+		case workload.Counter:
+			// No ledger entities: the counter keys the audits name.
+			collectEntityCounts(ctx, t.c, alive, run, out, 0)
+		}
+	}
 }
 
 func (t *tidalCluster) Close() error { return t.c.Close() }

@@ -43,6 +43,7 @@ type watchedExit struct {
 	pid       int
 	at        time.Time
 	requested bool
+	graceful  bool
 	status    checker.ExitStatus
 	logs      []checker.LogTail
 }
@@ -68,7 +69,7 @@ func (w *exitWatch) Launch(spec cluster.NodeSpec) (cluster.Handle, error) {
 	go func() {
 		<-h.Exited()
 		e := watchedExit{handle: wh, node: spec.Name, pid: h.PID(), at: time.Now(), requested: wh.requested.Load(),
-			status: exitStatusOf(h), logs: logTails(spec)}
+			graceful: wh.graceful.Load(), status: exitStatusOf(h), logs: logTails(spec)}
 		w.mu.Lock()
 		w.exits = append(w.exits, e)
 		w.mu.Unlock()
@@ -140,7 +141,7 @@ func (w *exitWatch) recorded(start time.Time, dir string) []checker.ProcessExit 
 			continue
 		}
 		out = append(out, checker.ProcessExit{Node: e.node, PID: e.pid, Time: e.at.Sub(start).Nanoseconds(),
-			Requested: e.requested, Status: e.status, Logs: relativeLogs(e.logs, dir)})
+			Requested: e.requested, Graceful: e.graceful, Status: e.status, Logs: relativeLogs(e.logs, dir)})
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Time < out[j].Time })
 	return out
@@ -154,6 +155,9 @@ type watchedHandle struct {
 	cluster.Handle
 	spec      cluster.NodeSpec
 	requested atomic.Bool
+	// graceful: the request was a SIGTERM (Terminate), after which the
+	// process must exit with status 0.
+	graceful  atomic.Bool
 	beforeArm bool        // started while the cluster was coming up
 	abandoned atomic.Bool // of a start attempt cluster.New gave up on
 }
@@ -172,8 +176,25 @@ func (h *watchedHandle) Kill() error {
 }
 
 func (h *watchedHandle) Terminate(ctx context.Context) error {
+	select {
+	case <-h.Exited():
+	default:
+		h.graceful.Store(true)
+	}
 	h.request()
 	return h.Handle.Terminate(ctx)
+}
+
+// ExitCode implements cluster.ExitReporter for the wrapped handle, so a
+// graceful stop through the watch still learns its exit status.
+func (h *watchedHandle) ExitCode() (int, string, bool) {
+	select {
+	case <-h.Exited():
+	default:
+		return 0, "", false
+	}
+	s := exitStatusOf(h.Handle)
+	return s.Code, s.Text, s.Code != -1 || s.Signal != ""
 }
 
 // exitStatusOf asks the backend's handle how its process ended; a backend

@@ -138,7 +138,12 @@ func ledgerWrite(cfg *Config, rng *rand.Rand, id *ids) call {
 	}
 	return call{f: history.FWrite, value: value, exec: func(ctx context.Context, c *client.Client) (any, client.Ack, error) {
 		ack, err := c.WriteSignals(ctx, events)
-		return nil, ack, err
+		if err != nil {
+			return nil, ack, err
+		}
+		done := value
+		done.Duplicates = &ack.Duplicates
+		return done, ack, nil
 	}}
 }
 
@@ -159,6 +164,7 @@ func counterAdd(key uint64, delta int64, id *ids, ts int64) call {
 			return nil, ack, err
 		}
 		done := value
+		done.Duplicates = &ack.Duplicates
 		if ts == 0 {
 			done.AckedMS = time.Now().UnixMilli()
 		}

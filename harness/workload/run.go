@@ -26,7 +26,11 @@ type Workload struct {
 	nextProc atomic.Int64 // the next process id to hand out
 	workers  atomic.Int64 // workers started by earlier Runs (seeds stay distinct)
 	progress progress
+	gate     Gate
 }
+
+// Gate is the gate every client passes before each op it starts.
+func (w *Workload) Gate() *Gate { return &w.gate }
 
 // New checks cfg and returns a workload that records into rec.
 func New(cfg Config, targets Targets, rec *history.Recorder) (*Workload, error) {
@@ -100,7 +104,12 @@ func (w *Workload) Run(ctx context.Context) error {
 	for i := range steps {
 		wk := &worker{w: w, index: int(first) + i, rng: rand.New(rand.NewPCG(w.cfg.Seed, uint64(first)+uint64(i)))}
 		wk.retire()
-		steps[i] = func() { wk.step(ctx) }
+		steps[i] = func() {
+			w.gate.Wait(issue)
+			if issue.Err() == nil {
+				wk.step(ctx)
+			}
+		}
 	}
 	Drive(issue, w.cfg.Rate, steps, func() { w.progress.shed.Add(1) })
 	stopRun()

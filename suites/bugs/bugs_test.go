@@ -160,7 +160,9 @@ var _ = Describe("planted defects are caught by the chaos checkers", Ordered, fu
 		for _, s := range []string{envVar, "ack-before-commit", "drop-dedup-on-restart",
 			"ack-before-fsync", "skip-dir-fsync", "drop-last-record-on-recovery", "ignore-fsync-error", "fdatasync failed; carrying on", "never-fsync",
 			// and the embeddings and aggregates checkers' (issue 9 items 15, 16).
-			"drop-vectors-in-snapshot", "window-off-by-one-bucket", "decay-wrong-half-life", "ignore-embedding-overwrite"} {
+			"drop-vectors-in-snapshot", "window-off-by-one-bucket", "decay-wrong-half-life", "ignore-embedding-overwrite",
+			// and the election and responses checkers'.
+			"vote-before-sync", "internal-error-on-valid-write", "valid write refused without proposing it"} {
 			Expect(bytes.Contains(normal, []byte(s))).To(BeFalse(), "the normal tidal-server binary should not contain %q", s)
 			Expect(bytes.Contains(buggy, []byte(s))).To(BeTrue(), "the tidalbugs binary should contain %q (else this check proves nothing)", s)
 		}
@@ -173,7 +175,7 @@ var _ = Describe("planted defects are caught by the chaos checkers", Ordered, fu
 		Expect(err).To(HaveOccurred(), "a tidalbugs node with an unknown defect should refuse to start:\n%s", msg)
 		Expect(string(msg)).To(ContainSubstring(`unknown defect "ack-before-comit"`))
 
-		o, s, warned := plantedRun(ctx, normalBins.TidalServer, "ack-before-commit,apply-twice-after-restart,local-linearizable-reads,drop-dedup-on-restart", runner.Config{
+		o, s, warned := plantedRun(ctx, normalBins.TidalServer, "ack-before-commit,apply-twice-after-restart,local-linearizable-reads,drop-dedup-on-restart,internal-error-on-valid-write", runner.Config{
 			Test: "bug-normal-build-ignores-switch", Nodes: 3, Seed: 9101, Duration: runner.Duration(12 * time.Second),
 			Nemesis: []string{"isolate-leader"}, Interval: runner.Duration(4 * time.Second), FaultDuration: runner.Duration(2 * time.Second),
 			Workload: workload.Config{Kind: workload.Ledger, Concurrency: 8, Rate: 200},

@@ -84,6 +84,17 @@ var checkerDefects = []checkerDefect{
 			Nemesis: []string{"partition-halves"}, Interval: runner.Duration(4 * time.Second), FaultDuration: runner.Duration(2 * time.Second),
 			Workload: workload.Config{Kind: workload.Counter, Concurrency: 8}},
 	},
+	{
+		// Every 20th valid POST /v1/signals is answered 500 without being
+		// proposed. Nothing is lost, doubled or wrong in any state: the
+		// client records the 500 as info (maybe applied), and an info
+		// write that never landed is allowed. Only the answers show it,
+		// at default settings and without faults.
+		name: "internal-error-on-valid-write", by: "responses", writes: history.FWrite,
+		blind: []string{"ledger", "convergence", "counter", "linearizable", "aggregates", "embeddings"},
+		cfg: runner.Config{Test: "bug-internal-error-on-valid-write", Nodes: 3, Seed: 9505, Duration: runner.Duration(10 * time.Second),
+			Workload: workload.Config{Kind: workload.Mixed, Concurrency: 8}},
+	},
 }
 
 // okOps counts the history's acknowledged ops of f.
@@ -99,7 +110,7 @@ func okOps(o *runner.Outcome, f string) int {
 	return n
 }
 
-var _ = Describe("planted defects are caught by the embeddings and aggregates checkers", func() {
+var _ = Describe("planted defects are caught by the embeddings, aggregates and responses checkers", func() {
 	for _, cd := range checkerDefects {
 		It(cd.name+": caught by "+cd.by, func(ctx SpecContext) {
 			cfg := cd.cfg

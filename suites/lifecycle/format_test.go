@@ -14,6 +14,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/tidaldb/tidal/tidal-server/client"
+	"github.com/tidaldb/tidal/tidal-server/peer"
 )
 
 // dirDigest hashes every file under dir (names and contents), to show a
@@ -102,10 +103,10 @@ var _ = Describe("format versions", func() {
 			return string(b)
 		}
 		Eventually(func() string { return logOf(1) }).WithTimeout(60*time.Second).WithPolling(200*time.Millisecond).Should(
-			And(ContainSubstring("refusing peer stream: incompatible peer protocol"), ContainSubstring("peer_protocol=3")),
+			And(ContainSubstring("refusing peer stream: incompatible peer protocol"), ContainSubstring(fmt.Sprintf("peer_protocol=%d", peer.ProtocolVersion+1))),
 			"node 1 refuses the newer node's streams, naming its protocol")
 		Eventually(func() string { return logOf(3) }).WithTimeout(60*time.Second).WithPolling(200*time.Millisecond).Should(
-			ContainSubstring("talks to protocol 3 or newer only"), "the newer node refuses node 1's, naming why")
+			ContainSubstring(fmt.Sprintf("talks to protocol %d or newer only", peer.ProtocolVersion+1)), "the newer node refuses node 1's, naming why")
 		metrics, err := client.New(addrs[0]).Metrics(context.Background())
 		Expect(err).NotTo(HaveOccurred())
 		Expect(string(metrics)).To(MatchRegexp(`tidal_peer_messages_dropped_total\{reason="protocol_version"\} [1-9]`))

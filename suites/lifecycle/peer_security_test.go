@@ -741,14 +741,24 @@ var _ = Describe("a node whose clock is off", Label("lifecycle"), func() {
 			return client.IsUnavailable(refused) && strings.Contains(refused.Error(), "--max-clock-skew")
 		}).WithTimeout(60*time.Second).WithPolling(250*time.Millisecond).Should(BeTrue(), "a write through the skewed member: %v", refused)
 		Expect(c.admin[skewed].Ready(ctx)).To(MatchError(ContainSubstring("--max-clock-skew")), "the skewed member says it is ready")
+		// Reads evaluated at its clock are refused as its writes are; a
+		// read at a named time does not use its clock and is served.
+		_, err := c.writer[skewed].Entity(ctx, 7, client.Local())
+		Expect(client.IsUnavailable(err) && strings.Contains(err.Error(), "--max-clock-skew") && strings.Contains(err.Error(), "?at=")).
+			To(BeTrue(), "a read at the skewed member's clock: %v", err)
+		_, err = c.writer[skewed].Top(ctx, "view", "1h", 10)
+		Expect(client.IsUnavailable(err) && strings.Contains(err.Error(), "--max-clock-skew")).To(BeTrue(), "top-k at the skewed member's clock: %v", err)
+		_, err = c.writer[skewed].Entity(ctx, 7, client.Local(), client.At(time.Now().UnixMilli()))
+		Expect(err).NotTo(HaveOccurred(), "a read at a named time through the skewed member")
 
 		Expect(os.WriteFile(offsetFile, []byte("0s\n"), 0o644)).To(Succeed())
-		var err error
 		Eventually(func() error {
 			_, err = c.writer[skewed].WriteSignals(ctx, []client.Event{{ID: "back-in-bounds", Entity: 7, Signal: "view"}})
 			return err
 		}).WithTimeout(90*time.Second).WithPolling(250*time.Millisecond).Should(Succeed(), "the member whose offset went back to 0s: %v", err)
 		Expect(c.admin[skewed].Ready(ctx)).To(Succeed())
+		_, err = c.writer[skewed].Entity(ctx, 7, client.Local())
+		Expect(err).NotTo(HaveOccurred(), "a read at the member's clock once it is back in bounds")
 		Expect(m.pid()).To(Equal(pid), "the member was restarted")
 		Expect(m.proc.exited).NotTo(BeClosed(), "the member exited")
 		Expect(logLines(m, regexp.MustCompile(`clock out of bounds: refusing writes`))).To(Equal(1))

@@ -35,13 +35,20 @@ type node struct {
 // `ulimit -f fileBlocks` (a file-size limit: writes past it fail with
 // EFBIG, a real I/O error the node must survive or fence on).
 func startNode(fileBlocks int, args ...string) *node {
-	var cmd *exec.Cmd
 	if fileBlocks >= 0 {
 		script := `ulimit -f "$1" && shift && exec "$@"`
-		cmd = exec.Command("/bin/sh", append([]string{"-c", script, "sh", fmt.Sprint(fileBlocks), bins.TidalServer}, args...)...)
-	} else {
-		cmd = exec.Command(bins.TidalServer, args...)
+		return startCommand(exec.Command("/bin/sh", append([]string{"-c", script, "sh", fmt.Sprint(fileBlocks), bins.TidalServer}, args...)...))
 	}
+	return startNodeOf(bins.TidalServer, args...)
+}
+
+// startNodeOf runs the tidal-server binary bin (another release's, say)
+// with args.
+func startNodeOf(bin string, args ...string) *node {
+	return startCommand(exec.Command(bin, args...))
+}
+
+func startCommand(cmd *exec.Cmd) *node {
 	n := &node{cmd: cmd, out: &process.Output{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = n.out, n.out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

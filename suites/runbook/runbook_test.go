@@ -77,6 +77,22 @@ type summaryRow struct {
 	budget           time.Duration
 	lost             int
 	failedBlock, dir string
+	// expected says what the spec expects of a run that should not pass
+	// plainly (a page that states a loss, a page broken on purpose), so
+	// that a false or a loss the spec asked for does not read as a failure.
+	expected string
+}
+
+// markExpected records, on the summary row of the run stored in dir, the
+// outcome its spec expects.
+func markExpected(dir, expected string) {
+	summaryMu.Lock()
+	defer summaryMu.Unlock()
+	for i := range summary {
+		if summary[i].dir == dir {
+			summary[i].expected = expected
+		}
+	}
 }
 
 var (
@@ -190,6 +206,7 @@ var _ = Describe("runbooks", func() {
 			o := executeWith(ctx, repoPath("runbooks", p.file), p.scenario, false, old)
 			expectPasses(o, p.file)
 			if p.loses {
+				markExpected(o.Run.Dir(), "loss stated by the page")
 				Expect(o.Loss).NotTo(BeNil(), "the scenario of %s measured no loss bound", p.file)
 				Expect(o.AckedLost()).To(BeNumerically(">", 0),
 					"expected the scenario to have made acknowledged writes that only the lost members had (the page states their loss)")
@@ -246,6 +263,7 @@ var _ = Describe("a broken runbook", func() {
 	// does not cause one.
 	It("fails through the checkers, not through a block's exit status", func(ctx SpecContext) {
 		o := execute(ctx, "testdata/replace-lost-disk-broken.md", runbook.LoseFollowerDisk, "--election-ticks=40")
+		markExpected(o.Run.Dir(), "false: broken on purpose")
 		Expect(o.Failed).To(BeNil(), "every block of the broken page should exit 0; the failure must come from the checkers")
 		Expect(o.Results.Valid).To(Equal(checker.Invalid), "expected the broken runbook's run to be judged false")
 		var caught []string
@@ -267,7 +285,7 @@ var _ = ReportAfterSuite("runbook summary", func(r Report) {
 		return
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-28s %-8s %10s %22s %11s  %s\n", "RUNBOOK", "VERDICT", "DURATION", "LONGEST WRITE OUTAGE", "ACKED LOST", "FAILED BLOCK / STORE")
+	fmt.Fprintf(&b, "%-28s %-8s %10s %22s %11s  %-26s %s\n", "RUNBOOK", "VERDICT", "DURATION", "LONGEST WRITE OUTAGE", "ACKED LOST", "EXPECTED", "FAILED BLOCK / STORE")
 	for _, s := range summary {
 		outage, lost := "unknown", "unknown"
 		if s.outage >= 0 {
@@ -280,8 +298,13 @@ var _ = ReportAfterSuite("runbook summary", func(r Report) {
 		if s.failedBlock != "" {
 			where = s.failedBlock + "  " + s.dir
 		}
-		fmt.Fprintf(&b, "%-28s %-8s %10s %22s %11s  %s\n", s.page, s.verdict, s.elapsed.Round(100*time.Millisecond), outage, lost, where)
+		expected := s.expected
+		if expected == "" {
+			expected = "true, none lost"
+		}
+		fmt.Fprintf(&b, "%-28s %-8s %10s %22s %11s  %-26s %s\n", s.page, s.verdict, s.elapsed.Round(100*time.Millisecond), outage, lost, expected, where)
 	}
+	b.WriteString("EXPECTED is what each spec requires; a spec passes only when its run matched it (the Ginkgo report above says which did).\n")
 	fmt.Print("\n" + b.String())
 	dir := repoPath("store", "runbook-suite")
 	if err := os.MkdirAll(dir, 0o755); err == nil {

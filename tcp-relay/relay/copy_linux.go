@@ -39,7 +39,7 @@ func writeFD(fd int, buf []byte) (int, syscall.Errno) {
 // relay's CPU per connection), during which sysmon could take the P
 // away. The socket is non-blocking, so the call never waits. (Measured
 // with the raw connect and the inherited keep-alive: a few percent of
-// relay CPU per connection, docs/performance.md.)
+// relay CPU per connection, bench/results/history-2026-12.md.)
 func (p *pump) closeWrite() {
 	_ = p.dstRaw.Control(func(fd uintptr) {
 		syscall.RawSyscall(syscall.SYS_SHUTDOWN, fd, syscall.SHUT_WR, 0)

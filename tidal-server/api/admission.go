@@ -296,6 +296,8 @@ func shedReason(err error) string {
 		return "expected_wait"
 	case errors.As(err, &eb):
 		return "inflight_bytes"
+	case errors.As(err, &ec) && ec.read:
+		return "clock_read"
 	case errors.As(err, &ec):
 		return "clock"
 	}

@@ -22,13 +22,27 @@ import (
 //
 // Options.ClockHealthy, when set, gates writes: a node whose clock is out
 // of bounds with its peers refuses writes (503, Retry-After) and fails
-// /readyz with the reason, until the check passes again.
+// /readyz with the reason, until the check passes again. It gates the
+// reads evaluated at this node's clock too (an entity's decayed scores
+// and windows, top-k, without ?at=): the replicated state is the same on
+// every node, but read at a clock two hours ahead a key's 1h window is
+// empty and its scores decayed by two hours — an answer that looks valid
+// and is not. A read that names its time (?at=) does not use the clock
+// and is served; so are reads that evaluate nothing at a time (nearest,
+// event locations, the audit routes, status).
 
-// errClock is the 503 for a write refused because this node's clock is
-// out of bounds.
-type errClock struct{ reason string }
+// errClock is the 503 for a write, or a read at this node's clock,
+// refused because this node's clock is out of bounds.
+type errClock struct {
+	reason string
+	read   bool
+}
 
 func (e *errClock) Error() string {
+	if e.read {
+		return "this node's clock is out of bounds, so it serves no read evaluated at its clock: " + e.reason +
+			"; read from another node, or name the time with ?at=<unix ms>"
+	}
 	return "this node's clock is out of bounds, so it takes no writes: " + e.reason
 }
 
@@ -45,6 +59,17 @@ func (h *handler) checkClock() error {
 		return &errClock{reason: reason}
 	}
 	return nil
+}
+
+// readNow is now for a read evaluated at this node's clock, or the
+// clock's refusal when Options.ClockHealthy says it is out of bounds.
+func (h *handler) readNow() (time.Time, error) {
+	if h.opts.ClockHealthy != nil {
+		if ok, reason := h.opts.ClockHealthy(); !ok {
+			return time.Time{}, &errClock{reason: reason, read: true}
+		}
+	}
+	return h.now(), nil
 }
 
 // stampAndBound stamps the events that came without ts with now and

@@ -59,8 +59,9 @@ func TestClockOffsetShiftsStampingAndTheBound(t *testing.T) {
 }
 
 // TestClockOutOfBoundsStopsWritesAndReadiness: while ClockHealthy says
-// no, writes get 503 with Retry-After and the reason, /readyz fails with
-// it, reads go on; once it says yes again, writes resume.
+// no, writes and reads at this node's clock get 503 with Retry-After and
+// the reason, /readyz fails with it, reads at a named time (?at=) go on;
+// once it says yes again, writes resume.
 func TestClockOutOfBoundsStopsWritesAndReadiness(t *testing.T) {
 	var healthy atomic.Bool
 	e := newEnv(t, Options{ClockHealthy: func() (bool, string) {
@@ -83,11 +84,23 @@ func TestClockOutOfBoundsStopsWritesAndReadiness(t *testing.T) {
 		}
 	}
 	e.wantNothingWritten()
-	if rec := e.get("/v1/entities/1"); rec.Code != http.StatusOK {
-		t.Fatalf("a read while the clock is out of bounds answered %d, want 200", rec.Code)
+	for _, path := range []string{"/v1/entities/1", "/v1/top?signal=view"} {
+		rec := e.get(path)
+		wantError(t, rec, http.StatusServiceUnavailable, CodeUnavailable, "")
+		if msg := rec.Body.String(); !strings.Contains(msg, "offset to a quorum exceeds 1m0s") || !strings.Contains(msg, "?at=") {
+			t.Fatalf("GET %s: %s does not give the clock's reason and the way out (?at=)", path, msg)
+		}
+	}
+	for _, path := range []string{"/v1/entities/1?at=1700000000000", "/v1/top?signal=view&at=1700000000000"} {
+		if rec := e.get(path); rec.Code != http.StatusOK {
+			t.Fatalf("GET %s (a read at a named time) while the clock is out of bounds answered %d %s, want 200", path, rec.Code, rec.Body)
+		}
 	}
 	if got := metricValue(t, e, `tidal_http_shed_total{reason="clock"}`); got != 2 {
 		t.Fatalf(`tidal_http_shed_total{reason="clock"} = %v, want 2`, got)
+	}
+	if got := metricValue(t, e, `tidal_http_shed_total{reason="clock_read"}`); got != 2 {
+		t.Fatalf(`tidal_http_shed_total{reason="clock_read"} = %v, want 2`, got)
 	}
 	healthy.Store(true)
 	want204(t, e.post("/v1/signals", `{"events":[{"id":"w","entity":1,"signal":"view"}]}`))

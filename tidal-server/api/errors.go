@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tidaldb/tidal/tidal-server/ledger"
 	"github.com/tidaldb/tidal/tidal-server/replica"
@@ -101,7 +102,19 @@ func toAPIError(err error) *Error {
 	if errors.As(err, &eb) || errors.As(err, &ec) {
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error(), RetryAfter: 1}
 	}
+	var te *replica.TransferError
+	if errors.As(err, &te) {
+		// raft drops every proposal while its leader hands leadership
+		// off, and abandons the transfer after an election timeout:
+		// certainly not applied, retry after that.
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error(), RetryAfter: retryAfterSeconds(te.RetryAfter)}
+	}
 	switch {
+	case errors.Is(err, replica.ErrTransferAbandoned):
+		// The target did not take over and was silent. Not a 503: a
+		// client retrying it would have the leader refuse every write
+		// and membership change for another election timeout.
+		return &Error{Status: http.StatusConflict, Code: CodeConflict, Message: err.Error()}
 	case errors.Is(err, ErrQueueFull), errors.Is(err, replica.ErrOverloaded):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error(), RetryAfter: 1}
 	case errors.Is(err, replica.ErrNoLeader), errors.Is(err, replica.ErrNoQuorum):
@@ -126,6 +139,13 @@ func toAPIError(err error) *Error {
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error()}
 	}
 	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: err.Error()}
+}
+
+// retryAfterSeconds is d as a Retry-After value: whole seconds, rounded
+// up, at least 1.
+func retryAfterSeconds(d time.Duration) int {
+	s := int((d + time.Second - 1) / time.Second)
+	return max(s, 1)
 }
 
 var errDeadline = errors.New("deadline passed before the read could be served")

@@ -45,6 +45,9 @@ func TestBackendErrorsMapToStatus(t *testing.T) {
 		{conflictErr{"id"}, 409, CodeConflict, "id", ""},
 		{&ledger.EventError{Index: 4, Err: &ledger.FieldError{Field: "weight", Message: "bad"}}, 400, CodeInvalid, "events[4].weight", ""},
 		{errBoom, 500, CodeInternal, "", ""},
+		{&replica.TransferError{Leader: 1, Transferee: 2, RetryAfter: 500 * time.Millisecond}, 503, CodeUnavailable, "", "1"},
+		{fmt.Errorf("write: %w", &replica.TransferError{Leader: 1, Transferee: 2, RetryAfter: 2500 * time.Millisecond}), 503, CodeUnavailable, "", "3"},
+		{fmt.Errorf("%w: leadership did not move", replica.ErrTransferAbandoned), 409, CodeConflict, "", ""},
 	}
 	writes := map[string]func(e *env) *httptest.ResponseRecorder{
 		"signals": func(e *env) *httptest.ResponseRecorder {

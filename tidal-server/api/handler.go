@@ -18,10 +18,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/tidaldb/tidal/tidal-server/bugs"
 	"github.com/tidaldb/tidal/tidal-server/ledger"
 	"github.com/tidaldb/tidal/tidal-server/replica"
 	"github.com/tidaldb/tidal/tidal-server/vectors"
@@ -67,8 +69,9 @@ type Options struct {
 	// check and default read times. TEST ONLY: it simulates a node whose
 	// clock is off (--test-clock-offset).
 	ClockOffset time.Duration
-	// ClockHealthy, when set, is asked before every write: false refuses
-	// the write with 503 and fails /readyz, both giving the reason.
+	// ClockHealthy, when set, is asked before every write and every read
+	// evaluated at this node's clock (no ?at=): false refuses them with
+	// 503 and fails /readyz, all giving the reason.
 	ClockHealthy func() (ok bool, reason string)
 
 	Logger   *slog.Logger
@@ -149,6 +152,9 @@ type handler struct {
 	// through a Store, and one made per request would allocate a store
 	// each time.
 	vectorCheck *vectors.Store
+	// plantedWrites counts valid POST /v1/signals for the tidalbugs
+	// defect InternalErrorOnValidWrite; unused in a normal build.
+	plantedWrites atomic.Uint64
 }
 
 // metricsPattern is the Prometheus route, served by promhttp.
@@ -386,6 +392,9 @@ func (h *handler) postSignals(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if bugs.Active(bugs.InternalErrorOnValidWrite) && h.plantedWrites.Add(1)%20 == 0 {
+		return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "planted defect: valid write refused without proposing it"}
+	}
 	ack, err := h.writeSignals(r.Context(), events)
 	if err != nil {
 		return err
@@ -485,10 +494,17 @@ func (h *handler) barrier(r *http.Request, def string) (context.Context, context
 	return ctx, cancel, nil
 }
 
+// readTime is the time a read evaluates decay and windows at: ?at= when
+// given, else this node's clock — refused (503, as writes are) while the
+// clock is out of bounds.
 func (h *handler) readTime(r *http.Request) (int64, error) {
 	s := r.URL.Query().Get("at")
 	if s == "" {
-		return h.now().UnixMilli(), nil
+		now, err := h.readNow()
+		if err != nil {
+			return 0, err
+		}
+		return now.UnixMilli(), nil
 	}
 	at, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || at <= 0 {

@@ -75,7 +75,20 @@ const (
 	// applies the same log the same way, so their digests agree: only
 	// reading the vectors back shows it (issue 9 item 15).
 	IgnoreEmbeddingOverwrite
+	// VoteBeforeSync answers a vote (MsgVoteResp) as soon as the term and
+	// vote it grants are staged in the WAL, before they are synced, and
+	// stages such a term/vote change without a sync of its own (hook:
+	// replica's stageAppend). A power cut right after the vote loses it:
+	// the node comes back at the old term, free to vote again in the term
+	// it already voted in. Only a cut within milliseconds of a vote shows
+	// it (power-cut-after-election).
+	VoteBeforeSync
+	// InternalErrorOnValidWrite answers every 20th valid POST /v1/signals
+	// (5%) with 500 internal without proposing it (hook: api's
+	// postSignals). Nothing is lost or applied twice, so only a checker
+	// that judges the answers themselves sees it.
+	InternalErrorOnValidWrite
 
 	// lastDefect is the highest Defect; tests walk 1..lastDefect.
-	lastDefect = IgnoreEmbeddingOverwrite
+	lastDefect = InternalErrorOnValidWrite
 )

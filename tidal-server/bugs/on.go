@@ -16,19 +16,21 @@ import (
 const EnvVar = "TIDAL_BUGS"
 
 var names = map[string]Defect{
-	"ack-before-commit":            AckBeforeCommit,
-	"apply-twice-after-restart":    ApplyTwiceAfterRestart,
-	"local-linearizable-reads":     LocalLinearizableReads,
-	"drop-dedup-on-restart":        DropDedupOnRestart,
-	"ack-before-fsync":             AckBeforeFsync,
-	"skip-dir-fsync":               SkipDirFsync,
-	"drop-last-record-on-recovery": DropLastRecordOnRecovery,
-	"ignore-fsync-error":           IgnoreFsyncError,
-	"never-fsync":                  NeverFsync,
-	"drop-vectors-in-snapshot":     DropVectorsInSnapshot,
-	"window-off-by-one-bucket":     WindowOffByOneBucket,
-	"decay-wrong-half-life":        DecayWrongHalfLife,
-	"ignore-embedding-overwrite":   IgnoreEmbeddingOverwrite,
+	"ack-before-commit":             AckBeforeCommit,
+	"apply-twice-after-restart":     ApplyTwiceAfterRestart,
+	"local-linearizable-reads":      LocalLinearizableReads,
+	"drop-dedup-on-restart":         DropDedupOnRestart,
+	"ack-before-fsync":              AckBeforeFsync,
+	"skip-dir-fsync":                SkipDirFsync,
+	"drop-last-record-on-recovery":  DropLastRecordOnRecovery,
+	"ignore-fsync-error":            IgnoreFsyncError,
+	"never-fsync":                   NeverFsync,
+	"drop-vectors-in-snapshot":      DropVectorsInSnapshot,
+	"window-off-by-one-bucket":      WindowOffByOneBucket,
+	"decay-wrong-half-life":         DecayWrongHalfLife,
+	"ignore-embedding-overwrite":    IgnoreEmbeddingOverwrite,
+	"vote-before-sync":              VoteBeforeSync,
+	"internal-error-on-valid-write": InternalErrorOnValidWrite,
 }
 
 // active is set once, before main runs, from TIDAL_BUGS; only Enable (unit

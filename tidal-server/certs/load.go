@@ -314,6 +314,28 @@ func (s *Store) ServerTLS() *tls.Config {
 	}
 }
 
+// VerifyClient verifies a client certificate chain (the leaf first, as a
+// TLS client presents it) as the client plane's handshake would now: with
+// the CA bundle in use (reloaded when the files changed) and the current
+// time, for client authentication. It is how a connection authenticated
+// before a reload is judged again (the ingest stream's Recheck).
+func (s *Store) VerifyClient(chain []*x509.Certificate) error {
+	if len(chain) == 0 {
+		return errors.New("no certificate presented")
+	}
+	inter := x509.NewCertPool()
+	for _, c := range chain[1:] {
+		inter.AddCert(c)
+	}
+	_, err := chain[0].Verify(x509.VerifyOptions{Roots: s.current().pool, Intermediates: inter, CurrentTime: s.now(),
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	var unknown x509.UnknownAuthorityError
+	if errors.As(err, &unknown) {
+		return errors.New("certificate not signed by any CA in ca.crt")
+	}
+	return err
+}
+
 // PeerServerTLS is the peer plane's server configuration: TLS 1.3, ALPN
 // h2 (gRPC), a client certificate required, verified against ca.crt and
 // naming a member (auth.MemberFromState reads which one). Whether that

@@ -804,3 +804,42 @@ func TestBinaryVectors(t *testing.T) {
 		t.Fatalf("content types %q and %q, want application/octet-stream", putType, queryType)
 	}
 }
+
+// A membership change refused while the leader transfers leadership (503
+// naming the transfer, with Retry-After) is retried after the Retry-After,
+// the same request resent; a transfer the leader abandoned (409) is not
+// retried, since asking again would refuse writes for another election
+// timeout.
+func TestAdminRetriesTransferRefusals(t *testing.T) {
+	transferring := func(w http.ResponseWriter) {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, "", "replica: leader transfer in progress from 1 to 2; the proposal was dropped by raft and not applied; retry after 1s")
+	}
+	rc := &recorder{script: []func(http.ResponseWriter){transferring, func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":4,"peer_addr":"127.0.0.1:7104"}`)
+	}}}
+	_, c := serve(t, rc)
+	if _, err := c.AddMember(context.Background(), Member{ID: 4, PeerAddr: "127.0.0.1:7104"}); err != nil {
+		t.Fatalf("add member after a transfer refusal: %v", err)
+	}
+	if rc.count() != 2 || !bytes.Equal(rc.bodies[0], rc.bodies[1]) {
+		t.Fatalf("expected the same request twice, server saw %q", rc.bodies)
+	}
+	if gap := rc.arrived[1].Sub(rc.arrived[0]); gap < 950*time.Millisecond {
+		t.Fatalf("retried after %v, before the server's Retry-After of 1s", gap)
+	}
+
+	rc = &recorder{script: []func(http.ResponseWriter){transferring}}
+	_, c = serve(t, rc, WithRetries(0))
+	_, err := c.AddMember(context.Background(), Member{ID: 4, PeerAddr: "127.0.0.1:7104"})
+	if !IsUnavailable(err) || IsIndefinite(err) || !strings.Contains(err.Error(), "leader transfer in progress") || !strings.Contains(err.Error(), "retry after 1s") {
+		t.Fatalf("expected a definite 503 naming the transfer and its Retry-After, got %v", err)
+	}
+
+	rc = &recorder{script: []func(http.ResponseWriter){status(http.StatusConflict), status(http.StatusNoContent)}}
+	_, c = serve(t, rc)
+	if err := c.TransferLeader(context.Background(), 2); !IsConflict(err) || rc.count() != 1 {
+		t.Fatalf("abandoned transfer: expected one 409, got %d requests: %v", rc.count(), err)
+	}
+}

@@ -58,6 +58,11 @@ func (e *APIError) Error() string {
 	return b.String()
 }
 
+// Answer returns the HTTP status and the error code the server answered:
+// what a recorder of outcomes (the chaos harness's history) keeps of it
+// apart from the message.
+func (e *APIError) Answer() (status int, code string) { return e.Status, e.Code }
+
 // RequestError is what every failed call returns: the last attempt's error
 // (an *APIError or a transport error) plus what the retries tell a caller
 // who must decide whether the write happened.

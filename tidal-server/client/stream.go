@@ -38,6 +38,9 @@ import (
 //	           | u64 node | u32 duplicates; else: u16 retry-after s | u64 leader
 //	           | u16 len | code | u16 len | field | u32 len | message
 //	           | u16 len | leader client address
+//
+// A Response with request id 0 is a notice about the stream (requests are
+// numbered from 1).
 const (
 	ingestMethod  = "/tidal.v1.Ingest/Stream"
 	ingestOp      = "gRPC " + ingestMethod
@@ -96,6 +99,13 @@ type ingestConn struct {
 	// definite says the stream ended before the server took any request
 	// (refused at open: credentials): its requests certainly did nothing.
 	definite bool
+	// endedBy is the node's streamEndTrailer: the node ended the stream
+	// itself after answering every request it started, so a request
+	// without an answer was not started. "" otherwise.
+	endedBy string
+	// draining: the node said the stream reached its age; new writes go
+	// on a new stream while this one delivers its answers.
+	draining atomic.Bool
 }
 
 type ingestAnswer struct {
@@ -157,7 +167,7 @@ func (s *IngestStream) stream() (*ingestConn, error) {
 	if s.closed {
 		return nil, errIngestClosed
 	}
-	if s.cur != nil {
+	if s.cur != nil && !s.cur.draining.Load() {
 		select {
 		case <-s.cur.done:
 		default:
@@ -185,9 +195,15 @@ func (ic *ingestConn) receive() {
 	answered := false
 	for {
 		if err := ic.cs.RecvMsg(&buf); err != nil {
-			refused := len(ic.cs.Trailer().Get(refusedAtOpenTrailer)) > 0
+			trailer := ic.cs.Trailer()
+			refused := len(trailer.Get(refusedAtOpenTrailer)) > 0
+			var endedBy string
+			if v := trailer.Get(streamEndTrailer); len(v) == 1 {
+				endedBy = v[0]
+			}
 			ic.mu.Lock()
 			ic.err, ic.definite = streamError(err), refused && !answered && isRefusedAtOpen(err)
+			ic.endedBy = endedBy
 			ic.mu.Unlock()
 			close(ic.done)
 			ic.cancel()
@@ -203,6 +219,13 @@ func (ic *ingestConn) receive() {
 			ic.cancel()
 			return
 		}
+		if req == 0 {
+			// A notice about the stream itself, not an answer.
+			if ans.err != nil && ans.err.Code == codeStreamMaxAge {
+				ic.draining.Store(true)
+			}
+			continue
+		}
 		ic.mu.Lock()
 		ch := ic.pending[req]
 		delete(ic.pending, req)
@@ -216,6 +239,53 @@ func (ic *ingestConn) receive() {
 // refusedAtOpenTrailer is the trailer key with which a node marks a
 // stream it refused before reading any request (ingest.RefusedAtOpenTrailer).
 const refusedAtOpenTrailer = "tidal-refused-at-open"
+
+// streamEndTrailer is the trailer key with which a node marks a stream
+// it ended itself once every request it started was answered — value
+// max-age, credentials or shutdown (ingest.StreamEndTrailer) — so that a
+// request left without an answer was certainly not started.
+const streamEndTrailer = "tidal-stream-end"
+
+// codeStreamMaxAge is the code of the node's notice that a stream reached
+// its age (--ingest-stream-max-age), and of the refusal of a request that
+// came after it stopped taking them (ingest.CodeStreamMaxAge).
+const codeStreamMaxAge = "stream_max_age"
+
+// errStreamAged: the request was not taken because its stream reached its
+// age; it is sent again on a new stream at once, not counted as a retry.
+var errStreamAged = errors.New("the ingest stream reached its maximum age before taking the request")
+
+// maxAgedResends bounds the free resends of one write after stream ages,
+// so that a node with a tiny --ingest-stream-max-age cannot keep a write
+// going round for ever.
+const maxAgedResends = 8
+
+// unanswered is the outcome of a request the stream ended without
+// answering, by how the stream ended.
+func (ic *ingestConn) unanswered(sendErr error) (retry, maybeApplied bool, err error) {
+	ic.mu.Lock()
+	serr, definite, endedBy := ic.err, ic.definite, ic.endedBy
+	ic.mu.Unlock()
+	if serr == nil {
+		serr = sendErr
+	}
+	ae := apiError(serr)
+	switch {
+	case ae != nil && definite:
+		// Refused at open: credentials (final) or too many streams (retry).
+		return ae.Status == http.StatusServiceUnavailable, false, ae
+	case endedBy == "":
+		// Cut (a broken connection, a killed node): the node may have
+		// taken the request.
+		return true, true, fmt.Errorf("stream ended before the answer: %w", serr)
+	case ae != nil && (ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden):
+		// Its credentials were taken away: final, and not taken.
+		return false, false, ae
+	case endedBy == "max-age":
+		return true, false, fmt.Errorf("%w: %w", errStreamAged, serr)
+	}
+	return true, false, fmt.Errorf("stream ended (%s) before the request was taken: %w", endedBy, serr)
+}
 
 // isRefusedAtOpen: the server refused the stream itself (credentials, or
 // too many streams open), before reading any request; only with the
@@ -256,6 +326,7 @@ func (s *IngestStream) WriteSignals(ctx context.Context, events []Event) (Ack, e
 	}
 	var (
 		attempts   int
+		aged       int // resends after stream ages
 		indefinite bool
 		last       error
 	)
@@ -277,6 +348,13 @@ func (s *IngestStream) WriteSignals(ctx context.Context, events []Event) (Ack, e
 			return ack, nil
 		}
 		last = err
+		if errors.Is(err, errStreamAged) && aged < maxAgedResends {
+			// Not taken, and the node asked for a new stream: send it
+			// there now, as the same attempt.
+			aged++
+			attempts--
+			continue
+		}
 		if !retry || attempts > s.cfg.retries || ctx.Err() != nil {
 			return fail(err)
 		}
@@ -320,16 +398,13 @@ func (s *IngestStream) attempt(ctx context.Context, body []byte) (ack Ack, retry
 		forget()
 		// The stream ended; the server may have read the request before.
 		<-ic.done
-		ic.mu.Lock()
-		serr, definite := ic.err, ic.definite
-		ic.mu.Unlock()
-		if serr == nil {
-			serr = err
+		select {
+		case a := <-ch:
+			return a.outcome()
+		default:
 		}
-		if ae := apiError(serr); ae != nil && definite {
-			return Ack{}, ae.Status == http.StatusServiceUnavailable, false, ae
-		}
-		return Ack{}, true, !definite, serr
+		retry, maybeApplied, err := ic.unanswered(err)
+		return Ack{}, retry, maybeApplied, err
 	}
 
 	var timeout <-chan time.Time
@@ -340,35 +415,44 @@ func (s *IngestStream) attempt(ctx context.Context, body []byte) (ack Ack, retry
 	}
 	select {
 	case a := <-ch:
-		if a.err == nil {
-			return a.ack, false, false, nil
-		}
-		switch st := a.err.Status; {
-		case st == http.StatusServiceUnavailable:
-			return Ack{}, true, false, a.err
-		case st == http.StatusGatewayTimeout:
-			return Ack{}, true, true, a.err
-		case st >= 500:
-			return Ack{}, false, true, a.err
-		default:
-			return Ack{}, false, false, a.err
-		}
+		return a.outcome()
 	case <-ic.done:
 		forget()
-		ic.mu.Lock()
-		serr, definite := ic.err, ic.definite
-		ic.mu.Unlock()
-		if ae := apiError(serr); ae != nil && definite {
-			// Refused at open: credentials (final) or too many streams (retry).
-			return Ack{}, ae.Status == http.StatusServiceUnavailable, false, ae
+		// An answer read before the stream ended is in ch by now (the
+		// receiver delivers it before closing done): it decides.
+		select {
+		case a := <-ch:
+			return a.outcome()
+		default:
 		}
-		return Ack{}, true, true, fmt.Errorf("stream ended before the answer: %w", serr)
+		retry, maybeApplied, err := ic.unanswered(nil)
+		return Ack{}, retry, maybeApplied, err
 	case <-ctx.Done():
 		forget()
 		return Ack{}, false, true, ctx.Err()
 	case <-timeout:
 		forget()
 		return Ack{}, true, true, fmt.Errorf("%w after %s", errAttemptTimeout, s.cfg.timeout)
+	}
+}
+
+// outcome is what an answer means for the attempt that got it.
+func (a ingestAnswer) outcome() (ack Ack, retry, maybeApplied bool, err error) {
+	if a.err == nil {
+		return a.ack, false, false, nil
+	}
+	switch st := a.err.Status; {
+	case st == http.StatusServiceUnavailable && a.err.Code == codeStreamMaxAge:
+		// Came after the stream stopped taking requests for its age.
+		return Ack{}, true, false, fmt.Errorf("%w: %w", errStreamAged, a.err)
+	case st == http.StatusServiceUnavailable:
+		return Ack{}, true, false, a.err
+	case st == http.StatusGatewayTimeout:
+		return Ack{}, true, true, a.err
+	case st >= 500:
+		return Ack{}, false, true, a.err
+	default:
+		return Ack{}, false, false, a.err
 	}
 }
 

@@ -19,10 +19,12 @@ package ingest
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"sync"
@@ -79,6 +81,23 @@ type Options struct {
 	// requests' slots). Defaults 30s / 10s.
 	KeepaliveTime    time.Duration
 	KeepaliveTimeout time.Duration
+	// MaxStreamAge ends a stream about this long after it opened (less up
+	// to a tenth, drawn per stream, so streams opened together do not all
+	// reconnect together), as gRPC's MaxConnectionAge ends connections: a
+	// stream outlives no credential, CA or node setting by more than this.
+	// Default 30m (--ingest-stream-max-age); negative: no bound.
+	MaxStreamAge time.Duration
+	// MaxStreamAgeGrace is how long a stream that reached its age keeps
+	// taking requests after telling the client so (an answer with request
+	// id 0 and code stream_max_age), for those already on the wire; then
+	// it stops taking them, answers those in flight and ends. Default 10s.
+	MaxStreamAgeGrace time.Duration
+	// VerifyClientCert verifies a client certificate chain as the client
+	// plane's TLS does now (certs.Store.VerifyClient: the CA bundle in
+	// use, the current time). Recheck ends the streams opened with a
+	// certificate that no longer verifies. Nil: certificates are checked
+	// for expiry only.
+	VerifyClientCert func(chain []*x509.Certificate) error
 
 	Logger   *slog.Logger
 	Registry prometheus.Registerer // nil: metrics are not registered
@@ -100,10 +119,31 @@ func (o *Options) setDefaults() {
 	if o.KeepaliveTimeout == 0 {
 		o.KeepaliveTimeout = 10 * time.Second
 	}
+	if o.MaxStreamAge == 0 {
+		o.MaxStreamAge = DefaultMaxStreamAge
+	}
+	if o.MaxStreamAgeGrace <= 0 {
+		o.MaxStreamAgeGrace = 10 * time.Second
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 }
+
+// DefaultMaxStreamAge is Options.MaxStreamAge's default.
+const DefaultMaxStreamAge = 30 * time.Minute
+
+// CodeStreamMaxAge is the code of the notice (request id 0) a stream
+// sends when it reached its age, and of the refusal of a request that
+// came after its grace: open a new stream and send it there.
+const CodeStreamMaxAge = "stream_max_age"
+
+// StreamEndTrailer is the trailer with which the node ends a stream on
+// its own — value max-age, credentials or shutdown — once every request
+// it started has been answered: a request the client sent on it and got
+// no answer for was certainly not started, so it can be sent again (with
+// the same ids in any case) on a new stream.
+const StreamEndTrailer = "tidal-stream-end"
 
 // Service is the ingest stream over one node's write path.
 type Service struct {
@@ -113,6 +153,9 @@ type Service struct {
 	metrics *metrics
 	open    atomic.Int64 // streams open (MaxStreams)
 
+	mu      sync.Mutex
+	streams map[*streamState]struct{} // open streams, for Recheck
+
 	drain     chan struct{} // closed by Shutdown: streams stop taking requests
 	drainOnce sync.Once
 }
@@ -120,7 +163,7 @@ type Service struct {
 // New builds the service; Serve starts it on a listener.
 func New(in *api.Ingest, opts Options) *Service {
 	opts.setDefaults()
-	s := &Service{in: in, opts: opts, metrics: newMetrics(opts.Registry), drain: make(chan struct{})}
+	s := &Service{in: in, opts: opts, metrics: newMetrics(opts.Registry), drain: make(chan struct{}), streams: map[*streamState]struct{}{}}
 	sopts := []grpc.ServerOption{
 		grpc.ForceServerCodec(rawCodec{}),
 		// A request over --max-body-bytes is answered 413, as a body
@@ -174,12 +217,21 @@ func (s *Service) Shutdown(ctx context.Context) {
 	}
 }
 
+// credential is what a stream authenticated with at open, kept so that
+// Recheck can ask again whether it is still good.
+type credential struct {
+	authorization []string              // the authorization metadata; empty: by certificate
+	verified      [][]*x509.Certificate // the handshake's verified chains (certificate)
+	chain         []*x509.Certificate   // the certificates the client presented
+	principal     auth.Principal
+}
+
 // authenticate applies the client plane's rules to a stream: a bearer
 // token in the "authorization" metadata, else the verified client
 // certificate; the writer role at least.
-func (s *Service) authenticate(ctx context.Context) error {
+func (s *Service) authenticate(ctx context.Context) (credential, error) {
 	if !s.opts.Auth {
-		return nil
+		return credential{}, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	var cs *tls.ConnectionState
@@ -188,16 +240,115 @@ func (s *Service) authenticate(ctx context.Context) error {
 			cs = &info.State
 		}
 	}
-	pr, err := auth.Authenticate(md.Get("authorization"), cs, s.opts.Tokens)
+	c := credential{authorization: md.Get("authorization")}
+	if cs != nil {
+		c.verified, c.chain = cs.VerifiedChains, cs.PeerCertificates
+	}
+	pr, err := auth.Authenticate(c.authorization, cs, s.opts.Tokens)
 	if err != nil {
 		s.metrics.refusedStreams.WithLabelValues("unauthenticated").Inc()
-		return status.Error(codes.Unauthenticated, err.Error())
+		return c, status.Error(codes.Unauthenticated, err.Error())
 	}
+	c.principal = pr
 	if !pr.Role.Allows(auth.Writer) {
 		s.metrics.refusedStreams.WithLabelValues("permission_denied").Inc()
-		return status.Error(codes.PermissionDenied, fmt.Sprintf("%s needs role %s; %s %q has role %s", FullMethod, auth.Writer, pr.Via, pr.Name, pr.Role))
+		return c, status.Error(codes.PermissionDenied, fmt.Sprintf("%s needs role %s; %s %q has role %s", FullMethod, auth.Writer, pr.Via, pr.Name, pr.Role))
+	}
+	return c, nil
+}
+
+// byCertificate: the stream authenticated with its client certificate.
+func (c credential) byCertificate() bool {
+	return c.principal.Via == auth.ViaCert && len(c.verified) > 0
+}
+
+// recheck asks again whether a stream's credential is good, as a stream
+// opened now with it would be asked: nil, or the status that ends the
+// stream, naming the credential and why.
+func (s *Service) recheck(c credential, now time.Time) error {
+	if !s.opts.Auth {
+		return nil
+	}
+	var cs *tls.ConnectionState
+	if c.byCertificate() {
+		leaf := c.verified[0][0]
+		if now.After(leaf.NotAfter) {
+			return status.Error(codes.Unauthenticated, fmt.Sprintf("the client certificate of %q this stream opened with expired at %s; open a new stream with a valid one (nothing sent after this was taken)",
+				c.principal.Name, leaf.NotAfter.UTC().Format(time.RFC3339)))
+		}
+		if v := s.opts.VerifyClientCert; v != nil {
+			if err := v(c.chain); err != nil {
+				return status.Error(codes.Unauthenticated, fmt.Sprintf("the client certificate of %q this stream opened with no longer verifies against the node's CA bundle: %v (nothing sent after this was taken)",
+					c.principal.Name, err))
+			}
+		}
+		cs = &tls.ConnectionState{VerifiedChains: c.verified}
+	}
+	pr, err := auth.Authenticate(c.authorization, cs, s.opts.Tokens)
+	if err != nil {
+		return status.Error(codes.Unauthenticated, fmt.Sprintf("the credentials of %s %q this stream opened with are no longer valid: %v (nothing sent after this was taken)",
+			c.principal.Via, c.principal.Name, err))
+	}
+	if !pr.Role.Allows(auth.Writer) {
+		return status.Error(codes.PermissionDenied, fmt.Sprintf("%s %q this stream opened with now has role %s; %s needs role %s (nothing sent after this was taken)",
+			pr.Via, pr.Name, pr.Role, FullMethod, auth.Writer))
 	}
 	return nil
+}
+
+// Recheck asks every open stream's credential again (the node calls it
+// after reloading its tokens file and certificates, on SIGHUP) and ends
+// the streams whose credential is no longer good: a token removed or
+// lowered below writer, a client certificate that expired or no longer
+// verifies against the CA bundle. Such a stream stops taking requests at
+// once (those still arriving are answered 401 / 403, not taken), answers
+// those in flight — taken while the credential was good — and ends
+// Unauthenticated or PermissionDenied with the reason. It returns the
+// number of streams ended.
+func (s *Service) Recheck() int {
+	s.mu.Lock()
+	open := make([]*streamState, 0, len(s.streams))
+	for st := range s.streams {
+		open = append(open, st)
+	}
+	s.mu.Unlock()
+	now := time.Now()
+	ended := map[codes.Code]int{}
+	var first string
+	for _, st := range open {
+		if err := s.recheck(st.cred, now); err != nil && s.end(st, err, "credentials") {
+			ended[status.Code(err)]++
+			if first == "" {
+				first = status.Convert(err).Message()
+			}
+		}
+	}
+	if n := ended[codes.Unauthenticated] + ended[codes.PermissionDenied]; n > 0 {
+		s.opts.Logger.Warn("ingest streams ended: their credentials are no longer valid",
+			"unauthenticated", ended[codes.Unauthenticated], "permission_denied", ended[codes.PermissionDenied], "first", first)
+		return n
+	}
+	return 0
+}
+
+// end stops st taking requests and has its handler end it with err once
+// those in flight are answered; reason is the StreamEndTrailer's value.
+// It returns false if st was already ending.
+func (s *Service) end(st *streamState, err error, reason string) bool {
+	ended := false
+	st.endOnce.Do(func() {
+		ended = true
+		ae := &api.Error{Status: 401, Code: auth.CodeUnauthenticated, Message: status.Convert(err).Message()}
+		label := "unauthenticated"
+		if status.Code(err) == codes.PermissionDenied {
+			ae.Status, ae.Code, label = 403, auth.CodePermissionDenied, "permission_denied"
+		}
+		st.stopWith(ae, "") // not admission: no shed reason
+		st.endErr, st.endReason = err, reason
+		s.metrics.endedStreams.WithLabelValues(label).Inc()
+		close(st.ended)
+	})
+	return ended
 }
 
 // RefusedAtOpenTrailer marks, in the trailer, a stream the node refused
@@ -218,7 +369,8 @@ var refusedAtOpen = metadata.Pairs(RefusedAtOpenTrailer, "1")
 // its own (issue 14: one hand-off in and one out fewer than a dispatch
 // loop and a sender goroutine cost).
 func (s *Service) serveStream(_ any, ss grpc.ServerStream) error {
-	if err := s.authenticate(ss.Context()); err != nil {
+	cred, err := s.authenticate(ss.Context())
+	if err != nil {
 		ss.SetTrailer(refusedAtOpen)
 		return err
 	}
@@ -233,24 +385,77 @@ func (s *Service) serveStream(_ any, ss grpc.ServerStream) error {
 	defer s.metrics.streams.Dec()
 	ctx := ss.Context()
 
-	st := &streamState{ss: ss}
+	st := &streamState{ss: ss, cred: cred, ended: make(chan struct{})}
+	s.mu.Lock()
+	s.streams[st] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.streams, st)
+		s.mu.Unlock()
+	}()
 	recvDone := make(chan error, 1)
 	go func() { recvDone <- s.receive(ctx, st) }()
 
+	// A certificate's expiry ends the stream at that moment: no SIGHUP
+	// marks it.
+	var expired <-chan time.Time
+	if cred.byCertificate() {
+		t := time.NewTimer(time.Until(cred.verified[0][0].NotAfter) + time.Millisecond)
+		defer t.Stop()
+		expired = t.C
+	}
+	var aged, graceOver <-chan time.Time
+	if age := s.opts.MaxStreamAge; age > 0 {
+		t := time.NewTimer(age - rand.N(age/10+1))
+		defer t.Stop()
+		aged = t.C
+	}
+
 	var endErr error
-	select {
-	case err := <-recvDone:
-		if err != nil && !errors.Is(err, io.EOF) {
-			endErr = err
+	endReason := ""
+	for done := false; !done; {
+		select {
+		case err := <-recvDone:
+			if err != nil && !errors.Is(err, io.EOF) {
+				endErr = err
+			}
+			done = true
+		case <-s.drain:
+			// Requests received from now on are not started (certainly not
+			// applied); those started are answered below.
+			st.stopWith(&api.Error{Status: 503, Code: api.CodeUnavailable, RetryAfter: 1,
+				Message: "node is shutting down; this request was not taken"}, "shutdown")
+			endErr = status.Error(codes.Unavailable, "node is shutting down; every request answered before this was taken or refused as said")
+			endReason, done = "shutdown", true
+		case <-expired:
+			expired = nil
+			if err := s.recheck(cred, time.Now()); err != nil {
+				s.end(st, err, "credentials")
+			}
+		case <-st.ended:
+			endErr, endReason, done = st.endErr, st.endReason, true
+		case <-aged:
+			// Tell the client to open a new stream; keep taking what it
+			// sent before it heard, for the grace.
+			aged = nil
+			st.send(s.notice(CodeStreamMaxAge, fmt.Sprintf("this stream reached its maximum age (--ingest-stream-max-age %v): send new requests on a new stream; this one ends once those in flight are answered", s.opts.MaxStreamAge)))
+			t := time.NewTimer(s.opts.MaxStreamAgeGrace)
+			defer t.Stop()
+			graceOver = t.C
+		case <-graceOver:
+			st.stopWith(&api.Error{Status: 503, Code: CodeStreamMaxAge, RetryAfter: 0,
+				Message: fmt.Sprintf("this stream reached its maximum age (--ingest-stream-max-age %v) and takes no more requests; this one was not taken: send it on a new stream", s.opts.MaxStreamAge)}, "")
+			s.metrics.endedStreams.WithLabelValues("max_age").Inc()
+			endErr = status.Error(codes.Unavailable, fmt.Sprintf("ingest stream reached its maximum age (--ingest-stream-max-age %v); every request answered before this was taken or refused as said, open a new stream", s.opts.MaxStreamAge))
+			endReason, done = "max-age", true
 		}
-	case <-s.drain:
-		// Requests received from now on are not started (certainly not
-		// applied); those started are answered below.
-		st.stop()
-		endErr = status.Error(codes.Unavailable, "node is shutting down; every request answered before this was taken or refused as said")
 	}
 	st.wg.Wait()
 	st.closeSend()
+	if endReason != "" {
+		ss.SetTrailer(metadata.Pairs(StreamEndTrailer, endReason))
+	}
 	if endErr != nil {
 		if _, ok := status.FromError(endErr); ok {
 			return endErr
@@ -264,11 +469,22 @@ func (s *Service) serveStream(_ any, ss grpc.ServerStream) error {
 // share.
 type streamState struct {
 	ss       grpc.ServerStream
+	cred     credential
 	inflight atomic.Int64
 	wg       sync.WaitGroup
 
-	mu      sync.Mutex // guards stopped
+	mu      sync.Mutex // guards stopped, refusal, refusalReason
 	stopped bool       // no request is started any more
+	// refusal answers a request that arrives once stopped; refusalReason
+	// is its tidal_ingest_shed_total reason ("" for none).
+	refusal       *api.Error
+	refusalReason string
+
+	// Service.end: the stream is to end with endErr (trailer endReason).
+	endOnce   sync.Once
+	ended     chan struct{}
+	endErr    error
+	endReason string
 
 	// sendMu serializes SendMsg and guards the fields below. It is not mu:
 	// a send blocked by flow control (a client slow to read its answers)
@@ -294,6 +510,27 @@ func (st *streamState) stop() {
 	st.mu.Lock()
 	st.stopped = true
 	st.mu.Unlock()
+}
+
+// stopWith stops the stream taking requests; those that arrive from now
+// on are answered ae (the first stop's answer stays).
+func (st *streamState) stopWith(ae *api.Error, reason string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.refusal == nil {
+		st.refusal, st.refusalReason = ae, reason
+	}
+	st.stopped = true
+}
+
+// refusalFor is the answer to a request that arrived once stopped.
+func (st *streamState) refusalFor() (*api.Error, string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.refusal == nil {
+		return &api.Error{Status: 503, Code: api.CodeUnavailable, RetryAfter: 1, Message: "this stream takes no more requests; this one was not taken"}, ""
+	}
+	return st.refusal, st.refusalReason
 }
 
 // send writes one answer. After a failed send the stream is gone and
@@ -342,10 +579,11 @@ func (s *Service) dispatch(ctx context.Context, msg []byte, st *streamState) err
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	if !st.start() {
-		// Received while shutting down: refused, certainly not applied
-		// (dropped unanswered if the stream already ended).
-		st.send(s.refuse(req, &api.Error{Status: 503, Code: api.CodeUnavailable, RetryAfter: 1,
-			Message: "node is shutting down; this request was not taken"}, "shutdown"))
+		// Received once the stream stopped taking requests (shutdown,
+		// credentials no longer good, its age): refused, certainly not
+		// applied (dropped unanswered if the stream already ended).
+		ae, reason := st.refusalFor()
+		st.send(s.refuse(req, ae, reason))
 		return nil
 	}
 	if n := st.inflight.Add(1); n > int64(s.opts.MaxInflightPerStream) {
@@ -398,6 +636,13 @@ func (s *Service) answerErr(req uint64, err error, start time.Time) []byte {
 	return s.refuse(req, ae, reason)
 }
 
+// notice is an answer to no request (request id 0): news about the
+// stream itself. Clients number requests from 1, and one that does not
+// know a notice finds no request waiting for id 0 and drops it.
+func (s *Service) notice(code, msg string) []byte {
+	return encodeRefusal(0, refusal{status: 503, code: code, message: msg})
+}
+
 // refuse encodes an error answer with the leader hint, counting it.
 func (s *Service) refuse(req uint64, ae *api.Error, shedReason string) []byte {
 	s.metrics.requests.WithLabelValues(strconv.Itoa(ae.Status)).Inc()
@@ -417,6 +662,7 @@ type metrics struct {
 	requests       *prometheus.CounterVec
 	shed           *prometheus.CounterVec
 	refusedStreams *prometheus.CounterVec
+	endedStreams   *prometheus.CounterVec
 	latencyOK      prometheus.Observer
 	latencyErr     prometheus.Observer
 }
@@ -435,11 +681,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "gRPC ingest requests refused by admission (503 + retry-after), by rule: inflight_stream, inflight_writes, expected_wait, inflight_bytes, clock, shutdown."}, []string{"reason"}),
 		refusedStreams: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tidal_ingest_streams_refused_total",
 			Help: "gRPC ingest streams refused at open: unauthenticated, permission_denied or max_streams."}, []string{"reason"}),
+		endedStreams: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tidal_ingest_streams_ended_total",
+			Help: "gRPC ingest streams the node ended while open: unauthenticated or permission_denied (credentials no longer good after a reload, or a certificate expired), max_age (--ingest-stream-max-age)."}, []string{"reason"}),
 		latencyOK:  latency.WithLabelValues("ok"),
 		latencyErr: latency.WithLabelValues("error"),
 	}
 	if reg != nil {
-		reg.MustRegister(m.streams, m.inflight, m.requests, m.shed, m.refusedStreams, latency)
+		reg.MustRegister(m.streams, m.inflight, m.requests, m.shed, m.refusedStreams, m.endedStreams, latency)
 	}
 	return m
 }

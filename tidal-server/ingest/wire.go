@@ -23,7 +23,10 @@ import (
 //	                       | u16 len | leader client address
 //
 // The status and code are the HTTP API's (400 invalid_argument, 409,
-// 413, 503 with retry-after, 504 timeout, ...). Package client holds its
+// 413, 503 with retry-after, 504 timeout, ...). Request id 0 is
+// reserved: a Response with id 0 answers no request but is a notice about
+// the stream itself (code stream_max_age: send new requests on a new
+// stream). Package client holds its
 // own copy of this encoding (it imports no tidal package); the tests in
 // this package check one against the other.
 const (

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -67,6 +68,14 @@ func TestApplyAtRefusals(t *testing.T) {
 	if _, err := l.ApplyAt(1, 1, 2, []Event{ev("c", 1), ev("a", 2)}); !errors.As(err, &ce) || ce.Previous.Index != 1 || ce.Previous.Position != 0 {
 		t.Fatalf("expected a conflict with a at (1, 0), found %v", err)
 	}
+	// The refused command's span is consumed all the same; a command
+	// after it must start where it ended.
+	if _, err := l.ApplyAt(1, 1, 4, []Event{ev("d", 1)}); err == nil || errors.Is(err, ErrAlreadyApplied) {
+		t.Fatalf("ApplyAt at position 4 before 2..3 were consumed: %v, expected a gap refused", err)
+	}
+	if err := l.Consume(1, 2, Span(2)); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := l.ApplyAt(1, 1, 4, []Event{ev("d", 1)}); err != nil {
 		t.Fatal(err)
 	}
@@ -84,8 +93,74 @@ func TestApplyAtRefusals(t *testing.T) {
 			t.Errorf("ApplyAt(%d, first %d) after (1, next 5): %v, expected ErrAlreadyApplied", tc.index, tc.first, err)
 		}
 	}
+	if err := l.Consume(1, 4, 1); !errors.Is(err, ErrAlreadyApplied) {
+		t.Errorf("Consume(1, 4) after (1, next 5): %v, expected ErrAlreadyApplied", err)
+	}
+	if _, err := l.ApplyAt(2, 1, 1, []Event{ev("e", 1)}); err == nil || errors.Is(err, ErrAlreadyApplied) {
+		t.Errorf("ApplyAt(2, first 1) as an entry's first command: %v, expected a gap refused", err)
+	}
 	l.SetApplied(2) // an entry without events
 	if _, err := l.ApplyAt(3, 1, 0, []Event{ev("e", 1)}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A command without events (an embedding put) takes a position
+// (Consume), so the signals packed after it start past it instead of at
+// its position, where they would look like its replay. Whatever kinds an
+// entry packs, each of its commands applies once, and each again (a
+// replay, live or after a restore) is refused.
+func TestConsumeTakesAPosition(t *testing.T) {
+	l := New(DefaultSchema(), Options{})
+	ev := func(id string) Event { return Event{ID: id, Entity: 1, Signal: "view", Weight: 1, TS: t0} }
+	// Entry 1: embedding, signals ×2, embedding, signals.
+	type cmd struct{ events []Event }
+	entry := []cmd{{nil}, {[]Event{ev("a"), ev("b")}}, {nil}, {[]Event{ev("c")}}}
+	apply := func(l *Ledger) []error {
+		var errs []error
+		pos := uint32(0)
+		for _, c := range entry {
+			var err error
+			if c.events == nil {
+				err = l.Consume(1, pos, Span(0))
+			} else {
+				_, err = l.ApplyAt(1, 1, pos, c.events)
+			}
+			errs = append(errs, err)
+			pos += Span(len(c.events))
+		}
+		l.FinishEntry()
+		return errs
+	}
+	for i, err := range apply(l) {
+		if err != nil {
+			t.Fatalf("command %d: %v", i, err)
+		}
+	}
+	for id, want := range map[string]int{"a": 1, "b": 2, "c": 4} {
+		if loc, ok := l.Lookup(id); !ok || loc.Index != 1 || loc.Position != want {
+			t.Errorf("%s at %+v, expected index 1 position %d", id, loc, want)
+		}
+	}
+	if l.EntryOpen() {
+		t.Fatal("entry open after FinishEntry")
+	}
+	var snap bytes.Buffer
+	if err := l.Snapshot(&snap); err != nil {
+		t.Fatal(err)
+	}
+	restored := New(DefaultSchema(), Options{})
+	if err := restored.Restore(&snap); err != nil {
+		t.Fatal(err)
+	}
+	for what, led := range map[string]*Ledger{"live": l, "restored": restored} {
+		for i, err := range apply(led) {
+			if !errors.Is(err, ErrAlreadyApplied) {
+				t.Errorf("%s: replayed command %d: %v, expected ErrAlreadyApplied", what, i, err)
+			}
+		}
+	}
+	if l.Digest() != restored.Digest() {
+		t.Fatal("digests differ after the replays")
 	}
 }

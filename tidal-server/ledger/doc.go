@@ -6,7 +6,8 @@
 // # Determinism
 //
 // The replication layer calls Apply once per committed log entry that
-// carries signals, in log order, on every node, and SetApplied for every
+// carries signals (ApplyAt and Consume per command of a packed entry, then
+// FinishEntry), in log order, on every node, and SetApplied for every
 // other entry. The ledger reads no clock, does no I/O except Snapshot and
 // Restore, and starts no goroutines: its state is a function of the
 // applied log prefix alone, and Digest (a sha256 of the canonical
@@ -83,12 +84,19 @@
 // refresh its id. The id memory is replicated state: it is in Snapshot
 // and Digest, and survives restarts through them.
 //
-// An entry may pack several commands (replica's packed proposals):
-// ApplyAt applies each at the entry's index, its events at consecutive
-// positions after the previous command's, each command atomic on its own;
+// An entry may pack several commands (replica's packed proposals), of
+// every kind: signals batches, embedding puts. Each takes a span of
+// positions of the entry (Span: one per event, one for a command without
+// events), from 0, in order, with no gap, refused or not. ApplyAt applies
+// a signals command at its span, atomic on its own; Consume takes the span
+// of a command that folds nothing (an embedding put, a refused command);
+// a command whose span starts below the applied position (index,
+// position) is a replay and wraps ErrAlreadyApplied, whatever its kind.
 // FinishEntry after the last one is where the memory rotates, so rotation
 // stays at entry boundaries (and the bound above counts the entry's
-// events as one batch).
+// events as one batch). State is captured only between entries
+// (EntryOpen is false there), so a snapshot's applied index means "that
+// entry whole", and a restored ledger refuses every command of it.
 //
 // # Snapshots
 //
@@ -100,7 +108,7 @@
 //
 // # Concurrency
 //
-// A Ledger is safe for concurrent use. Apply, ApplyAt, FinishEntry,
-// SetApplied and Restore take an exclusive lock; Get, Top, Lookup, Check, Digest, Snapshot and Stats a
+// A Ledger is safe for concurrent use. Apply, ApplyAt, Consume,
+// FinishEntry, SetApplied and Restore take an exclusive lock; Get, Top, Lookup, Check, Digest, Snapshot and Stats a
 // shared one. AuditEvents copies the ids and calls its callback unlocked.
 package ledger

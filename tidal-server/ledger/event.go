@@ -76,9 +76,10 @@ func (e *ConflictError) Error() string {
 		e.Entity, e.Signal, fmtWeight(e.Weight))
 }
 
-// ErrAlreadyApplied is wrapped by Apply's error when the entry's index is
-// not above the applied index: applying a log position twice would fold its
-// events twice, so it is refused as a caller bug.
+// ErrAlreadyApplied is wrapped by the error of Apply, ApplyAt and Consume
+// when the command's position (entry index, first position: see Span) is
+// below the applied position: applying a log position twice would fold
+// its events twice, so it is refused as a replay.
 var ErrAlreadyApplied = errors.New("ledger: log index already applied")
 
 func fmtWeight(w float64) string { return strconv.FormatFloat(w, 'g', -1, 64) }

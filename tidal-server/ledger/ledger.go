@@ -37,9 +37,11 @@ type Ledger struct {
 	sigs      []sigSpec
 	idsPerGen int
 
+	// (applied, nextPos) is the applied position (see Span): every
+	// position of the entries below applied, and positions 0..nextPos-1
+	// of the entry at applied, are consumed. nextPos is entryDone once
+	// that entry is finished (FinishEntry, SetApplied, Restore).
 	applied uint64
-	// nextPos is the first position after the last command applied at
-	// the applied index (ApplyAt); 0 after SetApplied moves on.
 	nextPos uint32
 	// Entity state, laid out as entities.go describes: ids[s] is the
 	// entity of slot s, index maps ids to slots; cells and window records
@@ -139,7 +141,7 @@ func New(s Schema, o Options) *Ledger {
 }
 
 func (l *Ledger) reset() {
-	l.applied, l.nextPos = 0, 0
+	l.applied, l.nextPos = 0, entryDone
 	l.index = newEntityTable()
 	l.ids, l.cells, l.wins, l.nwins, l.spills = nil, nil, nil, 0, spillArena{}
 	l.keys, l.buckets = 0, 0
@@ -156,7 +158,9 @@ type Result struct {
 	Duplicates int // events whose id and payload were already applied: acknowledged, not folded
 }
 
-// Apply folds the events of the committed log entry at (index, term).
+// Apply folds the events of the committed log entry at (index, term),
+// an entry that carries this one command: ApplyAt at position 0, then
+// FinishEntry.
 //
 // It is atomic: either every event is folded or recognised as a retry and
 // the applied index becomes index, or an error is returned and nothing
@@ -176,12 +180,45 @@ func (l *Ledger) Apply(index, term uint64, events []Event) (Result, error) {
 	return res, err
 }
 
-// FinishEntry ends the entry whose commands ApplyAt applied: the id
-// memory rotates here, at the entry boundary, by count of ids, never by
-// time — the generation dropped holds only ids older than the
-// IDsPerGeneration ids now in the previous generation. Apply calls it
-// itself; a caller of ApplyAt calls it after the entry's last command,
-// whatever that command's outcome.
+// entryDone is nextPos once the entry at the applied index is finished:
+// above every position a command can take (MaxBatchLen bounds them).
+const entryDone = math.MaxUint32
+
+// Span is how many positions a command that carries n events takes in
+// its log entry: one per event, and one for a command that carries none
+// (an embedding put, a command that does not decode, an empty batch).
+//
+// A position is a place inside one log entry, one notion for every kind
+// of command. The commands of an entry — one for an ordinary entry,
+// several for a packed one — take consecutive spans from position 0, in
+// the order they were packed, with no gap and whatever their outcome: a
+// refused command consumes its span all the same (Consume). A signals
+// command's events are at the positions of its span, in batch order (the
+// Location.Position of each). So (index, position) orders every command
+// and event of the log, of every kind, alike on every node, on every
+// replay and after every restore, and the state's applied position is a
+// pair (applied index, next position): a command whose (index, first
+// position) is below it was applied already, and is refused with
+// ErrAlreadyApplied, the same for every kind, never applied twice.
+//
+// Every command takes at least one position so that no two commands of
+// an entry share a first position: if an embedding put took none, the
+// signals packed after it would start at its position and look like its
+// replay.
+func Span(n int) uint32 {
+	if n < 1 {
+		return 1
+	}
+	return uint32(n)
+}
+
+// FinishEntry ends the entry whose commands ApplyAt and Consume applied:
+// any command of it arriving later is a replay. The id memory rotates
+// here, at the entry boundary, by count of ids, never by time — the
+// generation dropped holds only ids older than the IDsPerGeneration ids
+// now in the previous generation. Apply calls it itself; a caller of
+// ApplyAt or Consume calls it after the entry's last command, whatever
+// that command's outcome. Finishing a finished entry does nothing.
 func (l *Ledger) FinishEntry() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -189,36 +226,76 @@ func (l *Ledger) FinishEntry() {
 }
 
 func (l *Ledger) finishEntry() {
+	if l.nextPos == entryDone {
+		return
+	}
+	l.nextPos = entryDone
 	if l.cur.len() >= l.idsPerGen {
 		l.old = l.cur
 		l.cur = newGeneration(l.idsPerGen)
 	}
 }
 
-// ApplyAt is Apply for one of several commands packed into the entry at
-// index (issue 14, build item 2): the command's events take positions
-// first, first+1, … of that entry. The first command of an entry has
-// first 0 and an index above AppliedIndex, like Apply; a later one has
-// the same index, first > 0 and first at or above where the previous
-// command of the entry ended, so that (index, position) stays a total
-// order of events across commands. Anything else wraps
-// ErrAlreadyApplied. ApplyAt does not end the entry: call FinishEntry
-// after its last command.
+// ApplyAt is Apply for one of the commands of the entry at index, its
+// events taking the positions first, first+1, … of that entry (see Span:
+// the span first..first+Span(len(events))-1). The span must start where
+// the previous command of the entry ended: at 0 for the entry's first
+// command (index above AppliedIndex), at the applied position for a later
+// one. A span starting below the applied position wraps
+// ErrAlreadyApplied; one leaving a gap is a caller bug, refused too.
+// Like Apply it is atomic, and a refused command leaves the applied
+// position where it was: the caller then consumes its span with Consume.
+// ApplyAt does not end the entry: call FinishEntry after its last
+// command.
 func (l *Ledger) ApplyAt(index, term uint64, first uint32, events []Event) (Result, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.applyAt(index, term, first, events)
 }
 
-func (l *Ledger) applyAt(index, term uint64, first uint32, events []Event) (Result, error) {
-	if index < l.applied || index == l.applied && (first == 0 || first < l.nextPos) {
-		if first == 0 {
-			return Result{}, fmt.Errorf("%w: entry index %d, applied index %d", ErrAlreadyApplied, index, l.applied)
-		}
-		return Result{}, fmt.Errorf("%w: entry index %d position %d, applied index %d (next position %d)", ErrAlreadyApplied, index, first, l.applied, l.nextPos)
+// Consume records that a command of the entry at index, which takes
+// positions first..first+span-1 (span is Span of its events), was
+// consumed without folding signals: an embedding put, or a command
+// refused whole. The span must start where the previous command of the
+// entry ended, as for ApplyAt; one below the applied position wraps
+// ErrAlreadyApplied and changes nothing, so a replayed command of any
+// kind is recognised here.
+func (l *Ledger) Consume(index uint64, first, span uint32) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.claim(index, first, span); err != nil {
+		return err
 	}
-	if uint64(first)+uint64(len(events)) > MaxBatchLen {
-		return Result{}, &FieldError{Field: "events", Message: fmt.Sprintf("expected at most %d events in one entry, found %d from position %d", MaxBatchLen, len(events), first)}
+	l.applied, l.nextPos = index, first+span
+	return nil
+}
+
+// claim checks that a command may take positions first..first+span-1 of
+// the entry at index: that they are the next ones after the applied
+// position.
+func (l *Ledger) claim(index uint64, first, span uint32) error {
+	switch {
+	case index < l.applied || index == l.applied && first < l.nextPos:
+		if first == 0 {
+			return fmt.Errorf("%w: entry index %d, applied index %d", ErrAlreadyApplied, index, l.applied)
+		}
+		if l.nextPos == entryDone {
+			return fmt.Errorf("%w: entry index %d position %d, applied index %d (entry finished)", ErrAlreadyApplied, index, first, l.applied)
+		}
+		return fmt.Errorf("%w: entry index %d position %d, applied index %d (next position %d)", ErrAlreadyApplied, index, first, l.applied, l.nextPos)
+	case index == l.applied && first != l.nextPos:
+		return fmt.Errorf("ledger: command of entry %d at position %d, expected position %d, where the entry's previous command ended", index, first, l.nextPos)
+	case index > l.applied && first != 0:
+		return fmt.Errorf("ledger: first command of entry %d at position %d, expected position 0 (applied index %d)", index, first, l.applied)
+	case uint64(first)+uint64(span) > MaxBatchLen:
+		return &FieldError{Field: "events", Message: fmt.Sprintf("expected at most %d positions in one entry, found %d from position %d", MaxBatchLen, span, first)}
+	}
+	return nil
+}
+
+func (l *Ledger) applyAt(index, term uint64, first uint32, events []Event) (Result, error) {
+	if err := l.claim(index, first, Span(len(events))); err != nil {
+		return Result{}, err
 	}
 	l.class = slices.Grow(l.class[:0], len(events))[:len(events)]
 	var hashes []uint64
@@ -253,8 +330,7 @@ func (l *Ledger) applyAt(index, term uint64, first uint32, events []Event) (Resu
 		l.fold(e, int(si))
 		res.Applied++
 	}
-	l.applied = index
-	l.nextPos = first + uint32(len(events))
+	l.applied, l.nextPos = index, first+Span(len(events))
 	return res, nil
 }
 
@@ -486,21 +562,29 @@ func (l *Ledger) AppliedIndex() uint64 {
 	return l.applied
 }
 
-// SetApplied records that the entries up to index were consumed without
-// folding signals (embedding puts, raft no-ops, configuration changes,
-// batches Apply rejected). Setting the current index again is a no-op so
-// callers may call it after every entry; going backwards panics, since it
-// means entries are being replayed into a state that already holds them.
+// SetApplied records that the entries up to index were consumed, and the
+// entry at index finished, without folding signals (raft no-ops,
+// configuration changes, a batch Apply rejected). Setting the current
+// index again only finishes its entry, so callers may call it after
+// every entry; going backwards panics, since it means entries are being
+// replayed into a state that already holds them.
 func (l *Ledger) SetApplied(index uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if index < l.applied {
 		panic(fmt.Sprintf("ledger: SetApplied(%d) below applied index %d", index, l.applied))
 	}
-	if index > l.applied {
-		l.nextPos = 0
-	}
-	l.applied = index
+	l.applied, l.nextPos = index, entryDone
+}
+
+// EntryOpen reports whether the entry at the applied index has commands
+// applied (ApplyAt, Consume) but is not finished (FinishEntry). State is
+// only ever captured at an entry boundary, where it is false: a snapshot
+// records the applied index alone, and restores to a finished entry.
+func (l *Ledger) EntryOpen() bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.nextPos != entryDone
 }
 
 // EntityView is what the ledger knows about one entity at a given time.

@@ -286,7 +286,7 @@ func (l *Ledger) Restore(r io.Reader) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.applied, l.nextPos = fresh.applied, 0
+	l.applied, l.nextPos = fresh.applied, entryDone
 	l.index, l.ids, l.cells, l.wins, l.nwins, l.spills = fresh.index, fresh.ids, fresh.cells, fresh.wins, fresh.nwins, fresh.spills
 	l.keys, l.buckets = fresh.keys, fresh.buckets
 	l.cur, l.old = fresh.cur, fresh.old

@@ -2,6 +2,10 @@ package peer
 
 import "github.com/prometheus/client_golang/prometheus"
 
+// metrics are per peer node (label peer) or per reason, never per raft
+// group: a node may host thousands of groups, and the connection, queue
+// and batching these describe are per node pair (docs/ARCHITECTURE.md,
+// "Transport").
 type metrics struct {
 	batchSize     *prometheus.HistogramVec
 	sendSeconds   *prometheus.HistogramVec
@@ -30,12 +34,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tidal_transport_send_failures_total",
 			Help: "Stream failures per peer (each followed by a reconnect)."}, []string{"peer"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tidal_transport_dropped_total",
-			Help: "Outbound messages dropped because the peer's queue was full, the peer unknown, or it carried entries of a format the peer did not advertise."}, []string{"peer"}),
+			Help: "Outbound messages dropped because the peer's queue was full, the peer unknown, it carried entries of a format the peer did not advertise, or it belongs to a group other than 1 and the peer's protocol does not carry groups. Per peer node, never per group."}, []string{"peer"}),
 		snapshotsSent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tidal_transport_snapshots_sent_total",
 			Help: "Snapshots streamed to each peer."}, []string{"peer"}),
 
 		messagesDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tidal_peer_messages_dropped_total",
-			Help: "Inbound raft messages (or snapshot streams) refused before raft saw them, by reason: sender_mismatch, from_self, wrong_recipient, not_member, removed_member, malformed, unauthenticated, not_snapshot, snapshot_too_large, snapshot_busy."},
+			Help: "Inbound raft messages (or snapshot streams) refused before raft saw them, by reason: sender_mismatch, from_self, wrong_recipient, not_member, removed_member, malformed, unauthenticated, not_snapshot, snapshot_too_large, snapshot_busy, unknown_group, unknown_replica, protocol_version, entry_format."},
 			[]string{"reason"}),
 		handshakeFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "tidal_peer_handshake_failures_total",
 			Help: "Inbound peer connections refused by the TLS handshake (no certificate, another CA, not a member certificate, plaintext)."}),

@@ -4,7 +4,16 @@
 //
 // One sender goroutine per peer drains a bounded queue and coalesces what
 // it finds into one stream message (bounded by count and bytes), so a busy
-// leader pays one gRPC send per batch, not per raft message. When the
+// leader pays one gRPC send per batch, not per raft message.
+//
+// Raft groups (groups.go, frame.go). A node may host many raft groups; the
+// peer node's one sender, queue and stream carry them all, each message
+// tagged with its group in the frame (a frame without tags is group 1's:
+// what every earlier release sends, and what a node hosting only group 1
+// still sends). Each group registers a Handler (Register, Unregister) that
+// receives its messages and resolves its raft ids to nodes; Send is group
+// 1's. A peer of a protocol older than groupedProtocol is sent group 1's
+// messages only (version.go). When the
 // queue is full the message is dropped and raft is told the peer is
 // unreachable: raft retransmits, and a transport that blocks would stall
 // the Ready loop of the whole node. Snapshots go on their own stream in
@@ -30,7 +39,6 @@ package peer
 import (
 	"context"
 	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -144,7 +152,7 @@ func (o *Options) setDefaults() {
 // a WINDOW_UPDATE) of its own, and the sending side with a PING ack: on a
 // leader under single-event writes half of the peer plane's write system
 // calls were those pings and acks, not raft messages (docs/performance.md,
-// "Peer plane: fixed flow-control windows"). The sizes are what the
+// "The peer plane: fixed windows, one write per batch"). The sizes are what the
 // estimator grows to for a fast link (its cap is 16 MiB) and hold a full
 // batch (BatchMaxBytes, 4 MiB by default) with room, so a window never
 // throttles a send on loopback or a LAN; a window update is sent once a
@@ -212,8 +220,11 @@ type Transport struct {
 	vouchRounds atomic.Int64 // finished rounds (tests wait on it)
 	clocks      clocks
 
-	formatsMu sync.Mutex
-	formats   map[uint64]uint32 // entry format each peer advertised (version.go)
+	versionsMu   sync.Mutex
+	peerVersions map[uint64]versions // what each peer advertised (version.go)
+
+	groupsMu sync.RWMutex
+	groups   map[uint64]Handler // the registry (groups.go)
 
 	mu      sync.Mutex
 	senders map[uint64]*sender
@@ -232,7 +243,8 @@ func New(self uint64, inbound server.Inbound, opts Options, reg prometheus.Regis
 		log = slog.New(slog.DiscardHandler)
 	}
 	t := &Transport{self: self, inbound: inbound, opts: opts, log: log, metrics: newMetrics(reg),
-		senders: map[uint64]*sender{}, removed: map[uint64]bool{}, formats: map[uint64]uint32{},
+		senders: map[uint64]*sender{}, removed: map[uint64]bool{}, peerVersions: map[uint64]versions{},
+		groups:       map[uint64]Handler{LegacyGroup: legacyHandler{inbound}},
 		snapshotSlot: make(chan struct{}, opts.MaxConcurrentSnapshots),
 		drops:        newDropLog(log, dropLogEvery, dropLogQuiet)}
 	t.vouches.m = map[uint64]*vouch{}
@@ -357,33 +369,46 @@ func (t *Transport) RemovePeer(id uint64) {
 	t.metrics.clockUncertainty.DeleteLabelValues(label)
 }
 
-// Send queues messages without blocking.
-func (t *Transport) Send(msgs []replica.Outbound) {
+// Send queues group 1's messages without blocking: the replica.Transport
+// of a node with one raft group (see Group for the others).
+func (t *Transport) Send(msgs []replica.Outbound) { t.send(LegacyGroup, msgs) }
+
+// send queues group's messages, each to the node hosting its To.
+func (t *Transport) send(group uint64, msgs []replica.Outbound) {
+	h := t.handler(group)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, m := range msgs {
-		s, ok := t.senders[m.To]
-		if !ok {
+		if h == nil {
+			// An unregistered group has no raft to tell and no way
+			// to resolve its ids.
 			t.metrics.dropped.WithLabelValues(strconv.FormatUint(m.To, 10)).Inc()
-			go t.inbound.ReportUnreachable(m.To)
+			t.drops.note("not sending messages of a group with no handler on this node", reasonUnknownGroup, "group", group, "to", m.To)
+			continue
+		}
+		node, ok := h.NodeOf(m.To)
+		s := t.senders[node]
+		if !ok || s == nil {
+			t.metrics.dropped.WithLabelValues(strconv.FormatUint(node, 10)).Inc()
+			go h.ReportUnreachable(m.To)
 			continue
 		}
 		if m.Snapshot {
 			t.wg.Add(1)
 			go func() {
 				defer t.wg.Done()
-				s.sendSnapshot(m.Data)
+				s.sendSnapshot(group, m.To, m.Data)
 			}()
 			continue
 		}
-		if index, format, withheld := t.withholds(m.To, m.Data); withheld {
-			t.metrics.dropped.WithLabelValues(strconv.FormatUint(m.To, 10)).Inc()
+		if index, format, withheld := t.withholds(node, m.Data); withheld {
+			t.metrics.dropped.WithLabelValues(s.label).Inc()
 			t.drops.note("not sending entries a peer cannot read; upgrade it", reasonEntryFormat,
-				"peer", m.To, "index", index, "peer_entry_format", format)
-			go t.inbound.ReportUnreachable(m.To)
+				"peer", node, "group", group, "index", index, "peer_entry_format", format)
+			go h.ReportUnreachable(m.To)
 			continue
 		}
-		s.enqueue(m.Data)
+		s.enqueue(outMsg{group: group, to: m.To, data: m.Data})
 	}
 }
 
@@ -432,46 +457,3 @@ func (rawCodec) Unmarshal(data []byte, v any) error {
 }
 
 func (rawCodec) Name() string { return "tidal-raw" }
-
-// A batch on the Messages stream is: u32 count | count × (u32 len | message).
-func encodeBatch(msgs [][]byte) []byte {
-	size := 4
-	for _, m := range msgs {
-		size += 4 + len(m)
-	}
-	b := make([]byte, 0, size)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(msgs)))
-	for _, m := range msgs {
-		b = binary.BigEndian.AppendUint32(b, uint32(len(m)))
-		b = append(b, m...)
-	}
-	return b
-}
-
-func decodeBatch(b []byte) ([][]byte, error) {
-	if len(b) < 4 {
-		return nil, fmt.Errorf("batch of %d bytes has no count", len(b))
-	}
-	n := binary.BigEndian.Uint32(b)
-	off := 4
-	if uint64(n)*4 > uint64(len(b)) {
-		return nil, fmt.Errorf("batch claims %d messages in %d bytes", n, len(b))
-	}
-	out := make([][]byte, 0, n)
-	for i := uint32(0); i < n; i++ {
-		if len(b)-off < 4 {
-			return nil, fmt.Errorf("batch truncated at message %d of %d (offset %d)", i, n, off)
-		}
-		l := int(binary.BigEndian.Uint32(b[off:]))
-		off += 4
-		if l < 0 || len(b)-off < l {
-			return nil, fmt.Errorf("batch message %d claims %d bytes, %d left (offset %d)", i, l, len(b)-off, off)
-		}
-		out = append(out, b[off:off+l])
-		off += l
-	}
-	if off != len(b) {
-		return nil, fmt.Errorf("batch has %d trailing bytes", len(b)-off)
-	}
-	return out, nil
-}

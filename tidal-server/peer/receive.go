@@ -42,6 +42,10 @@ const (
 	reasonSnapshotTooLarge = "snapshot_too_large"
 	// A snapshot stream beyond MaxConcurrentSnapshots.
 	reasonSnapshotBusy = "snapshot_busy"
+	// A message (or snapshot) of a group with no handler on this node.
+	reasonUnknownGroup = "unknown_group"
+	// From names a raft id its group does not know (Handler.NodeOf).
+	reasonUnknownReplica = "unknown_replica"
 )
 
 func (t *Transport) secure() bool { return t.opts.ServerTLS != nil }
@@ -144,42 +148,87 @@ func (t *Transport) serveMessages(_ any, stream grpc.ServerStream) error {
 			}
 			return err
 		}
-		msgs, err := decodeBatch(buf)
+		msgs, err := decodeFrame(buf)
 		if err != nil {
 			return status.Error(codes.InvalidArgument, err.Error())
 		}
-		for _, m := range msgs {
+		// A frame's messages mostly share few groups: look each up once
+		// per run of the same group.
+		var (
+			lastGroup uint64
+			looked    bool
+			g         Handler
+		)
+		for _, in := range msgs {
+			m := in.data
 			h, err := parseHeader(m)
 			if err != nil {
 				t.drop(reasonMalformed, authID, h, remote)
 				continue
 			}
-			if reason := t.admit(authID, h); reason != "" {
-				t.drop(reason, authID, h, remote)
-				if reason == reasonRemovedMember && (authID == 0 || authID == h.From) {
+			if !looked || in.group != lastGroup {
+				lastGroup, g, looked = in.group, t.handler(in.group), true
+			}
+			if g == nil {
+				t.dropGroup(reasonUnknownGroup, in.group, authID, h, remote)
+				continue
+			}
+			nh, reason := nodeHeader(g, h)
+			if reason == "" {
+				reason = t.admit(authID, nh)
+			}
+			if reason != "" {
+				t.dropGroup(reason, in.group, authID, h, remote)
+				if reason == reasonRemovedMember && (authID == 0 || authID == nh.From) {
 					// Tell the removed member, which may never have
-					// applied its removal (issue 12 item 4).
-					return removedStatus(stream, h.From)
+					// applied its removal.
+					return removedStatus(stream, nh.From)
 				}
 				continue
 			}
 			if !noted {
-				t.notePeerVersions(h.From, theirs)
+				t.notePeerVersions(nh.From, theirs)
 				noted = true
 			}
 			if h.Type == raftpb.MsgApp {
 				if idx, env, bad := unreadableEntry(m); bad {
 					t.metrics.messagesDropped.WithLabelValues(reasonEntryFormat).Inc()
 					t.drops.note("dropping appends with entries in a format this node cannot read; upgrade it", reasonEntryFormat,
-						"remote", remote, "from", h.From, "index", idx, "envelope", env, "entry_format", replica.ReadableEntryFormat())
+						"remote", remote, "group", in.group, "from", h.From, "index", idx, "envelope", env, "entry_format", replica.ReadableEntryFormat())
 					continue
 				}
 			}
-			if err := t.inbound.Receive(ctx, m); err != nil {
+			if err := g.Receive(ctx, m); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// nodeHeader is h with its raft ids (From, To) replaced by the nodes that
+// host them in the group of handler g: what admission checks. A From the
+// group does not know is refused as unknown_replica; a To it does not
+// know cannot be this node (wrong_recipient). For group 1 of a node with
+// one group the ids are node ids and nodeHeader returns h.
+func nodeHeader(g Handler, h header) (header, string) {
+	from, ok := g.NodeOf(h.From)
+	if !ok {
+		return h, reasonUnknownReplica
+	}
+	to, ok := g.NodeOf(h.To)
+	if !ok {
+		return h, reasonWrongRecipient
+	}
+	h.From, h.To = from, to
+	return h, ""
+}
+
+// dropGroup is drop for a message of a group: the group is logged, never
+// a metric label (see metrics.go).
+func (t *Transport) dropGroup(reason string, group, authID uint64, h header, remote string) {
+	t.metrics.messagesDropped.WithLabelValues(reason).Inc()
+	t.drops.note("dropping peer messages", reason, "remote", remote, "group", group, "authenticated_member", authID,
+		"from", h.From, "to", h.To, "type", h.Type.String(), "term", h.Term)
 }
 
 // countingCreds counts and logs failed server handshakes: a peer without

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -17,16 +18,24 @@ import (
 	"google.golang.org/grpc/metadata"
 )
 
-// sender owns the connection and the outbound queue to one peer.
+// sender owns the connection and the outbound queue to one peer node.
+// Messages of every group for that node share both: the queue holds them
+// in the order Send was called, and each frame carries what was queued,
+// whatever its group.
 type sender struct {
 	t     *Transport
 	id    uint64
 	addr  string
 	label string
-	queue chan []byte
-	ctx   context.Context
-	stopF context.CancelFunc
-	done  chan struct{}
+	queue chan outMsg
+	// protocol is the peer protocol the current Messages stream's answer
+	// advertised; 0 until it arrives (treated as older than
+	// groupedProtocol). Written by watch, read by the stream loop and by
+	// snapshot sends.
+	protocol atomic.Uint32
+	ctx      context.Context
+	stopF    context.CancelFunc
+	done     chan struct{}
 	// conn is nil when the address is unusable (logged by run). It is
 	// shared by the message stream, clock probes and member questions;
 	// snapshots dial their own.
@@ -41,7 +50,7 @@ type sender struct {
 
 func newSender(t *Transport, id uint64, addr string) *sender {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &sender{t: t, id: id, addr: addr, label: strconv.FormatUint(id, 10), queue: make(chan []byte, t.opts.QueueSize),
+	s := &sender{t: t, id: id, addr: addr, label: strconv.FormatUint(id, 10), queue: make(chan outMsg, t.opts.QueueSize),
 		ctx: ctx, stopF: cancel, done: make(chan struct{})}
 	// grpc.NewClient does not connect: it only checks the address.
 	s.conn, s.dialErr = s.dial()
@@ -55,13 +64,13 @@ func (s *sender) stop() {
 
 // enqueue never blocks: a full queue means the peer is not keeping up, and
 // raft would rather know than wait.
-func (s *sender) enqueue(m []byte) {
+func (s *sender) enqueue(m outMsg) {
 	select {
 	case s.queue <- m:
 		s.t.metrics.queueDepth.WithLabelValues(s.label).Set(float64(len(s.queue)))
 	default:
 		s.t.metrics.dropped.WithLabelValues(s.label).Inc()
-		go s.t.inbound.ReportUnreachable(s.id)
+		s.t.reportUnreachable(m.group, m.to)
 	}
 }
 
@@ -125,7 +134,7 @@ func (s *sender) run() {
 	}
 }
 
-// stream keeps one Messages stream open and feeds it batches until an
+// stream keeps one Messages stream open and feeds it frames until an
 // error; the caller reconnects.
 func (s *sender) stream(conn *grpc.ClientConn) error {
 	ctx, cancel := context.WithCancelCause(s.ctx)
@@ -134,39 +143,54 @@ func (s *sender) stream(conn *grpc.ClientConn) error {
 	// A new stream may reach another process (a node restarted on
 	// another release): what the last one advertised no longer holds.
 	s.t.forgetPeerVersions(s.id)
+	s.protocol.Store(0)
 	st, err := conn.NewStream(ctx, messagesDesc, "/"+serviceName+"/"+methodMessages)
 	if err != nil {
 		return err
 	}
-	go s.watch(st, cancel)
-	o := s.t.opts
-	batch := make([][]byte, 0, o.BatchMaxCount)
+	answered := make(chan struct{})
+	go s.watch(st, cancel, answered)
+	batch := make([]outMsg, 0, s.t.opts.BatchMaxCount)
+	// held keeps other groups' messages collected before the peer's
+	// answer says whether it reads grouped frames, so that a new stream
+	// does not cost every other group a round of messages.
+	var held []outMsg
+	defer func() {
+		// Held messages die with the stream, as a lost frame's do.
+		if len(held) > 0 {
+			s.t.metrics.dropped.WithLabelValues(s.label).Add(float64(len(held)))
+			s.reportUnreachable(held)
+		}
+	}()
 	for {
-		batch = batch[:0]
-		var first []byte
-		select {
-		case first = <-s.queue:
-		case <-ctx.Done():
-			return context.Cause(ctx)
+		var wake <-chan struct{}
+		if len(held) > 0 {
+			wake = answered
 		}
-		batch = append(batch, first)
-		size := len(first)
-	drain:
-		for len(batch) < o.BatchMaxCount && size < o.BatchMaxBytes {
+		var err error
+		if batch, err = s.collect(ctx, wake, batch[:0]); err != nil {
+			return err
+		}
+		if s.protocol.Load() < groupedProtocol {
 			select {
-			case m := <-s.queue:
-				batch = append(batch, m)
-				size += len(m)
+			case <-answered: // an older peer
+				batch = s.withholdGroups(append(held, batch...))
+				held = nil
 			default:
-				break drain
+				batch, held = s.holdGroups(batch, held)
 			}
+		} else if len(held) > 0 {
+			batch = append(held, batch...)
+			held = nil
 		}
-		s.t.metrics.queueDepth.WithLabelValues(s.label).Set(float64(len(s.queue)))
-		payload := encodeBatch(batch)
+		if len(batch) == 0 {
+			continue
+		}
+		payload := encodeFrame(batch)
 		start := time.Now()
 		if err := st.SendMsg(&payload); err != nil {
-			// The batch is lost; raft will resend what matters.
-			s.t.inbound.ReportUnreachable(s.id)
+			// The frame is lost; raft will resend what matters.
+			s.reportUnreachable(batch)
 			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 				return cause // the peer's reason, from watch
 			}
@@ -178,13 +202,111 @@ func (s *sender) stream(conn *grpc.ClientConn) error {
 	}
 }
 
+// collect waits for a queued message and appends it to batch with
+// whatever else is queued, of any group, in queue order, up to
+// BatchMaxCount messages or BatchMaxBytes: one frame's worth. It returns
+// batch unchanged when wake is closed first.
+func (s *sender) collect(ctx context.Context, wake <-chan struct{}, batch []outMsg) ([]outMsg, error) {
+	o := s.t.opts
+	select {
+	case m := <-s.queue:
+		batch = append(batch, m)
+	case <-wake:
+		return batch, nil
+	case <-ctx.Done():
+		return batch, context.Cause(ctx)
+	}
+	size := len(batch[0].data)
+	for len(batch) < o.BatchMaxCount && size < o.BatchMaxBytes {
+		select {
+		case m := <-s.queue:
+			batch = append(batch, m)
+			size += len(m.data)
+		default:
+			s.t.metrics.queueDepth.WithLabelValues(s.label).Set(float64(len(s.queue)))
+			return batch, nil
+		}
+	}
+	s.t.metrics.queueDepth.WithLabelValues(s.label).Set(float64(len(s.queue)))
+	return batch, nil
+}
+
+// holdGroups moves the messages of groups other than 1 from batch to
+// held while the peer's answer is awaited, up to one frame's worth
+// (BatchMaxCount messages, BatchMaxBytes); beyond that they are withheld.
+// Group 1's stay in batch, in order.
+func (s *sender) holdGroups(batch, held []outMsg) ([]outMsg, []outMsg) {
+	size := 0
+	for _, m := range held {
+		size += len(m.data)
+	}
+	kept := batch[:0]
+	var over []outMsg
+	for _, m := range batch {
+		switch {
+		case m.group == LegacyGroup:
+			kept = append(kept, m)
+		case len(held) < s.t.opts.BatchMaxCount && size+len(m.data) <= s.t.opts.BatchMaxBytes:
+			held = append(held, m)
+			size += len(m.data)
+		default:
+			over = append(over, m)
+		}
+	}
+	clear(batch[len(kept):])
+	s.withholdGroups(over)
+	return kept, held
+}
+
+// withholdGroups removes from batch, in place, the messages of groups
+// other than 1, which a peer that has not advertised groupedProtocol
+// cannot route: each is counted, logged on transitions, and its group
+// told the replica is unreachable. Group 1's stay, in order.
+func (s *sender) withholdGroups(batch []outMsg) []outMsg {
+	kept := batch[:0]
+	for _, m := range batch {
+		if m.group == LegacyGroup {
+			kept = append(kept, m)
+			continue
+		}
+		s.t.metrics.dropped.WithLabelValues(s.label).Inc()
+		s.t.drops.note("not sending messages of groups other than 1 to a peer of an older protocol; upgrade it", reasonPeerProtocol,
+			"peer", s.id, "group", m.group, "peer_protocol", s.protocol.Load())
+		s.t.reportUnreachable(m.group, m.to)
+	}
+	clear(batch[len(kept):]) // drop references to withheld messages' bytes
+	return kept
+}
+
+// reportUnreachable tells each group with a message in a lost frame that
+// the replica it was for is unreachable, once per (group, replica).
+func (s *sender) reportUnreachable(batch []outMsg) {
+	type target struct{ group, to uint64 }
+	seen := make(map[target]bool, 1)
+	for _, m := range batch {
+		k := target{m.group, m.to}
+		if !seen[k] {
+			seen[k] = true
+			s.t.reportUnreachable(m.group, m.to)
+		}
+	}
+}
+
 // watch reads what the peer says on a Messages stream: its versions
 // first (response header), then, if it ends the stream, why. A peer of an
 // incompatible protocol, or one saying this node was removed, ends the
 // stream with the reason as its cause; a removed node is told so
 // (Inbound.ReportRemoved) and stops.
-func (s *sender) watch(st grpc.ClientStream, cancel context.CancelCauseFunc) {
+//
+// It closes answered once the answer's versions are known (s.protocol
+// set) or known never to come.
+func (s *sender) watch(st grpc.ClientStream, cancel context.CancelCauseFunc, answered chan<- struct{}) {
 	md, err := st.Header()
+	defer func() {
+		if answered != nil {
+			close(answered)
+		}
+	}()
 	if err == nil && len(md.Get(mdProtocol)) > 0 {
 		theirs, perr := parseVersions(md)
 		if perr == nil {
@@ -196,8 +318,11 @@ func (s *sender) watch(st grpc.ClientStream, cancel context.CancelCauseFunc) {
 			cancel(fmt.Errorf("peer %d: %w", s.id, perr))
 			return
 		}
+		s.protocol.Store(theirs.protocol)
 		s.t.notePeerVersions(s.id, theirs)
 	}
+	close(answered)
+	answered = nil
 	var ack []byte
 	err = st.RecvMsg(&ack)
 	if err == nil || errors.Is(err, io.EOF) {
@@ -228,11 +353,23 @@ func (s *sender) noteSuccess() {
 	}
 }
 
-// sendSnapshot streams one MsgSnap in chunks on its own connection, so a
-// large snapshot never sits in front of heartbeats.
-func (s *sender) sendSnapshot(data []byte) {
+// sendSnapshot streams one MsgSnap of group, for its replica to, in
+// chunks on its own connection, so a large snapshot never sits in front of
+// heartbeats. A group other than 1 travels in the stream's metadata, and
+// only to a peer that reads it.
+func (s *sender) sendSnapshot(group, to uint64, data []byte) {
 	ok := false
-	defer func() { s.t.inbound.ReportSnapshot(s.id, ok) }()
+	defer func() { s.t.reportSnapshot(group, to, ok) }()
+	md := ownVersions().metadata()
+	if group != LegacyGroup {
+		if p := s.protocol.Load(); p < groupedProtocol {
+			s.t.metrics.dropped.WithLabelValues(s.label).Inc()
+			s.t.drops.note("not sending a snapshot of a group other than 1 to a peer of an older protocol; upgrade it", reasonPeerProtocol,
+				"peer", s.id, "group", group, "peer_protocol", p)
+			return
+		}
+		md.Set(mdGroup, strconv.FormatUint(group, 10))
+	}
 	conn, err := s.dial()
 	if err != nil {
 		s.t.log.Error("snapshot send: dial", "peer", s.id, "err", err)
@@ -241,7 +378,7 @@ func (s *sender) sendSnapshot(data []byte) {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Minute)
 	defer cancel()
-	ctx = metadata.NewOutgoingContext(ctx, ownVersions().metadata())
+	ctx = metadata.NewOutgoingContext(ctx, md)
 	start := time.Now()
 	st, err := conn.NewStream(ctx, snapshotDesc, "/"+serviceName+"/"+methodSnapshots)
 	if err != nil {

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -43,6 +45,17 @@ func (t *Transport) serveSnapshot(_ any, stream grpc.ServerStream) error {
 	}
 	if _, err := t.checkVersions(ctx, authID, remote); err != nil {
 		return err
+	}
+	group, err := snapshotGroup(ctx)
+	if err != nil {
+		t.metrics.messagesDropped.WithLabelValues(reasonMalformed).Inc()
+		t.drops.note("refusing peer stream", reasonMalformed, "remote", remote, "authenticated_member", authID, "err", err)
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	g := t.handler(group)
+	if g == nil {
+		t.dropGroup(reasonUnknownGroup, group, authID, header{Type: raftpb.MsgSnap, From: authID}, remote)
+		return status.Errorf(codes.NotFound, "snapshot for group %d refused: this node hosts no replica of it", group)
 	}
 	if t.secure() {
 		// Refuse a connection that could not pass admission before
@@ -88,15 +101,18 @@ func (t *Transport) serveSnapshot(_ any, stream grpc.ServerStream) error {
 		t.drop(reasonMalformed, authID, h, remote)
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
-	reason := t.admit(authID, h)
+	nh, reason := nodeHeader(g, h)
+	if reason == "" {
+		reason = t.admit(authID, nh)
+	}
 	if reason == "" && h.Type != raftpb.MsgSnap {
 		reason = reasonNotSnapshot
 	}
 	if reason != "" {
-		t.drop(reason, authID, h, remote)
+		t.dropGroup(reason, group, authID, h, remote)
 		return status.Errorf(codes.PermissionDenied, "snapshot message refused: %s", reason)
 	}
-	if err := t.handOff(ctx, f, size); err != nil {
+	if err := t.handOff(ctx, g, f, size); err != nil {
 		return err
 	}
 	t.metrics.snapshotsReceived.Inc()
@@ -136,7 +152,7 @@ func (t *Transport) spool(stream grpc.ServerStream, f *os.File) (int64, error) {
 
 // handOff reads the admitted snapshot into memory and gives it to raft,
 // one at a time.
-func (t *Transport) handOff(ctx context.Context, f *os.File, size int64) error {
+func (t *Transport) handOff(ctx context.Context, g Handler, f *os.File, size int64) error {
 	t.handoff.Lock()
 	defer t.handoff.Unlock()
 	data := make([]byte, size)
@@ -145,5 +161,20 @@ func (t *Transport) handOff(ctx context.Context, f *os.File, size int64) error {
 	}
 	// The file is no longer needed: free the disk before raft works.
 	os.Remove(f.Name())
-	return t.inbound.Receive(ctx, data)
+	return g.Receive(ctx, data)
+}
+
+// snapshotGroup is the raft group a Snapshot stream's metadata names;
+// group 1 when it names none (every release before groupedProtocol).
+func snapshotGroup(ctx context.Context) (uint64, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get(mdGroup)
+	if len(vals) == 0 {
+		return LegacyGroup, nil
+	}
+	g, err := strconv.ParseUint(vals[len(vals)-1], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("peer metadata %s: expected a raft group id, found %q", mdGroup, vals[len(vals)-1])
+	}
+	return g, nil
 }

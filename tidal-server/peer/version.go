@@ -36,16 +36,36 @@ import (
 // whose format this node cannot read is dropped (reason "entry_format")
 // instead of reaching raft, so a node is never sent into a log it would
 // misapply.
+//
+// Protocol 3 adds raft groups: a peer of protocol 3 or newer reads grouped
+// frames (frame.go) and the group of a snapshot stream (mdGroup). A peer
+// of an older protocol is sent legacy frames only, carrying group 1's
+// messages in exactly the bytes it always read; messages and snapshots of
+// other groups to it are withheld, counted in
+// tidal_transport_dropped_total{peer} and logged (reason "peer_protocol"),
+// and raft is told the replica is unreachable. So a cluster cannot host a
+// group other than 1 until every node speaks protocol 3. A sender learns a
+// peer's protocol from the answer to each Messages stream it opens; until
+// that answer arrives on a new stream it treats the peer as older.
 const (
-	ProtocolVersion    = 2
+	ProtocolVersion    = 3
 	MinProtocolVersion = 1
+
+	// groupedProtocol is the oldest protocol that reads group tags.
+	groupedProtocol = 3
 
 	mdProtocol    = "tidal-peer-protocol"
 	mdProtocolMin = "tidal-peer-protocol-min"
 	mdEntryFormat = "tidal-entry-format"
+	// mdGroup is the raft group of a Snapshot stream, sent only when it
+	// is not group 1 (so a group-1 snapshot is the stream it always was).
+	mdGroup = "tidal-peer-group"
 
 	reasonProtocolVersion = "protocol_version"
 	reasonEntryFormat     = "entry_format"
+	// A message or snapshot of a group other than 1, withheld from a
+	// peer that did not advertise groupedProtocol.
+	reasonPeerProtocol = "peer_protocol"
 )
 
 // versions is what one side of a stream says of itself.
@@ -70,7 +90,7 @@ func SetTestNewerProtocol() { testProtocolBump = 1 }
 func ownVersions() versions {
 	return versions{
 		protocol:    ProtocolVersion + testProtocolBump,
-		protocolMin: MinProtocolVersion + 2*testProtocolBump, // above ProtocolVersion when bumped
+		protocolMin: MinProtocolVersion + testProtocolBump*(ProtocolVersion+1-MinProtocolVersion), // above ProtocolVersion when bumped
 		entryFormat: replica.ReadableEntryFormat(),
 	}
 }
@@ -120,31 +140,31 @@ func compatible(own, theirs versions) string {
 	return ""
 }
 
-// notePeerVersions remembers the entry format peer id advertised, logging
-// it when it is new or changed.
+// notePeerVersions remembers what peer id advertised, logging it when it
+// is new or changed.
 func (t *Transport) notePeerVersions(id uint64, v versions) {
-	t.formatsMu.Lock()
-	prev, had := t.formats[id]
-	t.formats[id] = v.entryFormat
-	t.formatsMu.Unlock()
-	if !had || prev != v.entryFormat {
+	t.versionsMu.Lock()
+	prev, had := t.peerVersions[id]
+	t.peerVersions[id] = v
+	t.versionsMu.Unlock()
+	if !had || prev != v {
 		t.log.Info("peer versions", "peer", id, "protocol", v.protocol, "protocol_min", v.protocolMin, "entry_format", v.entryFormat)
 	}
 }
 
 // forgetPeerVersions drops what peer id advertised, until it says again.
 func (t *Transport) forgetPeerVersions(id uint64) {
-	t.formatsMu.Lock()
-	delete(t.formats, id)
-	t.formatsMu.Unlock()
+	t.versionsMu.Lock()
+	delete(t.peerVersions, id)
+	t.versionsMu.Unlock()
 }
 
 // PeerEntryFormat implements replica.PeerFormats.
 func (t *Transport) PeerEntryFormat(id uint64) (uint32, bool) {
-	t.formatsMu.Lock()
-	defer t.formatsMu.Unlock()
-	f, ok := t.formats[id]
-	return f, ok
+	t.versionsMu.Lock()
+	defer t.versionsMu.Unlock()
+	v, ok := t.peerVersions[id]
+	return v.entryFormat, ok
 }
 
 // checkVersions reads the versions on an inbound stream (Messages or

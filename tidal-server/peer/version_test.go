@@ -62,11 +62,11 @@ func TestPeersExchangeVersions(t *testing.T) {
 func TestRefusesIncompatibleProtocol(t *testing.T) {
 	n1 := startNode(t, 1, Options{Membership: members([]uint64{1, 2})})
 	conn := rawClient(t, n1.addr, nil)
-	future := metadata.NewOutgoingContext(context.Background(), metadata.Pairs(mdProtocol, "4", mdProtocolMin, "3", mdEntryFormat, "2"))
+	future := metadata.NewOutgoingContext(context.Background(), metadata.Pairs(mdProtocol, "5", mdProtocolMin, "4", mdEntryFormat, "2"))
 	err := sendMessages(future, conn, marshal(t, heartbeat(2, 1, 1)))
-	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "peer protocol 4") ||
-		!strings.Contains(err.Error(), "this node speaks 2") {
-		t.Fatalf("expected FailedPrecondition naming protocol 4 and this node's 2, found %v", err)
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "peer protocol 5") ||
+		!strings.Contains(err.Error(), "this node speaks 3") {
+		t.Fatalf("expected FailedPrecondition naming protocol 5 and this node's 3, found %v", err)
 	}
 	if got := dropped(n1.t, reasonProtocolVersion); got != 1 {
 		t.Errorf("protocol_version drops = %d; expected 1", got)
@@ -157,7 +157,7 @@ func TestSnapshotStreamRefusesIncompatibleProtocol(t *testing.T) {
 	n1 := startNode(t, 1, Options{Membership: members([]uint64{1, 2})})
 	conn := rawClient(t, n1.addr, nil)
 	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(context.Background(),
-		metadata.Pairs(mdProtocol, "4", mdProtocolMin, "3")), waitFor)
+		metadata.Pairs(mdProtocol, "5", mdProtocolMin, "4")), waitFor)
 	defer cancel()
 	st, err := conn.NewStream(ctx, snapshotDesc, "/"+serviceName+"/"+methodSnapshots)
 	if err != nil {
@@ -165,8 +165,8 @@ func TestSnapshotStreamRefusesIncompatibleProtocol(t *testing.T) {
 	}
 	chunk := snapshotMessage(t, 2, 1, 1024)
 	_ = st.SendMsg(&chunk)
-	if err := finish(st); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "peer protocol 4") {
-		t.Fatalf("expected FailedPrecondition naming protocol 4, found %v", err)
+	if err := finish(st); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "peer protocol 5") {
+		t.Fatalf("expected FailedPrecondition naming protocol 5, found %v", err)
 	}
 	if got := dropped(n1.t, reasonProtocolVersion); got != 1 {
 		t.Errorf("protocol_version drops = %d; expected 1", got)
@@ -180,7 +180,7 @@ func TestSnapshotStreamRefusesIncompatibleProtocol(t *testing.T) {
 // the peer reads still go, and so does everything to a peer that
 // advertised the newer format.
 func TestWithholdsEntriesAPeerCannotRead(t *testing.T) {
-	defer replica.SetTestNewerEntryFormat()() // this node reads format 2
+	defer replica.SetTestNewerEntryFormat()() // this node reads one entry format more than this build
 	n1 := startNode(t, 1, Options{})
 	known := []byte{1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 9, 'x'}
 	newer := append([]byte{0x7f}, known[1:]...)
@@ -217,4 +217,22 @@ func TestWithholdsEntriesAPeerCannotRead(t *testing.T) {
 		defer n1.in.mu.Unlock()
 		return len(n1.in.unreachable) > 0 && n1.in.unreachable[0] == 3
 	})
+}
+
+// Regression: newer protocol refuses this one. SetTestNewerProtocol
+// stands for a future release that no longer talks to this one, so its
+// minimum must be above ProtocolVersion whatever ProtocolVersion is; a
+// minimum computed from MinProtocolVersion alone fell to ProtocolVersion
+// once the protocol moved past 2, and the "incompatible" node talked.
+func TestNewerTestProtocolRefusesThisRelease(t *testing.T) {
+	this := ownVersions()
+	SetTestNewerProtocol()
+	defer func() { testProtocolBump = 0 }()
+	newer := ownVersions()
+	if why := compatible(newer, this); why == "" {
+		t.Fatalf("a node with SetTestNewerProtocol (%+v) talks to this release (%+v); expected refused", newer, this)
+	}
+	if why := compatible(this, newer); why == "" {
+		t.Fatalf("this release (%+v) talks to a node with SetTestNewerProtocol (%+v); expected refused", this, newer)
+	}
 }

@@ -51,7 +51,7 @@ func (r *Replica) apply(ents []*raftpb.Entry) error {
 			})
 			continue
 		}
-		if e.GetType() == raftpb.EntryNormal && len(data) > 0 && data[0] == packedVersion && r.confMarker.index == 0 {
+		if e.GetType() == raftpb.EntryNormal && len(data) > 0 && isPacked(data[0]) && r.confMarker.index == 0 {
 			var err error
 			if run, err = unpack(run, idx, e.GetTerm(), data); err == nil {
 				continue
@@ -93,7 +93,7 @@ func (r *Replica) apply(ents []*raftpb.Entry) error {
 				// this replica diverge from the nodes that applied it.
 				return &EntryFormatError{Index: idx, Term: e.GetTerm(), Envelope: data[0]}
 			}
-			if data[0] == packedVersion {
+			if isPacked(data[0]) {
 				// A packed entry right after a conf change marker (never,
 				// in practice: see droppedAt) is applied like any other;
 				// a malformed one is skipped here.

@@ -45,6 +45,9 @@ type listSM struct {
 	applies  int // Apply calls this incarnation (entries, batched or not)
 	batches  int // ApplyBatch calls this incarnation
 	packed   int // commands applied from packed entries (Subs > 1)
+	// packFormats counts the commands applied from packed entries by
+	// the entry format of their envelope (AppEntry.PackFormat).
+	packFormats map[uint32]int
 	// views makes CaptureSnapshot answer (replica.SnapshotCapturer); without
 	// it the replica calls Snapshot. encode, when set, runs wherever the
 	// state is encoded (Snapshot, or the captured encoder): a large state
@@ -82,6 +85,10 @@ func (s *listSM) ApplyBatch(entries []replica.AppEntry) []any {
 		out[i] = s.applyLocked(e.Index, e.Sub, e.Data)
 		if e.Subs > 1 {
 			s.packed++
+			if s.packFormats == nil {
+				s.packFormats = map[uint32]int{}
+			}
+			s.packFormats[e.PackFormat]++
 		}
 	}
 	return out
@@ -723,7 +730,8 @@ func (c *cluster) propose(id uint64, payload string, timeout time.Duration) (rep
 // and may be retried as is: no leader (an election, perhaps a spurious one
 // on a loaded machine), overload, a membership change dropped by raft.
 func retryable(err error) bool {
-	return errors.Is(err, replica.ErrNoLeader) || errors.Is(err, replica.ErrOverloaded) || errors.Is(err, replica.ErrConfChangeDropped)
+	return errors.Is(err, replica.ErrNoLeader) || errors.Is(err, replica.ErrOverloaded) || errors.Is(err, replica.ErrConfChangeDropped) ||
+		errors.Is(err, replica.ErrTransferInProgress)
 }
 
 // retrying calls do until it returns an error that is not retryable, for at

@@ -122,13 +122,26 @@ func (r *Replica) proposeConfChange(ctx context.Context, typ raftpb.ConfChangeTy
 		r.mu.Unlock()
 	}
 	// Step, as node.ProposeConfChange does: it returns once raft took the
-	// message (a follower forwards it to the leader).
-	if err := r.node.Step(ctx, prop); err != nil {
+	// message (a follower forwards it to the leader). It says nothing of
+	// a drop, so a leader first checks for the one drop it can know of:
+	// a leader transfer under way (raft takes no proposal then). The gate
+	// keeps a transfer from starting between the check and the step; a
+	// leader's Step returns at once, so the gate is held only briefly. A
+	// follower's leader makes the same check and tells this node
+	// (forward.go, dropped.go).
+	if err := r.stepConfChange(ctx, prop); err != nil {
 		forget()
+		if errors.Is(err, ErrTransferInProgress) {
+			r.metrics.ProposalsDropped.Inc()
+			return err
+		}
 		return r.proposeErr(err)
 	}
 	select {
 	case a := <-ch:
+		if a.dropped != nil {
+			return a.dropped
+		}
 		if err, _ := a.Result.(error); err != nil {
 			return err
 		}
@@ -141,6 +154,25 @@ func (r *Replica) proposeConfChange(ctx context.Context, typ raftpb.ConfChangeTy
 		forget()
 		return fmt.Errorf("%w: %w", ErrUnknownOutcome, r.stoppedErr())
 	}
+}
+
+// stepConfChange steps a membership change's MsgProp, refusing it with a
+// *TransferError while this node leads and transfers leadership.
+func (r *Replica) stepConfChange(ctx context.Context, prop *raftpb.Message) error {
+	if r.leader.Load() != r.cfg.ID {
+		return r.node.Step(ctx, prop)
+	}
+	r.transferGate.Lock()
+	defer r.transferGate.Unlock()
+	if to := r.transferringTo(); to != raft.None {
+		return r.transferError(to)
+	}
+	// A leader's raft takes a proposal at once; it blocks one only while
+	// it knows no leader (this node lost leadership just now). Bounded,
+	// so the gate never holds up a peer's stream (Receive) for long.
+	sctx, cancel := context.WithTimeout(ctx, confChangeStepWait)
+	defer cancel()
+	return r.node.Step(sctx, prop)
 }
 
 // promoteLoop runs learner promotion rounds off the Ready loop: a round
@@ -202,7 +234,8 @@ func (r *Replica) maybePromoteLearners() {
 		cancel()
 		switch {
 		case err == nil:
-		case errors.Is(err, ErrConfChangeDropped), errors.Is(err, ErrNoLeader), errors.Is(err, ErrNoQuorum), errors.Is(err, ErrOverloaded):
+		case errors.Is(err, ErrConfChangeDropped), errors.Is(err, ErrNoLeader), errors.Is(err, ErrNoQuorum), errors.Is(err, ErrOverloaded),
+			errors.Is(err, ErrTransferInProgress):
 			// Certainly not made: the next round tries again.
 			r.mu.Lock()
 			delete(r.promoting, id)

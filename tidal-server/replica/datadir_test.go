@@ -62,6 +62,16 @@ func TestStoredMembersFollowsSnapshotAndLog(t *testing.T) {
 		t.Fatalf("member 4: expected its addresses from the conf change, got %+v", m)
 	}
 
+	// Member 4 was added as a learner and never started, so it was never
+	// promoted: it is no voter.
+	cfg, err := replica.ReadStoredConfig(c.nodes[lead].dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wantVoters := slices.DeleteFunc(want, func(id uint64) bool { return id == 4 }); !slices.Equal(cfg.Voters, wantVoters) || cfg.Index != index {
+		t.Fatalf("stored voters: expected %v at index %d, got %v at index %d", wantVoters, index, cfg.Voters, cfg.Index)
+	}
+
 	none, index, err := replica.StoredMembers(t.TempDir())
 	if err != nil || none != nil || index != 0 {
 		t.Fatalf("an empty data dir: expected no members, got %v at %d (err %v)", none, index, err)

@@ -35,19 +35,32 @@ import (
 //     downgraded) stops the node with an *EntryFormatError instead of
 //     skipping it — a skipped entry is a replica that diverged.
 //
-// Format 2 (issue 14, build item 2) adds packed proposals (pack.go,
-// envelope packedVersion).
-const EntryFormat = 2
+// Format 2 adds packed proposals (pack.go, envelope packedVersion) whose
+// commands take positions under format 2's rule: an embedding put takes
+// none. Format 3 adds the packed envelope packedSpansVersion, the same
+// framing, whose commands take positions under ledger.Span's rule: every
+// command takes at least one. An entry keeps the rule of the envelope it
+// was written in (AppEntry.PackFormat), so a log written while some member
+// read only format 2 replays identically on every release.
+const EntryFormat = 3
 
-// PackedEntryFormat is the entry format of packed proposals.
-const PackedEntryFormat = 2
+// Entry formats of the packed envelopes.
+const (
+	// PackedEntryFormat is the format of envelope packedVersion: packed
+	// proposals under format 2's position rule.
+	PackedEntryFormat = 2
+	// PackedSpansEntryFormat is the format of envelope packedSpansVersion:
+	// packed proposals under ledger.Span's position rule.
+	PackedSpansEntryFormat = 3
+)
 
 // envelopeFormats maps each envelope byte to the entry format that
 // introduced it.
 var envelopeFormats = map[byte]uint32{
-	envelopeVersion:   1,
-	confMarkerVersion: 1,
-	packedVersion:     PackedEntryFormat,
+	envelopeVersion:    1,
+	confMarkerVersion:  1,
+	packedVersion:      PackedEntryFormat,
+	packedSpansVersion: PackedSpansEntryFormat,
 }
 
 // EntryFormatOf returns the entry format an entry needs to be read: 1 for

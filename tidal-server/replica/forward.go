@@ -55,12 +55,21 @@ func (r *Replica) forward(m *raftpb.Message) {
 	if !allNormal(m.GetEntries()) {
 		// Configuration changes keep raft's own path, stepped as sent
 		// (the marker entry and the change must stay one MsgProp, at
-		// consecutive indexes: confchange.go) and as briefly as before; a
-		// dropped one leaves its proposer waiting to its deadline, as
-		// before.
+		// consecutive indexes: confchange.go) and as briefly as before.
+		// Stepping says nothing of a drop, so the one drop raft makes
+		// of a change on a leader that knows it has a quorum — a leader
+		// transfer under way — is checked for first, and its proposer
+		// told (dropped.go); raft stamps this node as the sender, so a
+		// node that no longer leads forwards it on to the new leader
+		// under its own identity.
 		sctx, cancel := context.WithTimeout(r.haltCtx, confChangeStepWait)
 		defer cancel()
-		if err := r.node.Step(sctx, m); err != nil && r.haltCtx.Err() == nil {
+		err := r.stepConfChange(sctx, m)
+		var te *TransferError
+		switch {
+		case errors.As(err, &te):
+			r.notifyDropped(m, dropTransfer, te.Transferee)
+		case err != nil && r.haltCtx.Err() == nil:
 			r.metrics.ProposalsDropped.Inc()
 		}
 		return
@@ -68,11 +77,27 @@ func (r *Replica) forward(m *raftpb.Message) {
 	ctx, cancel := context.WithTimeout(r.haltCtx, forwardedProposalWait)
 	defer cancel()
 	for _, e := range m.GetEntries() {
-		if err := r.proposeForwarded(ctx, e.GetData()); err != nil {
-			if r.haltCtx.Err() == nil {
-				r.metrics.ProposalsDropped.Inc()
-				r.log.Debug("forwarded proposal dropped", "from", m.GetFrom(), "err", err)
+		err := r.proposeForwarded(ctx, e.GetData())
+		if err == nil || r.haltCtx.Err() != nil {
+			continue
+		}
+		r.log.Debug("forwarded proposal dropped", "from", m.GetFrom(), "err", err)
+		// Certainly not taken (raft said so, or no leader was known):
+		// its proposer hears it now rather than answering 504 at its
+		// deadline. A deadline met inside Propose is not certain, and
+		// says nothing.
+		one := &raftpb.Message{Entries: []*raftpb.Entry{e}}
+		switch {
+		case errors.Is(err, raft.ErrProposalDropped):
+			if to := r.transferringTo(); to != raft.None {
+				r.notifyDropped(one, dropTransfer, to)
+			} else {
+				r.notifyDropped(one, dropOverloaded, raft.None)
 			}
+		case errors.Is(err, ErrNoLeader):
+			r.notifyDropped(one, dropNoLeader, raft.None)
+		default:
+			r.metrics.ProposalsDropped.Inc()
 		}
 	}
 }

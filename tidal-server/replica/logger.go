@@ -48,8 +48,24 @@ var routineInfo = map[string]bool{
 
 func (r raftLogger) Warning(v ...any) { r.log(slog.LevelWarn, fmt.Sprint(v...)) }
 func (r raftLogger) Warningf(format string, v ...any) {
-	r.log(slog.LevelWarn, fmt.Sprintf(format, v...))
+	level := slog.LevelWarn
+	if deferredCampaign[format] {
+		level = slog.LevelInfo
+	}
+	r.log(level, fmt.Sprintf(format, v...))
 }
+
+// deferredCampaign are raft warnings about an election raft merely puts
+// off: a node whose committed configuration entries are not applied yet
+// skips this election timeout and campaigns at the next one. Every fresh
+// cluster passes through it (the bootstrap members are committed before
+// the first apply), so at Warn it would tell an operator something is
+// wrong when nothing is; a node that never campaigns shows up in
+// /cluster/status and /readyz instead.
+var deferredCampaign = map[string]bool{
+	"%x cannot campaign at term %d since there are still pending configuration changes to apply": true,
+}
+
 func (r raftLogger) Fatal(v ...any) {
 	r.log(slog.LevelError, fmt.Sprint(v...))
 	os.Exit(1)

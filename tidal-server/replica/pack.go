@@ -18,21 +18,28 @@ import (
 // keeps flushing what queued meanwhile until the queue is empty. A lone
 // proposal goes out as a plain envelope entry.
 //
-// The format (envelope version 3) is
+// The format is
 //
-//	u8 3 | u64 origin node | u32 n | n × (u64 request id | u32 len | data)
+//	u8 envelope | u64 origin node | u32 n | n × (u64 request id | u32 len | data)
 //
 // and every command of the entry is applied in order, at the entry's log
-// index, as AppEntry{Sub: i, Subs: n}. The envelope belongs to entry
-// format 2 (format.go): a node packs only while every current member
-// advertised that it reads format 2 (the minimum-entry-format rule),
-// otherwise it proposes each command as its own format-1 entry. A release
-// from before formats skipped unknown envelopes (and would diverge); it
-// advertises nothing, so it counts as format 1 and is never sent one.
+// index, as AppEntry{Sub: i, Subs: n, PackFormat: f}. There are two
+// envelopes of this framing, which differ only in how the state machine
+// places the commands inside the entry (AppEntry.PackFormat):
+// packedSpansVersion, of entry format 3, and packedVersion, of entry
+// format 2, whose rule the state machine keeps for entries written in it.
+// A node packs with the newest envelope every current member advertised
+// it reads (the minimum-entry-format rule, format.go): format 3, else
+// format 2 — exactly what a node of the release before format 3 writes,
+// so a mixed cluster applies every packed entry alike — else each command
+// as its own format-1 entry. A release from before formats skipped
+// unknown envelopes (and would diverge); it advertises nothing, so it
+// counts as format 1 and is never sent a packed entry.
 const (
-	packedVersion = 3
-	packedHeader  = 1 + 8 + 4
-	packedItemHdr = 8 + 4
+	packedVersion      = 3 // entry format 2
+	packedSpansVersion = 4 // entry format 3
+	packedHeader       = 1 + 8 + 4
+	packedItemHdr      = 8 + 4
 	// maxPackBytes bounds one packed entry's size: well under
 	// MaxSizePerMsg's default (1 MiB), and, at ≥ 28 bytes per encoded
 	// event, far under ledger.MaxBatchLen events.
@@ -97,7 +104,11 @@ func (r *Replica) flushPacks() {
 		p.pending = append([]packItem(nil), p.pending[n:]...)
 		p.mu.Unlock()
 
-		if len(items) > 1 && !r.EntryFormatAllowed(PackedEntryFormat) {
+		var envelope byte
+		if len(items) > 1 {
+			envelope = packedEnvelope(r.ClusterEntryFormat())
+		}
+		if len(items) > 1 && envelope == 0 {
 			// A member may not read packed entries (an older release, or
 			// one not heard from yet): the format-1 equivalent, one entry
 			// per proposal.
@@ -116,7 +127,7 @@ func (r *Replica) flushPacks() {
 			buf = r.envelope(items[0].req, items[0].data)
 		} else {
 			buf = make([]byte, 0, size)
-			buf = append(buf, packedVersion)
+			buf = append(buf, envelope)
 			buf = binary.BigEndian.AppendUint64(buf, r.cfg.ID)
 			buf = binary.BigEndian.AppendUint32(buf, uint32(len(items)))
 			for _, it := range items {
@@ -138,6 +149,21 @@ func (r *Replica) flushPacks() {
 	}
 }
 
+// packedEnvelope is the packed envelope to write while every current
+// member reads entry formats up to cluster (ClusterEntryFormat): format
+// 3's; format 2's while a member reads no newer (a node of the release
+// before format 3, which writes format 2 itself: every node applies those
+// entries under format 2's rule); 0, none, while a member reads neither.
+func packedEnvelope(cluster uint32) byte {
+	switch {
+	case cluster >= PackedSpansEntryFormat:
+		return packedSpansVersion
+	case cluster >= PackedEntryFormat:
+		return packedVersion
+	}
+	return 0
+}
+
 // envelope frames one proposal as a version-1 entry.
 func (r *Replica) envelope(req uint64, data []byte) []byte {
 	buf := make([]byte, envelopeHeader+len(data))
@@ -148,12 +174,19 @@ func (r *Replica) envelope(req uint64, data []byte) []byte {
 	return buf
 }
 
-// unpack appends the commands of a packed entry to run, or reports why
-// the entry is malformed (then nothing is appended).
+// isPacked reports whether envelope is one of the packed envelopes.
+func isPacked(envelope byte) bool {
+	return envelope == packedVersion || envelope == packedSpansVersion
+}
+
+// unpack appends the commands of a packed entry to run, each with the
+// entry format of the envelope (AppEntry.PackFormat), or reports why the
+// entry is malformed (then nothing is appended).
 func unpack(run []pendingApp, index, term uint64, data []byte) ([]pendingApp, error) {
-	if len(data) < packedHeader || data[0] != packedVersion {
-		return run, fmt.Errorf("packed entry of %d bytes: header too short or wrong version", len(data))
+	if len(data) < packedHeader || !isPacked(data[0]) {
+		return run, fmt.Errorf("packed entry of %d bytes: header too short or not a packed envelope", len(data))
 	}
+	format := envelopeFormats[data[0]]
 	origin := binary.BigEndian.Uint64(data[1:9])
 	n := binary.BigEndian.Uint32(data[9:13])
 	if n == 0 || uint64(n)*packedItemHdr > uint64(len(data)-packedHeader) {
@@ -172,7 +205,7 @@ func unpack(run []pendingApp, index, term uint64, data []byte) ([]pendingApp, er
 			return run[:start], fmt.Errorf("packed entry: command %d of %d claims %d bytes at offset %d, %d left", i, n, size, off, len(data)-off)
 		}
 		run = append(run, pendingApp{
-			AppEntry: AppEntry{Index: index, Term: term, Data: data[off : off+size : off+size], Sub: i, Subs: int(n)},
+			AppEntry: AppEntry{Index: index, Term: term, Data: data[off : off+size : off+size], Sub: i, Subs: int(n), PackFormat: format},
 			origin:   origin,
 			request:  req,
 		})

@@ -4,8 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
+	"github.com/tidaldb/tidal/tidal-server/bugs"
 	"github.com/tidaldb/tidal/tidal-server/wal"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -175,6 +177,20 @@ func (r *Replica) stageAppend(m *raftpb.Message, prev *wal.HardState) (syncItem,
 	// anything that depends on them is sent; a commit index alone need not.
 	mustSync := len(batch.Entries) > 0 || hasSnap ||
 		(batch.HardState != nil && (batch.HardState.Term != prev.Term || batch.HardState.Vote != prev.Vote))
+	if bugs.Active(bugs.VoteBeforeSync) && len(batch.Entries) == 0 && !hasSnap && mustSync {
+		// Planted defect: a term/vote change is written without a sync,
+		// and the votes it grants go out before it is even written.
+		mustSync = false
+		var early []*raftpb.Message
+		it.resps = slices.DeleteFunc(slices.Clone(it.resps), func(m *raftpb.Message) bool {
+			if m.GetType() == raftpb.MessageType_MsgVoteResp && m.GetTo() != r.cfg.ID {
+				early = append(early, m)
+				return true
+			}
+			return false
+		})
+		r.send(early)
+	}
 	if batch.HardState != nil {
 		*prev = *batch.HardState
 	}

@@ -104,7 +104,7 @@ func replayNormal(sm StateMachine, index, term uint64, data []byte) error {
 	switch {
 	case len(data) >= envelopeHeader && data[0] == envelopeVersion:
 		sm.Apply(index, term, data[envelopeHeader:])
-	case len(data) > 0 && data[0] == packedVersion:
+	case len(data) > 0 && isPacked(data[0]):
 		run, err := unpack(nil, index, term, data)
 		if err != nil {
 			sm.SetApplied(index)

@@ -33,6 +33,10 @@ var (
 	// ErrConfChangeDropped: raft dropped a membership change because another
 	// one was not yet applied (or a new leader had not yet applied its
 	// predecessor's log). Certainly not applied; retry shortly.
+	// ErrTransferAbandoned: a leader transfer this node asked for did not
+	// happen: raft abandoned it after an election timeout and the target
+	// was silent, so it was not asked again.
+	ErrTransferAbandoned = errors.New("replica: leader transfer abandoned")
 	ErrConfChangeDropped = errors.New("replica: membership change dropped by raft while another change was pending; it was not applied, retry")
 )
 
@@ -85,6 +89,13 @@ type AppEntry struct {
 	Index, Term uint64
 	Data        []byte
 	Sub, Subs   int
+	// PackFormat is the entry format of the packed envelope the command
+	// came in (format.go), which decides how the state machine places
+	// the entry's commands inside it: PackedEntryFormat (2) under that
+	// format's rule, kept so a log written under it replays identically;
+	// PackedSpansEntryFormat (3), or 0 (an ordinary entry, or one built
+	// by hand), under the newest rule.
+	PackFormat uint32
 }
 
 // Outbound is one marshalled raft message for the transport.
@@ -129,8 +140,8 @@ type Config struct {
 	// commits; past it proposals fail with ErrOverloaded (503). Default 64 MiB.
 	MaxUncommittedBytes uint64
 	// PackProposals packs proposals made concurrently on this node into
-	// one raft entry (pack.go), while every member reads entry format 2
-	// (EntryFormatAllowed). Every node applies packed entries whatever
+	// one raft entry (pack.go), in the newest packed envelope every member
+	// reads (entry format 3, else 2; EntryFormatAllowed). Every node applies packed entries whatever
 	// this says. It needs a BatchStateMachine.
 	PackProposals bool
 	SnapshotEvery uint64 // applied entries between snapshots; default 10000
@@ -203,6 +214,9 @@ var wallClock = time.Now
 type Applied struct {
 	Index, Term uint64
 	Result      any
+	// dropped: the leader told this node raft dropped the proposal (a
+	// drop notice, dropped.go); Index and Term are then zero.
+	dropped error
 }
 
 // Replica is one raft node with its log, snapshots and apply loop.
@@ -232,6 +246,15 @@ type Replica struct {
 	// without it on the fast path.
 	transfers atomic.Int32
 	heldProps []*raftpb.Message
+	// transferGate orders the start of every leader transfer this node's
+	// raft sees (TransferLeader, a MsgTransferLeader received) with the
+	// check a membership change makes before it is stepped (no transfer
+	// under way: raft would drop it without a word, confchange.go), so no
+	// transfer starts between the check and the step.
+	transferGate sync.Mutex
+	// lastTransfer is the last transfer this node, leading, let raft
+	// start: to whom, at which tick (noteTransferAsk). Under transferGate.
+	lastTransfer struct{ to, tick uint64 }
 
 	appliedMu      sync.Mutex
 	applied        uint64
@@ -599,6 +622,9 @@ func (r *Replica) Propose(ctx context.Context, data []byte) (Applied, error) {
 	}
 	select {
 	case a := <-ch:
+		if a.dropped != nil {
+			return Applied{}, a.dropped
+		}
 		return a, nil
 	case err := <-packErr:
 		forget()
@@ -619,6 +645,11 @@ func (r *Replica) proposeErr(err error) error {
 		r.metrics.ProposalsDropped.Inc()
 		if r.leader.Load() == raft.None {
 			return ErrNoLeader
+		}
+		// A leader drops every proposal while it transfers leadership:
+		// name that, not an overload, so the caller knows when to retry.
+		if to := r.transferringTo(); to != raft.None {
+			return r.transferError(to)
 		}
 		return ErrOverloaded
 	case errors.Is(err, raft.ErrStopped):
@@ -711,12 +742,35 @@ func (r *Replica) Receive(ctx context.Context, data []byte) error {
 	if err := proto.Unmarshal(data, m); err != nil {
 		return fmt.Errorf("decode raft message (%d bytes): %w", len(data), err)
 	}
-	r.heardAt.heard(m.GetFrom())
-	if m.GetType() == raftpb.MsgProp {
+	if m.GetType() != raftpb.MsgTransferLeader {
+		// A forwarded MsgTransferLeader's From names the transferee, not
+		// the member that sent it.
+		r.heardAt.heard(m.GetFrom())
+	}
+	switch {
+	case m.GetType() == raftpb.MsgProp:
 		if r.holdForwarded(m) {
 			return nil
 		}
 		return r.stepForwarded(ctx, m)
+	case isDropNotice(m):
+		n, err := decodeDropNotice(m.GetContext())
+		if err != nil {
+			r.log.Warn("ignoring a malformed drop notice", "from", m.GetFrom(), "err", err)
+			return nil
+		}
+		r.receiveDropNotice(m.GetFrom(), n)
+		return nil
+	case m.GetType() == raftpb.MsgTransferLeader:
+		// Ordered with membership changes' transfer checks (transferGate).
+		r.transferGate.Lock()
+		defer r.transferGate.Unlock()
+		if r.leader.Load() == r.cfg.ID && !r.noteTransferAsk(m.GetFrom()) {
+			// A follower's TransferLeader asks again each election
+			// timeout; it cannot hear the target, this node can.
+			r.log.Info("ignoring a repeated request to transfer leadership to a member not heard from for an election timeout", "to", m.GetFrom())
+			return nil
+		}
 	}
 	return r.node.Step(ctx, m)
 }
@@ -727,19 +781,23 @@ func (r *Replica) stepForwarded(_ context.Context, m *raftpb.Message) error {
 	select {
 	case r.forwardq <- m:
 	default:
-		// The loop is that far behind: drop, as raft would, and count it.
-		r.metrics.ProposalsDropped.Inc()
+		// The loop is that far behind: drop, as raft would, and tell
+		// the proposer (which counts it).
+		r.notifyDropped(m, dropOverloaded, raft.None)
 	}
 	return nil
 }
 
-// holdForwarded keeps a proposal forwarded to this node while it hands
+// holdForwarded keeps a write forwarded to this node while it hands
 // leadership off: raft would drop it (a leader with a transfer under way
 // takes no proposals) and its proposer, on another node, would wait out
 // its deadline and answer 504. Held proposals are stepped, once each, when
 // the transfer ends; by then this node forwards them to the new leader.
+// A membership change is never held: the forward loop refuses it at once
+// while a transfer is under way (forward.go), so the operator who asked
+// for both hears which one to retry.
 func (r *Replica) holdForwarded(m *raftpb.Message) bool {
-	if r.transfers.Load() == 0 {
+	if r.transfers.Load() == 0 || !allNormal(m.GetEntries()) {
 		return false
 	}
 	r.mu.Lock()
@@ -783,7 +841,9 @@ func (r *Replica) Snapshot(ctx context.Context) (index, term uint64, err error) 
 }
 
 // TransferLeader asks the current leader to hand leadership to `to` and
-// waits until `to` leads or ctx ends.
+// waits until `to` leads or ctx ends. On the leader, a transfer to a
+// member it has not heard from for an election timeout ends, once raft
+// abandoned it, with ErrTransferAbandoned.
 func (r *Replica) TransferLeader(ctx context.Context, to uint64) error {
 	if err := r.checkRunning(); err != nil {
 		return err
@@ -807,15 +867,22 @@ func (r *Replica) TransferLeader(ctx context.Context, to uint64) error {
 		r.mu.Unlock()
 		defer r.releaseHeld()
 	}
-	r.node.TransferLeadership(ctx, lead, to)
+	r.askTransfer(ctx, lead, to)
 	// raft abandons a transfer the target did not complete within an
 	// election timeout (a target still catching up on a busy leader), and
 	// says nothing: ask again each election timeout, of whichever node
 	// leads then, until leadership is where it was asked to go or ctx
 	// ends. Asking while a transfer to the same node is under way is a
-	// no-op in raft.
-	again := time.Duration(r.cfg.ElectionTicks) * r.cfg.TickInterval
+	// no-op in raft. A leader does not ask again for a target it has not
+	// heard from for that election timeout (killed, cut off): every
+	// proposal is dropped while a transfer is under way, so asking again
+	// would keep the cluster refusing writes and membership changes for
+	// the caller's whole deadline. It waits for raft to abandon the
+	// transfer instead and says why. (A follower does not hear the
+	// target, so it keeps asking.)
+	again := r.electionTimeout()
 	asked := time.Now()
+	abandoning := false
 	t := time.NewTicker(r.cfg.TickInterval / 2)
 	defer t.Stop()
 	for {
@@ -825,8 +892,19 @@ func (r *Replica) TransferLeader(ctx context.Context, to uint64) error {
 			if now == to {
 				return nil
 			}
+			if abandoning {
+				if r.transferringTo() == raft.None {
+					return fmt.Errorf("%w: leadership did not move from %d to %d: raft abandoned the transfer after an election timeout (%s), and member %d had not been heard from for as long",
+						ErrTransferAbandoned, lead, to, again, to)
+				}
+				continue
+			}
 			if now != raft.None && time.Since(asked) >= again {
-				r.node.TransferLeadership(ctx, now, to)
+				if now == r.cfg.ID && !r.heardWithin(to, uint64(r.cfg.ElectionTicks)) {
+					abandoning = true
+					continue
+				}
+				r.askTransfer(ctx, now, to)
 				asked = time.Now()
 			}
 		case <-ctx.Done():
@@ -835,6 +913,40 @@ func (r *Replica) TransferLeader(ctx context.Context, to uint64) error {
 			return r.stoppedErr()
 		}
 	}
+}
+
+// askTransfer asks raft to move leadership from lead to to, ordered with
+// membership changes' transfer checks (transferGate).
+func (r *Replica) askTransfer(ctx context.Context, lead, to uint64) {
+	r.transferGate.Lock()
+	defer r.transferGate.Unlock()
+	if lead == r.cfg.ID {
+		r.noteTransferAsk(to)
+	}
+	r.node.TransferLeadership(ctx, lead, to)
+}
+
+// noteTransferAsk records that this leader is asked to transfer
+// leadership to `to`, and reports whether to ask raft: not when `to` has
+// not been heard from for an election timeout and it was asked for within
+// the last four (a follower repeating its request each election timeout;
+// the margin covers a follower whose timer ran late).
+// raft gives a transfer one election timeout and abandons it; asked
+// again, it would drop every proposal for another, and a silent target
+// will not take over. The first ask of a series always reaches raft (a
+// member may have just restarted). Called under transferGate.
+func (r *Replica) noteTransferAsk(to uint64) bool {
+	now, window := r.heardAt.now.Load(), uint64(r.cfg.ElectionTicks)
+	repeat := r.lastTransfer.to == to && now-r.lastTransfer.tick <= 4*window
+	r.lastTransfer.to, r.lastTransfer.tick = to, now
+	return !repeat || r.heardWithin(to, window)
+}
+
+// heardWithin reports whether this node received a message from id within
+// the last window ticks.
+func (r *Replica) heardWithin(id, window uint64) bool {
+	at, ok := r.heardAt.lastHeard(id)
+	return ok && r.heardAt.now.Load()-at <= window
 }
 
 // releaseHeld ends a transfer: once none is under way, the proposals held

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -240,22 +241,30 @@ func TestPackedProposalsApplyInOrderOnEveryNode(t *testing.T) {
 }
 
 // What one pack holds, decided by the test (HoldPacks): proposals queued
-// while a flush is in progress go out as one entry when every member
-// reads entry format 2, and as one entry each when a member advertises
-// only format 1 (the minimum-entry-format rule, issue 12 item 2) — a node
-// of an older release must never be sent an entry it cannot read.
+// while a flush is in progress go out as one entry in the newest packed
+// envelope every member reads (the minimum-entry-format rule): format 3's
+// when all read it; format 2's, which every node applies under format 2's
+// rule, while a member reads format 2 at most (the release before format
+// 3: a mixed cluster must apply every packed entry alike); and as one
+// entry each while a member reads only format 1 — a node of an older
+// release must never be sent an entry it cannot read.
 func TestPacksOnlyWhenEveryMemberReadsPackedEntries(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		oldMember bool
-	}{{"every member reads format 2", false}, {"one member reads format 1 only", true}} {
+		name       string
+		oldFormat  uint32 // what one follower advertises; 0: this build's
+		packFormat uint32 // the packed envelope's entry format; 0: no packing
+	}{
+		{"every member reads format 3", 0, replica.PackedSpansEntryFormat},
+		{"one member reads format 2 at most", 2, replica.PackedEntryFormat},
+		{"one member reads format 1 only", 1, 0},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(t, 3, func(cfg *replica.Config) { cfg.PackProposals = true })
 			leader := c.waitLeader()
-			if tc.oldMember {
+			if tc.oldFormat != 0 {
 				for id := uint64(1); id <= 3; id++ {
 					if id != leader {
-						c.net.setEntryFormat(id, 1)
+						c.net.setEntryFormat(id, tc.oldFormat)
 						break
 					}
 				}
@@ -282,13 +291,26 @@ func TestPacksOnlyWhenEveryMemberReadsPackedEntries(t *testing.T) {
 				indexes[(<-acks).Index] = true
 			}
 			want := 1
-			if tc.oldMember {
+			if tc.packFormat == 0 {
 				want = n
 			}
 			if len(indexes) != want {
 				t.Fatalf("%d proposals landed at %d log indexes, expected %d", n, len(indexes), want)
 			}
 			c.waitConverged(1, 2, 3)
+			for id := uint64(1); id <= 3; id++ {
+				sm := c.node(id).sm
+				sm.mu.Lock()
+				got := maps.Clone(sm.packFormats)
+				sm.mu.Unlock()
+				wantFormats := map[uint32]int{}
+				if tc.packFormat != 0 {
+					wantFormats[tc.packFormat] = n
+				}
+				if len(got) != len(wantFormats) || got[tc.packFormat] != wantFormats[tc.packFormat] {
+					t.Errorf("node %d applied packed commands by envelope format %v, expected %v", id, got, wantFormats)
+				}
+			}
 		})
 	}
 }

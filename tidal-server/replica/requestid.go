@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/tidaldb/tidal/tidal-server/atomicfile"
 )
 
 // Request ids tie a proposal (and a ReadIndex) to the waiter on this node
@@ -102,33 +104,10 @@ func readRequestEpoch(path string) (uint64, error) {
 	return epoch, nil
 }
 
-// writeRequestEpoch replaces path durably: temporary file, fsync, rename,
-// fsync of the directory.
+// writeRequestEpoch replaces path durably (atomicfile: temporary file,
+// fsync, rename, fsync of the directory).
 func writeRequestEpoch(path string, epoch uint64) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		return fmt.Errorf("write request id epoch: %w", err)
-	}
-	_, err = f.WriteString(strconv.FormatUint(epoch, 10) + "\n")
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		var d *os.File
-		if d, err = os.Open(filepath.Dir(path)); err == nil {
-			err = d.Sync()
-			d.Close()
-		}
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := atomicfile.Write(path, []byte(strconv.FormatUint(epoch, 10)+"\n"), 0o644); err != nil {
 		return fmt.Errorf("persist request id epoch %d to %s: %w", epoch, path, err)
 	}
 	return nil

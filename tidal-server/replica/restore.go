@@ -88,19 +88,45 @@ func restoreDataDir(dir string, m Member, index uint64, state []byte, removed []
 // no state yet. If the WAL is damaged, the part before the damage is read
 // and the *wal.CorruptionError is returned with what it gave.
 func StoredMembers(dataDir string) (members []Member, index uint64, err error) {
+	cfg, err := ReadStoredConfig(dataDir)
+	return cfg.Members, cfg.Index, err
+}
+
+// StoredConfig is the configuration a stopped node's data dir holds.
+type StoredConfig struct {
+	// Members are the current members, voters and learners, by id.
+	Members []Member
+	// Voters are the ids among Members that vote, ascending; the rest are
+	// learners.
+	Voters []uint64
+	// Index is the log position the configuration reflects; 0 (and no
+	// members) for a data dir with no state yet.
+	Index uint64
+}
+
+// ReadStoredConfig is StoredMembers with the voters: the ConfState of the
+// newest snapshot the WAL names, changed by the committed conf changes
+// logged after it the way the apply loop changes it (a change the
+// membership table refuses changes nothing). Errors as StoredMembers.
+func ReadStoredConfig(dataDir string) (StoredConfig, error) {
 	rec, walErr := wal.Read(filepath.Join(dataDir, "wal"))
 	if rec == nil {
-		return nil, 0, walErr
+		return StoredConfig{}, walErr
 	}
 	mem := newMembership()
+	voters := map[uint64]bool{}
+	var index uint64
 	if rec.Snapshot.Index > 0 {
 		snaps := &snapStore{dir: filepath.Join(dataDir, "snap")}
 		snap, err := snaps.load(rec.Snapshot.Term, rec.Snapshot.Index)
 		if err != nil {
-			return nil, 0, err
+			return StoredConfig{}, err
 		}
 		if mem, err = snapshotMembership(snap); err != nil {
-			return nil, 0, err
+			return StoredConfig{}, err
+		}
+		for _, id := range snap.GetMetadata().GetConfState().GetVoters() {
+			voters[id] = true
 		}
 		index = rec.Snapshot.Index
 	}
@@ -113,14 +139,43 @@ func StoredMembers(dataDir string) (members []Member, index uint64, err error) {
 		if t != raftpb.EntryConfChange && t != raftpb.EntryConfChangeV2 {
 			continue
 		}
-		if err := mem.replay(fromWALEntry(e)); err != nil {
-			return nil, 0, err
+		re := fromWALEntry(e)
+		cc, err := decodeConfChange(re)
+		if err != nil {
+			return StoredConfig{}, err
+		}
+		// Decided against the table as it was before this entry, as
+		// the apply loop decides.
+		refused := make([]bool, len(cc.GetChanges()))
+		for i, ch := range cc.GetChanges() {
+			refused[i] = mem.refuse(ch.GetType(), ch.GetNodeId()) != ""
+		}
+		if err := mem.replay(re); err != nil {
+			return StoredConfig{}, err
+		}
+		for i, ch := range cc.GetChanges() {
+			id := ch.GetNodeId()
+			if refused[i] || id == 0 {
+				continue
+			}
+			switch ch.GetType() {
+			case raftpb.ConfChangeType_ConfChangeAddNode:
+				voters[id] = true
+			case raftpb.ConfChangeType_ConfChangeRemoveNode:
+				delete(voters, id)
+			}
 		}
 	}
 	if index == 0 {
-		return nil, 0, walErr
+		return StoredConfig{}, walErr
 	}
-	return mem.sorted(), index, walErr
+	cfg := StoredConfig{Members: mem.sorted(), Index: index}
+	for _, m := range cfg.Members {
+		if voters[m.ID] {
+			cfg.Voters = append(cfg.Voters, m.ID)
+		}
+	}
+	return cfg, walErr
 }
 
 // snapshotMembership decodes the membership table framed ahead of the

@@ -211,7 +211,7 @@ func (g *clockGuard) healthy() (bool, string) {
 		return s.ok, s.reason
 	}
 	if step := g.drift() - s.drift; abs(step) > g.bound/2 {
-		return false, fmt.Sprintf("this node's clock stepped by %s since its offsets to its peers were last judged; writes wait until they are measured again (--max-clock-skew %v)",
+		return false, fmt.Sprintf("this node's clock stepped by %s since its offsets to its peers were last judged; writes, and reads at this clock, wait until they are measured again (--max-clock-skew %v)",
 			signed(step.Round(time.Millisecond)), g.bound)
 	}
 	return true, ""

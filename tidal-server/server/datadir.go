@@ -87,13 +87,18 @@ func schemaFingerprint(s ledger.Schema) string {
 // cluster than the one the data dir holds. --peers is the initial cluster
 // and, on later starts, an address book that may list members added since
 // and omit members removed since; so the test is not equality but the
-// overlap raft itself keeps between consecutive configurations: the ids
-// both name must be a majority of each, and every id both name must have
-// the same peer address. A data dir left by a failed first start as a
-// one-member cluster, started again with a three-member --peers, fails it
-// (1 of 3 is no majority) instead of running as a cluster of its own.
+// overlap raft itself keeps between consecutive configurations, which is
+// an overlap of voters: the voters both name must be a majority of the
+// voters of each, and every id both name must have the same peer address.
+// Learners are left out of both sides (an id the data dir knows as a
+// learner does not count among --peers' voters either): they take no part
+// in any quorum, and counting them let learners that were added but never
+// started refuse the restart of a voter whose --peers matched every voter.
+// A data dir left by a failed first start as a one-member cluster, started
+// again with a three-member --peers, fails the test (1 of 3 is no
+// majority) instead of running as a cluster of its own.
 func checkPeersMatchDataDir(dataDir string, peers []replica.Member) error {
-	stored, index, err := replica.StoredMembers(dataDir)
+	stored, err := replica.ReadStoredConfig(dataDir)
 	if err != nil {
 		// Damage is reported, with file and offset, when the replica
 		// opens the WAL.
@@ -103,37 +108,67 @@ func checkPeersMatchDataDir(dataDir string, peers []replica.Member) error {
 		}
 		return fmt.Errorf("read the membership stored in %s: %w", dataDir, err)
 	}
-	return comparePeers(dataDir, stored, index, peers)
+	return comparePeers(dataDir, stored, peers)
 }
 
-// comparePeers is checkPeersMatchDataDir's rule, given what the data dir
-// holds (stored, as of log index).
-func comparePeers(dataDir string, stored []replica.Member, index uint64, peers []replica.Member) error {
-	if len(stored) == 0 {
+// comparePeers is checkPeersMatchDataDir's rule, given the configuration
+// the data dir holds.
+func comparePeers(dataDir string, stored replica.StoredConfig, peers []replica.Member) error {
+	if len(stored.Members) == 0 {
 		return nil // a new data dir: --peers bootstraps it
 	}
 	byID := map[uint64]replica.Member{}
-	for _, m := range stored {
+	for _, m := range stored.Members {
 		byID[m.ID] = m
 	}
-	shared := 0
 	for _, p := range peers {
-		m, ok := byID[p.ID]
-		if !ok {
-			continue
-		}
-		if m.PeerAddr != p.PeerAddr {
+		if m, ok := byID[p.ID]; ok && m.PeerAddr != p.PeerAddr {
 			return fmt.Errorf("--peers gives member %d the peer address %s, but the data dir %s holds it at %s (membership as of log index %d: %s); "+
-				"start with the address the cluster knows", p.ID, p.PeerAddr, dataDir, m.PeerAddr, index, formatMembers(stored))
+				"start with the address the cluster knows", p.ID, p.PeerAddr, dataDir, m.PeerAddr, stored.Index, formatMembers(stored.Members))
 		}
-		shared++
 	}
-	if shared < len(stored)/2+1 || shared < len(peers)/2+1 {
+	voter := map[uint64]bool{}
+	for _, id := range stored.Voters {
+		voter[id] = true
+	}
+	if len(voter) == 0 {
+		// No configuration names voters (raft never writes one without):
+		// every member counts.
+		for _, m := range stored.Members {
+			voter[m.ID] = true
+		}
+	}
+	var storedVoters, storedLearners, peerVoters, shared []uint64
+	for _, m := range stored.Members {
+		if voter[m.ID] {
+			storedVoters = append(storedVoters, m.ID)
+		} else {
+			storedLearners = append(storedLearners, m.ID)
+		}
+	}
+	for _, p := range peers {
+		if _, ok := byID[p.ID]; ok && !voter[p.ID] {
+			continue // a learner here
+		}
+		peerVoters = append(peerVoters, p.ID)
+		if voter[p.ID] {
+			shared = append(shared, p.ID)
+		}
+	}
+	slices.Sort(peerVoters)
+	slices.Sort(shared)
+	if len(shared) < len(storedVoters)/2+1 || len(shared) < len(peerVoters)/2+1 {
+		learners := ""
+		if len(storedLearners) > 0 {
+			learners = fmt.Sprintf(" (its learners %v count on neither side)", storedLearners)
+		}
 		return fmt.Errorf("--peers %s does not describe the cluster in the data dir %s, which holds members %s (as of log index %d): "+
-			"they share %d member(s), less than a majority of each. Start with --peers matching the data dir; "+
+			"expected --peers to share a majority of the data dir's voters %v, found voters %v in --peers%s; "+
+			"they share %d voter(s) %v, less than a majority of each. Start with --peers matching the data dir; "+
 			"or, if this node belongs to the --peers cluster, wipe the data dir and add the node to that cluster as a new member "+
 			"(tidal-server members add, then run with --join)",
-			formatMembers(peers), dataDir, formatMembers(stored), index, shared)
+			formatMembers(peers), dataDir, formatMembers(stored.Members), stored.Index,
+			storedVoters, peerVoters, learners, len(shared), shared)
 	}
 	return nil
 }

@@ -112,8 +112,9 @@ func deadlines(h http.Handler, stream time.Duration) http.Handler {
 
 // connLimit is the client plane's cap on open connections (--max-conns).
 // Up to the cap, connections are served as usual. Past it a connection is
-// still accepted, but every request on it is answered 503 with
-// Retry-After and the connection is closed after that answer: a client
+// still accepted, but every request on it but a probe (shedOverCap) is
+// answered 503 with Retry-After and the connection is closed after that
+// answer: a client
 // learns at once, and for certain, that nothing was done — where a
 // listener that stops accepting leaves it waiting in the kernel's backlog
 // until its own timeout, not knowing whether a write landed. Past twice
@@ -219,11 +220,23 @@ func markOverCap(ctx context.Context, c net.Conn) context.Context {
 }
 
 // shedOverCap answers every request on a connection past the cap with
-// 503 and asks for the connection to be closed (HTTP/2: GOAWAY).
+// 503 and asks for the connection to be closed (HTTP/2: GOAWAY) — except
+// a liveness or readiness probe (isProbe), which is served as on any
+// connection and then closes its connection likewise. An orchestrator
+// that gets 503 from /healthz restarts the node, and one that gets it from
+// /readyz takes it out of service: under a connection flood that would
+// turn a healthy node that is shedding load into a dead one. A probe past
+// the cap costs what the 503 would have (a status read, no body, no
+// backend I/O), and the band past the cap is already bounded: past twice
+// the cap connections are closed at accept, probes included.
 func shedOverCap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if over, _ := r.Context().Value(overCapKey{}).(bool); over {
 			w.Header().Set("Connection", "close")
+			if isProbe(r) {
+				h.ServeHTTP(w, r)
+				return
+			}
 			w.Header().Set("Retry-After", "1")
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -232,6 +245,13 @@ func shedOverCap(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// isProbe: GET (or HEAD) /healthz or /readyz, the probes an orchestrator
+// sends. /metrics is not one: a scrape reads every series, and a
+// scraper keeps its connection, inside the cap.
+func isProbe(r *http.Request) bool {
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz")
 }
 
 // quietErrors is http.Server's error log. Most of what net/http logs there

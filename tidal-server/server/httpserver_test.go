@@ -111,36 +111,35 @@ func TestStreamRoutesOutliveTheWriteTimeout(t *testing.T) {
 	}
 }
 
-// Issue 10 item 4: past --max-conns a connection is answered 503 with
-// Retry-After and closed; past twice the cap it is closed at accept.
+// Past --max-conns a connection is answered 503 with Retry-After and
+// closed; past twice the cap it is closed at accept. A probe (/healthz,
+// /readyz) on a connection past the cap is served, and closes it.
 func TestConnectionCap(t *testing.T) {
 	addr := serveHTTP(t, Config{MaxConns: 1}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok")
 	}))
-	request := func(c net.Conn) (*http.Response, error) {
-		io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	requestPath := func(c net.Conn, path string) (*http.Response, error) {
+		io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
 		return http.ReadResponse(bufio.NewReader(c), nil)
 	}
-	first, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
+	request := func(c net.Conn) (*http.Response, error) { return requestPath(c, "/v1/top?signal=view") }
+	dial := func() net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
 	}
-	defer first.Close()
+	first := dial()
 	if resp, err := request(first); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("first connection: expected 200, got %v %v", resp, err)
 	}
 	// The second connection is over the cap; it stays open (idle) while
 	// the third comes in past twice the cap.
-	second, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer second.Close()
-	third, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer third.Close()
+	second := dial()
+	third := dial()
 	if _, err := request(third); err == nil {
 		t.Fatal("third connection past twice the cap: expected it closed at accept, got an answer")
 	}
@@ -151,6 +150,40 @@ func TestConnectionCap(t *testing.T) {
 	// The first connection still works: the cap shed the others only.
 	if resp, err := request(first); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("first connection after the shedding: expected 200, got %v %v", resp, err)
+	}
+}
+
+// A probe on a connection past --max-conns is served, and closes its
+// connection; any other request on such a connection is still 503.
+func TestConnectionCapServesProbes(t *testing.T) {
+	addr := serveHTTP(t, Config{MaxConns: 2}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+	}))
+	request := func(c net.Conn, path string) (*http.Response, error) {
+		io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
+		return http.ReadResponse(bufio.NewReader(c), nil)
+	}
+	dial := func() net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// Two connections hold the cap (each answered, so each was accepted).
+	for range 2 {
+		if resp, err := request(dial(), "/healthz"); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("a connection within the cap: expected 200, got %v %v", resp, err)
+		}
+	}
+	// Up to two more fit past the cap whatever the closes below race.
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := request(dial(), path)
+		if err != nil || resp.StatusCode != http.StatusOK || !resp.Close {
+			t.Fatalf("%s on a connection past the cap: expected 200 with Connection: close, got %v %v", path, resp, err)
+		}
 	}
 }
 

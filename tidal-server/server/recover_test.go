@@ -74,7 +74,7 @@ func TestRecoverForceNewClusterReplaysSnapshotAndLog(t *testing.T) {
 	}
 	packed := 0
 	for _, e := range rec.Entries {
-		if f, _ := replica.EntryFormatOf(raftpb.EntryType(e.Type), e.Data); f == replica.PackedEntryFormat {
+		if f, _ := replica.EntryFormatOf(raftpb.EntryType(e.Type), e.Data); f >= replica.PackedEntryFormat {
 			packed++
 		}
 	}

@@ -176,8 +176,9 @@ func (s *Server) logSecurity(plaintext [][3]string) {
 }
 
 // Reload re-reads the tokens file and the certificates (the node does so
-// on SIGHUP). A file that does not load is logged and its old contents
-// stay in use; the error says which.
+// on SIGHUP), then ends the open ingest streams whose credential is no
+// longer good (ingest.Service.Recheck). A file that does not load is
+// logged and its old contents stay in use; the error says which.
 func (s *Server) Reload() error {
 	var errs []error
 	if t := s.sec.tokens; t != nil {
@@ -195,6 +196,11 @@ func (s *Server) Reload() error {
 		} else {
 			s.log.Info("certificates re-read", "certs_dir", s.cfg.CertsDir, "member", c.Member(), "not_after", c.NodeCert().NotAfter.UTC().Format(time.RFC3339))
 		}
+	}
+	if s.ingest != nil {
+		// Streams authenticated once, at open: ask again, and end those
+		// whose credential the reload took away.
+		s.ingest.Recheck()
 	}
 	return errors.Join(errs...)
 }

@@ -49,6 +49,10 @@ type Config struct {
 	// (tidal.v1.Ingest/Stream, package ingest) on its own listener, with
 	// the client plane's TLS and roles. Empty: not served.
 	GRPCAddr string `yaml:"grpc_addr"`
+	// IngestStreamMaxAge ends an ingest stream about this long after it
+	// opened (ingest.Options.MaxStreamAge; the client reconnects): 0 the
+	// default (30m), negative no bound. --ingest-stream-max-age.
+	IngestStreamMaxAge time.Duration `yaml:"ingest_stream_max_age"`
 	// Peers is the initial cluster as "1=host:port,2=host:port"; empty
 	// means a single-node cluster of this node at PeerAddr.
 	Peers string `yaml:"peers"`
@@ -489,9 +493,11 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 	if s.grpcLis != nil {
 		// The ingest stream is the client plane's: the same TLS
 		// configuration and the same credentials, writer role required.
-		iopts := ingest.Options{Auth: sec.auth, Tokens: sec.tokens, Registry: reg, Logger: log.With("component", "ingest")}
+		iopts := ingest.Options{Auth: sec.auth, Tokens: sec.tokens, MaxStreamAge: cfg.IngestStreamMaxAge,
+			Registry: reg, Logger: log.With("component", "ingest")}
 		if sec.clientTLS {
 			iopts.TLS = cfg.Certs.ServerTLS()
+			iopts.VerifyClientCert = cfg.Certs.VerifyClient
 		}
 		s.ingest = ingest.New(ingestPath, iopts)
 		go func() {

@@ -45,7 +45,8 @@ type StateMachine struct {
 	// allocating their own.
 	events      []ledger.Event
 	signalNames []string
-	packNext    uint32 // next event position in the packed entry being applied
+	packNext    uint32       // the position after the last command applied of the entry being applied (ledger.Span)
+	format2     format2Entry // the format-2 packed entry being applied (format2.go)
 
 	// digesting serializes Digest's hashing (see Digest); never held
 	// with mu by anything but Digest, which takes it first.
@@ -114,35 +115,58 @@ func (s *StateMachine) Apply(index, term uint64, data []byte) any {
 
 // ApplyBatch implements replica.BatchStateMachine: the entries of one raft
 // Ready are applied under one lock, exactly as Apply would one by one.
+// A packed entry's commands always arrive whole within one call
+// (replica.AppEntry), so the state between calls — all a snapshot can
+// capture — is at an entry boundary.
 func (s *StateMachine) ApplyBatch(entries []replica.AppEntry) []any {
 	out := make([]any, len(entries))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, e := range entries {
 		out[i] = s.applyLocked(e)
-		if e.Subs > 1 && e.Sub == e.Subs-1 {
-			// The last command of a packed entry ends it, whatever its
-			// outcome: the id memory rotates at entry boundaries only.
-			s.ledger.FinishEntry()
-		}
 	}
 	return out
 }
 
+// applyLocked applies one command of the entry at e.Index: the entry's
+// only one, or command e.Sub of a packed entry.
+//
+// Every command of an entry takes a span of the entry's positions
+// (ledger.Span: one per event of a signals command, one for any other
+// command), consecutive from 0 in packed order, whatever the command's
+// kind and outcome. The span is a function of the entry alone — packNext
+// restarts at every entry's first command — so a replay of the entry,
+// live or after a restore, presents every command at the same position
+// again, and the ledger, which holds the one applied position of the
+// whole state, refuses each as ErrAlreadyApplied. A packed entry in the
+// envelope of entry format 2 keeps that format's rule (format2.go).
 func (s *StateMachine) applyLocked(e replica.AppEntry) any {
-	index, term, data := e.Index, e.Term, e.Data
-	// A packed entry's commands share its index; their events take
-	// consecutive positions of it (packNext: where the previous command's
-	// events ended, refused or not).
-	first := uint32(0)
-	if e.Sub > 0 {
-		first = s.packNext
+	if e.PackFormat == replica.PackedEntryFormat {
+		return s.applyFormat2(e)
 	}
-	s.packNext = first
-	s.applied = index
+	if e.Sub == 0 {
+		s.packNext = 0
+	}
+	first := s.packNext
+	res, span := s.applyCommand(e.Index, e.Term, first, e.Data)
+	s.packNext = first + span
+	if e.Index > s.applied {
+		s.applied = e.Index
+	}
+	if e.Sub == e.Subs-1 {
+		// The last command ends the entry, whatever its outcome: the id
+		// memory rotates at entry boundaries only.
+		s.ledger.FinishEntry()
+	}
+	return res
+}
+
+// applyCommand applies the command data at positions first.. of the entry
+// at index and returns its result and span.
+func (s *StateMachine) applyCommand(index, term uint64, first uint32, data []byte) (any, uint32) {
 	if len(data) == 0 {
-		s.ledger.SetApplied(index)
-		return nil
+		s.ledger.Consume(index, first, ledger.Span(0)) // a replay of nothing is nothing
+		return nil, ledger.Span(0)
 	}
 	switch data[0] {
 	case kindSignals:
@@ -150,34 +174,44 @@ func (s *StateMachine) applyLocked(e replica.AppEntry) any {
 		s.events = events[:0]
 		defer clear(events) // the next entry must not see (or retain) these
 		if err != nil {
-			s.ledger.SetApplied(index)
-			return SignalsResult{Err: err}
+			// Undecodable: no events, so the span of a command without any.
+			return SignalsResult{Err: s.consumeRefused(index, first, ledger.Span(0), err)}, ledger.Span(0)
 		}
 		events = s.plantedRefold(index, events)
-		var res ledger.Result
-		if e.Subs > 1 {
-			s.packNext = first + uint32(len(events))
-			res, err = s.ledger.ApplyAt(index, term, first, events)
-		} else {
-			res, err = s.ledger.Apply(index, term, events)
-		}
+		span := ledger.Span(len(events))
+		res, err := s.ledger.ApplyAt(index, term, first, events)
 		if err != nil {
 			// A conflict leaves the ledger as it was, on every node alike;
-			// the position is still consumed.
-			s.ledger.SetApplied(index)
-			return SignalsResult{Err: err}
+			// the span is still consumed.
+			return SignalsResult{Err: s.consumeRefused(index, first, span, err)}, span
 		}
-		return SignalsResult{Applied: res.Applied, Duplicates: res.Duplicates}
+		return SignalsResult{Applied: res.Applied, Duplicates: res.Duplicates}, span
 	case kindEmbedding:
-		s.ledger.SetApplied(index)
+		span := ledger.Span(0)
+		if err := s.ledger.Consume(index, first, span); err != nil {
+			return EmbeddingResult{Err: err}, span
+		}
 		p, err := decodeEmbedding(data)
 		if err != nil {
-			return EmbeddingResult{Err: err}
+			return EmbeddingResult{Err: err}, span
 		}
-		return s.applyEmbedding(index, p)
+		return s.applyEmbedding(index, p), span
 	}
-	s.ledger.SetApplied(index)
-	return SignalsResult{Err: fmt.Errorf("unknown command kind %d at index %d", data[0], index)}
+	err := fmt.Errorf("unknown command kind %d at index %d", data[0], index)
+	return SignalsResult{Err: s.consumeRefused(index, first, ledger.Span(0), err)}, ledger.Span(0)
+}
+
+// consumeRefused takes the span of a command refused with err and returns
+// the error to answer: err, or the replay error if the command was
+// applied already (ApplyAt reports a replay before any other refusal).
+func (s *StateMachine) consumeRefused(index uint64, first, span uint32, err error) error {
+	if errors.Is(err, ledger.ErrAlreadyApplied) {
+		return err
+	}
+	if cerr := s.ledger.Consume(index, first, span); cerr != nil {
+		return cerr
+	}
+	return err
 }
 
 func (s *StateMachine) applyEmbedding(index uint64, p embeddingPut) EmbeddingResult {
@@ -249,6 +283,13 @@ func (s *StateMachine) Snapshot(w io.Writer) error {
 func (s *StateMachine) CaptureSnapshot() (func(io.Writer) error, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	if s.ledger.EntryOpen() {
+		// Never: ApplyBatch applies a packed entry whole under the lock.
+		// A snapshot records the applied index alone, which means "that
+		// entry whole"; one taken inside an entry would, once restored,
+		// skip the entry's remaining commands.
+		return nil, fmt.Errorf("state snapshot at applied index %d: the entry there is partly applied (expected capture at an entry boundary)", s.applied)
+	}
 	applied := s.applied
 	led := s.ledger.Capture()
 	store := s.vectors

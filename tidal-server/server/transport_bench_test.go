@@ -18,8 +18,9 @@ import (
 // transport alone (no raft, no API): a small POST answered 204, sent by
 // parallel clients over plaintext HTTP/1.1, TLS with HTTP/1.1 and TLS with
 // HTTP/2, with the node's http.Server settings. Client and server share
-// the process, so ns/op counts both ends' work. docs/performance.md
-// ("TLS on the client plane") records the figures.
+// the process, so ns/op counts both ends' work.
+// bench/results/history-2026-12.md ("TLS on the client plane") records the
+// figures.
 func BenchmarkClientPlaneTransport(b *testing.B) {
 	dir := makeCerts(b, 1)
 	store, err := LoadCerts(dir, nil)

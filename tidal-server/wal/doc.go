@@ -81,22 +81,46 @@
 //   - they are a torn tail, which Open truncates (ftruncate to the offset,
 //     fdatasync, preallocate again), logs, and reports in
 //     Recovered.TornTail, if and only if the segment is the newest, the
-//     damage is after its header, and no record decodes at any later
-//     offset of the file;
+//     damage is after its header, no record decodes at any later offset of
+//     the file, and the bad record looks like a write that did not
+//     complete (below);
 //   - otherwise they are corruption: Open returns a *CorruptionError
 //     naming the file and offset and does not open the log.
 //
-// A partial last record, or a last record with a bad checksum followed only
-// by zeroes, is thus torn; a bad record in an older segment, or one with a
-// valid record anywhere after it, is corruption. The rule is exact for a
-// killed process (a write that did not finish leaves a prefix) and for a
-// power loss that tears the last write at a sector boundary. It cannot tell
-// a flipped bit in the very last record from a torn write, and treats it as
-// torn; that record was the newest, so if it was acknowledged at all it was
-// the last thing acknowledged. Conversely, if a power loss persisted the
-// pages of the last, unsynced write out of order, Open reports corruption
-// although nothing acknowledged was lost; `tidal-server wal repair` (Repair)
-// then truncates at the damage.
+// What a write that did not complete looks like follows from how the log
+// writes: a segment is preallocated with zeroes, a group is one pwrite into
+// that zeroed space (or past the end of the file), and a device persists a
+// write in whole 512-byte sectors. A killed process leaves a prefix of its
+// write; a power loss leaves any subset of its sectors. So the bytes that
+// did not arrive read as zeroes, whole sectors of them, or are missing at
+// the end of the file. The bad record is torn if
+//
+//   - the file ends inside it (its header, or the length it claims, runs
+//     past the end), or its header is all zero; or
+//   - one of the pieces it falls into when split at 512-byte aligned file
+//     offsets is all zero;
+//
+// unless one flipped bit — in its length, its stored checksum, or the type
+// and payload the checksum covers — would make it valid: small records
+// hold zero bytes of their own (a HardState's high bytes), and one that
+// straddles a sector boundary can have an all-zero piece although it was
+// written whole. A complete record with a bad checksum and no zeroed piece
+// reached the disk whole and was damaged since: corruption. That matters
+// most for the last record of a batch, its HardState: cutting a flipped
+// bit there as "torn" would silently bring back the previous term and
+// vote, and the node could vote twice in one term.
+//
+// The rule is exact for a killed process and for a power loss that tears
+// the last write at sector boundaries, as long as the tear leaves a
+// prefix. If a power loss persisted the sectors of the last, unsynced
+// write out of order (a later record whole after a zeroed sector), Open
+// reports corruption although nothing acknowledged was lost; and a torn
+// record whose checksum one flipped bit happens to explain (a CRC-32C
+// collision, about n/2^29 for an n-byte record) is reported as corruption
+// too. Both fail safe: `tidal-server wal repair` (Repair) then truncates at
+// the damage. What the rule cannot see is damage that zeroes a whole
+// sector of a record written whole (a device returning zeroes for a bad
+// sector) in the last write: that is cut as torn.
 //
 // Records that decode but break the index rules, and a gap in segment
 // sequence numbers, are corruption too.
@@ -118,8 +142,9 @@
 //     recovered (unless a later entry replaced it, or a mark covered it).
 //   - Recovery returns a prefix of what was written, in write order; the
 //     only thing it ever drops by itself is a torn tail of the newest
-//     segment, which no Save with sync returned nil for (barring a bit
-//     flipped in the very last record after it was synced; see above).
+//     segment, which no Save with sync returned nil for (barring a device
+//     that zeroes a whole sector of the very last write after it was
+//     synced; see above).
 //   - Once fenced, the WAL writes nothing, and what it reported durable is
 //     frozen.
 //   - The files on disk are always an openable log: segment creation,

@@ -82,11 +82,13 @@ func writeSegment(t *testing.T, data []byte) string {
 	return dir
 }
 
-// TestTornTailAtEveryOffset cuts the last batch at every byte, both as a
-// crash into preallocated space (zeroes after the cut) and as a short file,
-// and checks that Open recovers exactly the records before the cut,
-// reports the torn bytes, and really removes them: a record appended
-// afterwards is recovered cleanly.
+// TestTornTailAtEveryOffset cuts the last batch as a short file at every
+// byte, and as a crash into preallocated space (zeroes from the cut on) at
+// every sector boundary — a write reaches the disk in whole sectors, so
+// that is where such a tear can begin (TestTornWriteAtEverySector tears a
+// larger batch at each of its sectors) — and checks that Open recovers
+// exactly the records before the cut, reports the torn bytes, and really
+// removes them: a record appended afterwards is recovered cleanly.
 func TestTornTailAtEveryOffset(t *testing.T) {
 	f := writeFixture(t)
 	opts := testOptions()
@@ -94,6 +96,9 @@ func TestTornTailAtEveryOffset(t *testing.T) {
 	start := f.records[f.lastBatch].offset
 	for _, mode := range []string{"zeroed", "short"} {
 		for cut := start; cut < f.end; cut++ {
+			if mode == "zeroed" && cut%sectorSize != 0 {
+				continue
+			}
 			var data []byte
 			if mode == "zeroed" {
 				data = append([]byte(nil), f.data...)
@@ -138,38 +143,25 @@ func TestTornTailAtEveryOffset(t *testing.T) {
 	}
 }
 
-// TestBitFlipAtEveryByte flips one bit in every byte of the log. A flip in
-// the last record (followed only by zeroes) is indistinguishable from a
-// torn write and is truncated; a flip anywhere else is corruption, reported
-// at the damaged record's offset.
+// TestBitFlipAtEveryByte flips one bit in every byte of the log. Every
+// flip is corruption reported at the damaged record's offset, the last
+// record's included: it was written and fdatasynced whole, and taking it
+// for a torn write would silently drop a durable HardState.
 func TestBitFlipAtEveryByte(t *testing.T) {
 	f := writeFixture(t)
 	opts := testOptions()
 	opts.SegmentSize = 8192
-	last := len(f.records) - 1
 	for pos := int64(0); pos < f.end; pos++ {
 		data := append([]byte(nil), f.data...)
 		data[pos] ^= 1 << (pos % 8)
 		dir := writeSegment(t, data)
-		w, rec, err := Open(dir, opts)
+		w, _, err := Open(dir, opts)
 
 		recordAt := int64(0) // the header
-		idx := -1
-		for i, r := range f.records {
+		for _, r := range f.records {
 			if r.offset <= pos {
-				recordAt, idx = r.offset, i
+				recordAt = r.offset
 			}
-		}
-		if idx == last {
-			if err != nil {
-				t.Fatalf("flip at %d (last record): expected a torn tail, Open failed: %v", pos, err)
-			}
-			if rec.TornTail == nil || rec.TornTail.Offset != recordAt {
-				t.Fatalf("flip at %d (last record): expected a torn tail at %d, got %+v", pos, recordAt, rec.TornTail)
-			}
-			equalEntries(t, "flip in last record", rec.Entries, f.expected(t, recordAt).entries)
-			mustClose(t, w)
-			continue
 		}
 		var ce *CorruptionError
 		if !errors.As(err, &ce) {
@@ -346,8 +338,7 @@ func TestVerifyReportsTornTail(t *testing.T) {
 	f := writeFixture(t)
 	data := append([]byte(nil), f.data...)
 	tornAt := f.records[len(f.records)-1].offset
-	clear(data[tornAt+5:])
-	dir := writeSegment(t, data)
+	dir := writeSegment(t, data[:tornAt+5]) // the file ends inside the last record's header
 	r, err := Verify(dir)
 	if err != nil {
 		t.Fatal(err)

@@ -73,6 +73,9 @@ type segmentScan struct {
 	// later are those records (replay cannot use them; the report counts
 	// what they say was committed).
 	later []record
+	// notTorn, when the problem is after the header, says why the bad
+	// bytes cannot be a write that did not complete ("" if they can be).
+	notTorn string
 	// format is set, and nothing else scanned, when the segment's header
 	// is intact but names a format version this build does not read.
 	format *FormatError
@@ -108,6 +111,9 @@ func scanSegment(path string, seq uint64, data []byte) *segmentScan {
 			s.junkEnd = int64(lastNonZero(data[off:]) + off)
 			s.laterValidAt, s.later = validRecordsAfter(data, off+1)
 			s.laterValid = len(s.later)
+			if off > 0 {
+				s.notTorn = notTorn(data, off)
+			}
 			break
 		}
 		if off > 0 {

@@ -187,6 +187,8 @@ func inspectSegments(seqs []uint64, read func(seq uint64) (*segmentScan, error))
 			reason += fmt.Sprintf("; %d valid record(s) follow from offset %d, so this is not a torn tail", scan.laterValid, scan.laterValidAt)
 		case !newest:
 			reason += "; the segment is not the newest, so this is not a torn tail"
+		case scan.notTorn != "":
+			reason += "; " + scan.notTorn
 		default:
 			in.torn = &TornTail{File: scan.path, Offset: scan.end, Bytes: scan.junkEnd - scan.end}
 		}
@@ -208,9 +210,11 @@ func (in *inspection) report(dir string) *Report {
 }
 
 // Verify scans the log in dir without changing anything and reports every
-// segment and the first problem. Run it on a stopped node: on a log being
-// written it may catch the last write half-done and report a torn tail. A returned error means the directory could
-// not be read; damage is reported in Report.Problem.
+// segment and the first problem, classified exactly as Open classifies it.
+// Run it on a stopped node: on a log being written it may catch the last
+// write half-done and report it as a torn tail, or, mid-copy, as damage. A
+// returned error means the directory could not be read; damage is reported
+// in Report.Problem.
 func Verify(dir string) (*Report, error) {
 	in, err := inspect(dir)
 	if err != nil {

@@ -3,7 +3,8 @@
 // between two threads of one process and between two processes (blocking
 // reads, so every round trip is two sleeps and two wake-ups). The
 // difference between the two ping-pongs is what putting a hop in another
-// process costs (docs/performance.md, "tcp-relay on a quiet machine").
+// process costs (bench/results/history-2026-12.md, "tcp-relay on a quiet
+// machine").
 //
 //	go run ./bench/relay/switchcost [-n 20000]
 package main

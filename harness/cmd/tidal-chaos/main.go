@@ -25,6 +25,7 @@ import (
 	"github.com/tidaldb/tidal/harness/report"
 	"github.com/tidaldb/tidal/harness/runner"
 	"github.com/tidaldb/tidal/harness/workload"
+	"github.com/tidaldb/tidal/usage"
 )
 
 // exitStatus carries the process exit code out of a command.
@@ -35,13 +36,25 @@ func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)
 func main() {
 	err := newRoot().Execute()
 	var st exitStatus
+	if err != nil && !errors.As(err, &st) {
+		fmt.Fprintln(os.Stderr, "tidal-chaos:", err)
+	}
+	os.Exit(exitCode(err))
+}
+
+// exitCode maps a command's outcome to the process exit status: a
+// verdict's own status, 64 for a usage error, 2 for any other error.
+func exitCode(err error) int {
+	var st exitStatus
 	switch {
 	case err == nil:
+		return 0
 	case errors.As(err, &st):
-		os.Exit(int(st))
+		return int(st)
+	case usage.Is(err):
+		return usage.Code
 	default:
-		fmt.Fprintln(os.Stderr, "tidal-chaos:", err)
-		os.Exit(2)
+		return 2
 	}
 }
 
@@ -62,7 +75,9 @@ the newest) with history.jsonl, results.json, report.html, the schedule and
 seed, and each node's logs and metrics. A run ends by pruning the store to
 the newest --keep-runs runs of each test; ` + "`tidal-chaos prune`" + ` does it by hand.
 
-Exit status: 0 valid, 1 invalid (an anomaly was found), 2 unknown or error.`,
+Exit status: 0 valid, 1 invalid (an anomaly was found), 2 unknown or error,
+64 usage (an unknown flag or command, a value that does not parse; the same
+in every tidal binary).`,
 		Version:       buildinfo.Read().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -70,6 +85,7 @@ Exit status: 0 valid, 1 invalid (an anomaly was found), 2 unknown or error.`,
 	root.SetVersionTemplate(buildinfo.Line("tidal-chaos") + "\n")
 	root.AddCommand(newRunCommand(), newAnalyzeCommand(), newReproCommand(), newFaultsCommand(), newPruneCommand())
 	root.AddCommand(newFaultfsCommand())
+	usage.Install(root)
 	return root
 }
 
@@ -93,7 +109,7 @@ func addKeepRunsFlag(cmd *cobra.Command, keep *int) {
 func newRunCommand() *cobra.Command {
 	var cfg runner.Config
 	var nemesisList, workloadKind, selection, reads string
-	var duration, interval, faultDuration, lagP99, lagCatchUp, linTimeout, stall, recovery time.Duration
+	var duration, interval, faultDuration, lagP99, lagCatchUp, linTimeout, stall, recovery, quietBeforeCut time.Duration
 	var verbose bool
 	var keepRuns int
 	cmd := &cobra.Command{
@@ -151,6 +167,10 @@ func newRunCommand() *cobra.Command {
 				return fmt.Errorf("--keep-runs: expected a number of runs >= 0 (0: prune nothing), found %d", keepRuns)
 			}
 			cfg.Duration, cfg.Interval, cfg.FaultDuration = runner.Duration(duration), runner.Duration(interval), runner.Duration(faultDuration)
+			if quietBeforeCut < 0 {
+				return fmt.Errorf("--quiet-before-cut: expected a duration >= 0 (0: off), found %s", quietBeforeCut)
+			}
+			cfg.QuietBeforeCut = runner.Duration(quietBeforeCut)
 			cfg.LagP99, cfg.LagCatchUp, cfg.LinearizableTimeout = runner.Duration(lagP99), runner.Duration(lagCatchUp), runner.Duration(linTimeout)
 			cfg.AvailabilityStall, cfg.AvailabilityRecovery = runner.Duration(stall), runner.Duration(recovery)
 			return nil
@@ -181,6 +201,7 @@ func newRunCommand() *cobra.Command {
 	f.DurationVar(&duration, "duration", 30*time.Second, "how long the workload and the fault schedule run")
 	f.DurationVar(&interval, "interval", 8*time.Second, "mean gap between fault starts")
 	f.DurationVar(&faultDuration, "fault-duration", 4*time.Second, "how long each fault lasts before its heal")
+	f.DurationVar(&quietBeforeCut, "quiet-before-cut", runner.DefaultQuietBeforeCut.D(), "before each power cut, hold the workload's new ops this long so the newest writes are acknowledged and synced when it lands (0: off)")
 	f.IntVar(&cfg.Workload.Concurrency, "concurrency", 8, "client processes (closed loop) or the in-flight bound (open loop)")
 	f.Float64Var(&cfg.Workload.Rate, "rate", 0, "open-loop ops/s (0: closed loop)")
 	f.StringVar(&selection, "select", "round-robin", "which node each op goes to: round-robin, random or leader")
@@ -303,7 +324,10 @@ func newReproCommand() *cobra.Command {
 		Long: `Start a new run with the stored run's configuration, seed and exact fault
 schedule (schedule.json). Timing on a real machine is never identical, so a
 repro replays the same faults at the same offsets against the same workload
-seed; a bug that needs a precise interleaving may need several tries.`,
+seed; a bug that needs a precise interleaving may need several tries.
+
+The repro is stored as a new run of test <test>-repro, and the store's
+latest link moves to it (the reproduced run is left where it is).`,
 		Example: `  tidal-chaos repro store/latest
   tidal-chaos repro store/chaos/20261130T175502.591Z --server-bin bin/tidal-server`,
 		Args: cobra.ExactArgs(1),
@@ -336,6 +360,7 @@ seed; a bug that needs a precise interleaving may need several tries.`,
 			}
 			cfg.Test = strings.TrimSuffix(cfg.Test, "-repro") + "-repro"
 			fmt.Fprintf(cmd.OutOrStdout(), "repro of %s (seed %d, %d faults)\n", filepath.Clean(run.Dir()), cfg.Seed, len(schedule.Steps))
+			fmt.Fprintf(cmd.OutOrStdout(), "the repro is a new run of test %s: %s/latest will point at it; %s stays as it is\n", cfg.Test, cfg.Store, filepath.Clean(run.Dir()))
 			return execute(cmd, cfg, &schedule, verbose, keepRuns)
 		},
 	}

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tidaldb/tidal/usage"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -395,6 +397,27 @@ func TestFormatBytes(t *testing.T) {
 	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 1536: "1.5 KiB", 3 << 30: "3.0 GiB"} {
 		if got := formatBytes(n); got != want {
 			t.Errorf("formatBytes(%d): expected %q, found %q", n, want, got)
+		}
+	}
+}
+
+// Regression: usage errors exit alike. tidal-chaos exited 2 (its
+// "unknown or error") for an unknown flag where tidal-server exited 1;
+// every tidal binary now exits usage.Code for a command line it refuses.
+func TestUsageErrorsExitWithTheUsageCode(t *testing.T) {
+	for _, args := range [][]string{
+		{"run", "--no-such-flag"},
+		{"run", "--duration", "soon"},
+		{"no-such-command"},
+		{"analyze"},
+	} {
+		root := newRoot()
+		root.SetOut(io.Discard)
+		root.SetErr(io.Discard)
+		root.SetArgs(args)
+		err := root.Execute()
+		if got := exitCode(err); got != usage.Code {
+			t.Errorf("tidal-chaos %s: exit status %d (%v), expected %d", strings.Join(args, " "), got, err, usage.Code)
 		}
 	}
 }

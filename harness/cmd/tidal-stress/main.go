@@ -8,7 +8,8 @@
 //	tidal-stress --targets 127.0.0.1:7071 --certs-dir certs --rate 2000   # TLS h2, client.writer.crt
 //	tidal-stress --targets 127.0.0.1:7071 --protocol grpc --grpc-targets 127.0.0.1:7081 --rate 5000   # the ingest stream
 //
-// Exit status: 0 when the run completed, 1 on a usage or I/O error, 2 when
+// Exit status: 0 when the run completed, 1 on an I/O error, 64 on a usage
+// error (an unknown flag, a value that does not parse), 2 when
 // --fail-on-slo is set and the SLO was missed (fixed rate: the stage failed;
 // ramp: no stage met it).
 package main
@@ -28,18 +29,32 @@ import (
 	"github.com/tidaldb/tidal/buildinfo"
 	"github.com/tidaldb/tidal/harness/stress"
 	"github.com/tidaldb/tidal/tidal-server/client/creds"
+	"github.com/tidaldb/tidal/usage"
 )
 
 // errSLO reports a missed SLO with its own exit status.
 var errSLO = errors.New("SLO missed")
 
 func main() {
-	if err := newCommand().Execute(); err != nil {
+	err := newCommand().Execute()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "tidal-stress:", err)
-		if errors.Is(err, errSLO) {
-			os.Exit(2)
-		}
-		os.Exit(1)
+	}
+	os.Exit(exitCode(err))
+}
+
+// exitCode maps a run's outcome to the process exit status (the package
+// comment lists them).
+func exitCode(err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errSLO):
+		return 2
+	case usage.Is(err):
+		return usage.Code
+	default:
+		return 1
 	}
 }
 
@@ -190,6 +205,7 @@ stage with at most 1% errors and p99 within --slo-p99.`,
 	f.StringSliceVar(&cfg.GRPCTargets, "grpc-targets", nil, "with --protocol grpc: the nodes' --grpc-addr, one per --targets address in the same order")
 	f.IntVar(&cfg.GRPCStreams, "grpc-streams", 1, "with --protocol grpc: ingest streams per target, shared by the workers")
 	f.BoolVar(&cfg.HTTP1, "http1", false, "with --certs-dir: HTTP/1.1 over TLS instead of HTTP/2 (to compare)")
+	usage.Install(cmd)
 	return cmd
 }
 

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/tidaldb/tidal/usage"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -67,5 +69,21 @@ func TestOutputReportsDrainAndFailures(t *testing.T) {
 	}
 	if len(res.Stages) != 1 || res.Stages[0].Drain == nil || res.Stages[0].Failed.Count != 10 || res.Stages[0].All.Count != 10 {
 		t.Errorf("expected one stage with drain_ns and 10 failed ops in failed_latency and all_latency, found %s", data)
+	}
+}
+
+// Regression: usage errors exit alike. tidal-stress exited 1 for an
+// unknown flag, the status it also gives an I/O error; every tidal binary
+// now exits usage.Code for a command line it refuses.
+func TestUsageErrorsExitWithTheUsageCode(t *testing.T) {
+	for _, args := range [][]string{{"--no-such-flag"}, {"--rate", "fast"}, {"extra-arg"}} {
+		cmd := newCommand()
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		cmd.SetArgs(args)
+		err := cmd.Execute()
+		if got := exitCode(err); got != usage.Code {
+			t.Errorf("tidal-stress %s: exit status %d (%v), expected %d", strings.Join(args, " "), got, err, usage.Code)
+		}
 	}
 }

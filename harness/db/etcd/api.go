@@ -47,6 +47,30 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("etcd: %s (grpc code %d, http %d)", e.Message, e.Code, e.HTTPStatus)
 }
 
+// Answer returns the gateway's HTTP status and the gRPC code's name
+// ("Unknown", "Unavailable"), for the history (history.Answered).
+// A refusal of the gateway's own (code 0) has no gRPC code.
+func (e *Error) Answer() (status int, code string) {
+	if e.Code == 0 {
+		return e.HTTPStatus, ""
+	}
+	return e.HTTPStatus, GRPCCodeName(e.Code)
+}
+
+// grpcCodeNames are the names of the gRPC status codes (google.golang.org/
+// grpc/codes), indexed by code; the gateway relays only the number.
+var grpcCodeNames = [...]string{"OK", "Canceled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
+	"AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted", "OutOfRange",
+	"Unimplemented", "Internal", "Unavailable", "DataLoss", "Unauthenticated"}
+
+// GRPCCodeName names gRPC code c, or "code N" for one gRPC does not define.
+func GRPCCodeName(c int) string {
+	if c >= 0 && c < len(grpcCodeNames) {
+		return grpcCodeNames[c]
+	}
+	return fmt.Sprintf("code %d", c)
+}
+
 // gRPC codes etcd answers with that say the request was refused before
 // it was proposed: the operation certainly did not happen.
 const (

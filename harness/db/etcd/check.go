@@ -2,9 +2,7 @@ package etcd
 
 import (
 	"fmt"
-	"math"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -45,6 +43,7 @@ func (d *DB) Check(in db.CheckInput) []checker.Result {
 		rs = append(rs, checker.LedgerCovering(in.Ops, audits, applied, in.Audit))
 		rs = append(rs, CheckWatch(in.Run, audits))
 	}
+	rs = append(rs, checker.GRPCResponses(in.Ops))
 	if digests, err := in.Run.ReadDigests(); err == nil {
 		rs = append(rs, checker.ConvergenceCovering(digests, in.Digest))
 	} else {
@@ -135,9 +134,7 @@ func CheckRegister(ops []history.Op, outDir, reads string, timeout time.Duration
 	}
 	windows, _ := checker.FaultWindows(ops)
 	d := RegisterDetails{Reads: reads}
-	perKey := map[string][]porcupine.Operation{}
-	pending := map[string]int{}
-	clients := map[string]map[history.Process]int{}
+	keyed := checker.NewKeyedOps[string]()
 	for _, p := range pairs {
 		if !p.Invoke.Process.IsClient() || p.Type() == history.Fail {
 			continue
@@ -151,7 +148,7 @@ func CheckRegister(ops []history.Op, outDir, reads string, timeout time.Duration
 		}
 		in := regInput{f: p.Invoke.F, value: v.Value, old: v.Old}
 		var out int
-		ret := p.Completion.Time
+		pending := false
 		if p.Invoke.F == FGet {
 			if p.Type() != history.OK {
 				continue
@@ -166,53 +163,25 @@ func CheckRegister(ops []history.Op, outDir, reads string, timeout time.Duration
 			}
 			out = got.Value
 		} else if p.Type() != history.OK {
-			ret = math.MaxInt64
 			in.unknown = true
-			pending[v.Key]++
+			pending = true
 		}
-		ids := clients[v.Key]
-		if ids == nil {
-			ids = map[history.Process]int{}
-			clients[v.Key] = ids
-		}
-		cid, ok := ids[p.Invoke.Process]
-		if !ok {
-			cid = len(ids)
-			ids[p.Invoke.Process] = cid
-		}
-		perKey[v.Key] = append(perKey[v.Key], porcupine.Operation{ClientId: cid, Input: in, Output: out, Call: p.Invoke.Time, Return: ret,
-			Metadata: fmt.Sprintf("op %d, process %s via %s: %s", p.Invoke.Index, p.Invoke.Process, p.Invoke.Node, p.Type())})
+		keyed.Add(v.Key, p, in, out, pending)
 	}
-	keys := make([]string, 0, len(perKey))
-	for k := range perKey {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if pending[keys[i]] != pending[keys[j]] {
-			return pending[keys[i]] < pending[keys[j]]
-		}
-		return keys[i] < keys[j]
-	})
-	ordered := make([][]porcupine.Operation, len(keys))
-	for i, k := range keys {
-		ordered[i] = perKey[k]
-	}
-	searched := checker.SearchKeys(registerModel, ordered, timeout,
-		func(i int, info porcupine.LinearizationInfo) (string, error) {
+	outcomes, illegal, undecided := keyed.Search(registerModel, timeout, "writes",
+		func(key string, info porcupine.LinearizationInfo) (string, error) {
 			if outDir == "" {
 				return "", nil
 			}
-			path := filepath.Join(outDir, "register-"+strings.ReplaceAll(strings.TrimPrefix(keys[i], registerPrefix), "/", "_")+".html")
+			path := filepath.Join(outDir, "register-"+strings.ReplaceAll(strings.TrimPrefix(key, registerPrefix), "/", "_")+".html")
 			return path, checker.VisualizeWithFaults(registerModel, info, windows, path)
-		},
-		func(i int) string { return fmt.Sprintf("%d ops, %d pending", len(perKey[keys[i]]), pending[keys[i]]) })
-	for i, k := range keys {
-		ks := searched[i]
-		d.Keys = append(d.Keys, KeyResult{Key: k, Ops: len(perKey[k]), Pending: pending[k],
-			Result: ks.Result, Visualization: ks.Visualization, Error: ks.Error})
+		})
+	d.Illegal, d.Unknown = illegal, undecided
+	for _, o := range outcomes {
+		d.Keys = append(d.Keys, KeyResult{Key: o.Key, Ops: o.Ops, Pending: o.Pending,
+			Result: o.Result, Visualization: o.Visualization, Error: o.Error})
 	}
-	d.Illegal, d.Unknown = checker.Tally(searched)
-	sort.Slice(d.Keys, func(i, j int) bool { return d.Keys[i].Key < d.Keys[j].Key })
+	keys := d.Keys
 	scope := "linearizable reads and writes"
 	if reads == Serializable {
 		scope = fmt.Sprintf("writes only: %d serializable reads left out (etcd documents them as possibly stale)", d.ReadsLeftOut)
