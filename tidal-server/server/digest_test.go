@@ -135,7 +135,24 @@ func TestDigestIsUnchangedForTheSameState(t *testing.T) {
 	if applied, got := sm.Digest(); applied != index || got != want {
 		t.Fatalf("expected digest %s at index %d, found %s at %d", want, index, got, applied)
 	}
+
+	// Without any embedding (so without embedding ids), empty and not.
+	plain := NewStateMachine(testSchema(), ledger.Options{IDsPerGeneration: 50})
+	if applied, got := plain.Digest(); applied != 0 || got != wantEmpty {
+		t.Fatalf("empty state machine: expected digest %s at index 0, found %s at %d", wantEmpty, got, applied)
+	}
+	for i := range 40 {
+		plain.Apply(uint64(i+1), 1, signalsCmd(event(fmt.Sprintf("p%d", i), uint64(i%6), 1)))
+	}
+	if applied, got := plain.Digest(); applied != 40 || got != wantSignals {
+		t.Fatalf("signals only: expected digest %s at index 40, found %s at %d", wantSignals, got, applied)
+	}
 }
+
+const (
+	wantEmpty   = "f28e0d6193b316a985292796923017d89e94f9aab1e2f953d1b7819ffb51c941"
+	wantSignals = "6d4fa02b12b9c0928081ec6f1e23b062219220bd6f1729b88813ca4892061775"
+)
 
 // blockingWriter is a client that reads nothing until released: its
 // first Write parks.
@@ -234,7 +251,6 @@ func TestDigestMemosFollowTheState(t *testing.T) {
 			}
 		}
 		if i%7 == 0 {
-			sm.nextDigest = time.Time{} // pacing is not under test
 			if _, got := sm.Digest(); got != fresh(i+1) {
 				t.Fatalf("after command %d: digest %s, a fresh replay's %s", i+1, got, fresh(i+1))
 			}
@@ -243,7 +259,6 @@ func TestDigestMemosFollowTheState(t *testing.T) {
 	if err := sm.Restore(&snap); err != nil {
 		t.Fatal(err)
 	}
-	sm.nextDigest = time.Time{}
 	if _, got := sm.Digest(); got != fresh(151) {
 		t.Fatalf("after Restore to index 151: digest %s, a fresh replay's %s", got, fresh(151))
 	}

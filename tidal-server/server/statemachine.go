@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 	"unsafe"
 
 	"github.com/tidaldb/tidal/tidal-server/bugs"
@@ -50,9 +49,8 @@ type StateMachine struct {
 
 	// digesting serializes Digest's hashing (see Digest); never held
 	// with mu by anything but Digest, which takes it first.
-	digesting  sync.Mutex
-	nextDigest time.Time // under digesting: when the next digest may start
-	idsMemo    struct {  // under digesting: the encoding of ids
+	digesting sync.Mutex
+	idsMemo   struct { // under digesting: the encoding of ids
 		ids writeIDs
 		enc []byte
 	}
@@ -414,23 +412,15 @@ func (s *StateMachine) Restore(r io.Reader) error {
 // meanwhile, and the digest is still exactly the state's at the applied
 // index it returns.
 //
-// Digests are paced (digesting, nextDigest): one hashes at a time, and
-// the next starts no sooner than the last one's duration, and at least
-// minDigestGap, after it ended, so readers looping on the digest keep at
-// most half of one core busy (and far less when digests are cheap: then
-// the gap bounds how many requests a second the loop can make) and never
-// take every core of a small node from apply. A caller that
-// waits pins the state as of its own turn. The embedding ids' encoding
-// is remembered between digests while they do not change (idsMemo).
+// One digest hashes at a time (digesting): each keeps a core busy for
+// its whole length, and concurrent callers must not take every core of a
+// small node from apply; a caller that waits pins the state as of its own
+// turn. (The node also paces the digests it serves: node.Digest.) The
+// embedding ids' encoding is remembered between digests while they do
+// not change (idsMemo).
 func (s *StateMachine) Digest() (uint64, string) {
 	s.digesting.Lock()
 	defer s.digesting.Unlock()
-	if wait := time.Until(s.nextDigest); wait > 0 {
-		time.Sleep(wait)
-	}
-	start := time.Now()
-	defer func() { s.nextDigest = time.Now().Add(max(time.Since(start), minDigestGap)) }()
-
 	s.mu.RLock()
 	applied := s.applied
 	led := s.ledger.Capture()
@@ -448,7 +438,7 @@ func (s *StateMachine) Digest() (uint64, string) {
 		s.afterLedgerDigest(applied)
 	}
 	h.Write([]byte(vecs.Digest()))
-	if !s.idsMemo.ids.same(ids) {
+	if s.idsMemo.enc == nil || !s.idsMemo.ids.same(ids) {
 		var b bytes.Buffer
 		ids.encode(&b)
 		s.idsMemo.ids, s.idsMemo.enc = ids, b.Bytes()
@@ -456,11 +446,6 @@ func (s *StateMachine) Digest() (uint64, string) {
 	h.Write(s.idsMemo.enc)
 	return applied, hex.EncodeToString(h.Sum(nil))
 }
-
-// minDigestGap is the least time between the end of one digest and the
-// start of the next: at most about 100 digests a second per node, far
-// more than any auditor needs, whatever each costs.
-const minDigestGap = 10 * time.Millisecond
 
 // Read runs fn under the read lock.
 func (s *StateMachine) Read(fn func(l *ledger.Ledger, v *vectors.Store, applied uint64)) {
