@@ -40,14 +40,23 @@ type Ack struct {
 // WriteSignals writes a batch of events; they are applied all or none. A
 // retried batch carries the same ids, so events that landed on an earlier
 // attempt are counted in Ack.Duplicates rather than applied twice.
+//
+// Against a cluster with more than one group a batch spanning groups is
+// one part per group, and parts fare independently: the Ack describes the
+// part holding the batch's first event (Duplicates counts every part), and
+// an error is a *WriteError naming how many events failed. Write reports
+// each event's outcome. Against a single group this is one request, as
+// it always was, and a failure is that request's *RequestError.
 func (c *Client) WriteSignals(ctx context.Context, events []Event) (Ack, error) {
-	r, err := jsonRequest(http.MethodPost, "/v1/signals", struct {
-		Events []Event `json:"events"`
-	}{events})
-	if err != nil {
+	res, err := c.Write(ctx, events)
+	if res == nil {
 		return Ack{}, err
 	}
-	return c.write(ctx, r)
+	var we *WriteError
+	if errors.As(err, &we) && we.whole {
+		err = we.Err
+	}
+	return res.ack(), err
 }
 
 // PutEmbedding sets entity's embedding; id identifies the write so that a
@@ -133,11 +142,16 @@ func At(ms int64) ReadOption {
 }
 
 // Entity reads one entity's aggregates and embedding; linearizable unless
-// Local() is given.
+// Local() is given. On a sharded cluster a linearizable read goes to the
+// owning group's leader, a local one to one of the group's replicas.
 func (c *Client) Entity(ctx context.Context, entity uint64, opts ...ReadOption) (*Entity, error) {
 	q := url.Values{"consistency": {"linearizable"}}
 	for _, o := range opts {
 		o(q)
+	}
+	c.refreshIfStale(ctx)
+	if m := c.routes.multi(); m != nil {
+		return c.routedEntity(ctx, m, entity, q)
 	}
 	r := &request{method: http.MethodGet, path: "/v1/entities/" + strconv.FormatUint(entity, 10), query: q}
 	var out Entity
