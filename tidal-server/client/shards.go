@@ -75,6 +75,9 @@ type routes struct {
 	// (X-Tidal-Map-Epoch, an epoch_mismatch); fetched the highest it has
 	// fetched for. A fetch is due while announced > max(epoch, fetched).
 	announced, fetched uint64
+	// missing: a node of m has no known client address (m came with an
+	// epoch_mismatch, which carries no addresses); a fetch is due.
+	missing bool
 	// legacy: the node answered 404 to GET /v1/shards — a release before
 	// the shard map, hence a single group.
 	legacy bool
@@ -99,7 +102,8 @@ func (rt *routes) announce(e uint64) {
 func (rt *routes) stale() bool {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	return rt.announced > max(rt.epochLocked(), rt.fetched)
+	e := rt.epochLocked()
+	return rt.announced > max(e, rt.fetched) || (rt.missing && rt.fetched < e)
 }
 
 // multi returns the cached map when it has more than one group: only
@@ -120,9 +124,11 @@ func (rt *routes) current() *shard.Map {
 }
 
 // adopt replaces the cache with m if m is newer, merging addrs into the
-// address book. A node of m without a known address makes the cache
-// stale, so the next call fetches the addresses (until then, parts for
-// that node go unrouted). It reports whether m was adopted.
+// address book. A node of the cached map without a known address (a map
+// carried by an epoch_mismatch names a node added since the last fetch)
+// makes the cache stale, so the next call fetches the addresses, once per
+// epoch; until then, parts for that node go unrouted. It reports whether
+// m was adopted.
 func (rt *routes) adopt(m *shard.Map, addrs map[shard.NodeID]string) bool {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
@@ -132,20 +138,22 @@ func (rt *routes) adopt(m *shard.Map, addrs map[shard.NodeID]string) bool {
 	for n, a := range addrs {
 		rt.addrs[n] = a
 	}
-	if m.Epoch <= rt.epochLocked() {
-		return false
+	adopted := m.Epoch > rt.epochLocked()
+	if adopted {
+		rt.m = m
+		rt.hints = nil
+		rt.legacy = false
 	}
-	rt.m = m
-	rt.hints = nil
-	rt.legacy = false
-	for _, n := range m.Nodes {
-		if _, ok := rt.addrs[n]; !ok {
-			rt.announced = max(rt.announced, m.Epoch)
-			rt.fetched = min(rt.fetched, m.Epoch-1)
-			break
+	rt.missing = false
+	if rt.m != nil {
+		for _, n := range rt.m.Nodes {
+			if rt.addrs[n] == "" {
+				rt.missing = true
+				break
+			}
 		}
 	}
-	return true
+	return adopted
 }
 
 // leader returns the node to send group g's requests to under map m: the
@@ -215,7 +223,7 @@ func (c *Client) ShardMap() *shard.Map { return c.routes.current() }
 // fetchShards runs GET /v1/shards; the caller holds fetchMu.
 func (c *Client) fetchShards(ctx context.Context) (*shard.Map, error) {
 	c.routes.mu.Lock()
-	want := c.routes.announced
+	want := max(c.routes.announced, c.routes.epochLocked())
 	c.routes.mu.Unlock()
 	var ans shardsAnswer
 	_, err := c.do(ctx, &request{method: http.MethodGet, path: "/v1/shards"}, func(resp *http.Response) error {
