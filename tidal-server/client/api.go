@@ -48,14 +48,41 @@ type Ack struct {
 // each event's outcome. Against a single group this is one request, as
 // it always was, and a failure is that request's *RequestError.
 func (c *Client) WriteSignals(ctx context.Context, events []Event) (Ack, error) {
+	c.refreshIfStale(ctx)
+	if c.routes.multi() == nil {
+		return c.writeSignalsUnrouted(ctx, events)
+	}
 	res, err := c.Write(ctx, events)
-	if res == nil {
+	return res.ack(), err
+}
+
+// writeSignalsUnrouted is WriteSignals without a map: today's one
+// request, answered by a 204 whose headers are the Ack — or, from a
+// sharded cluster that split the batch, by the per-group body, folded
+// into an Ack as Write's result is.
+func (c *Client) writeSignalsUnrouted(ctx context.Context, events []Event) (Ack, error) {
+	r, err := signalsBody(events, nil)
+	if err != nil {
 		return Ack{}, err
 	}
-	var we *WriteError
-	if errors.As(err, &we) && we.whole {
-		err = we.Err
+	var ack Ack
+	var split *collector // the node answered a split batch
+	n, err := c.do(ctx, r, func(resp *http.Response) error {
+		if isSplitAnswer(resp) {
+			split = newCollector(len(events))
+			return c.takeAnswer(resp, identity(len(events)), split)
+		}
+		c.announced(resp)
+		var perr error
+		ack, perr = parseAck(resp.Header)
+		return perr
+	})
+	if split == nil || err != nil {
+		ack.Attempts = n
+		return ack, err
 	}
+	split.count(n)
+	res, err := split.result()
 	return res.ack(), err
 }
 

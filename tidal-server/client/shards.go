@@ -328,9 +328,6 @@ type WriteError struct {
 	// Indefinite: some failed event may have been applied.
 	Indefinite bool
 	Err        error
-	// whole: the batch went as one request, and that request failed;
-	// WriteSignals then returns Err itself, as it always has.
-	whole bool
 }
 
 func (e *WriteError) Error() string {
@@ -378,7 +375,7 @@ func (col *collector) count(n int) {
 
 // result returns the merged outcome and, if any event failed, a
 // *WriteError.
-func (col *collector) result(whole bool) (*WriteResult, error) {
+func (col *collector) result() (*WriteResult, error) {
 	col.mu.Lock()
 	defer col.mu.Unlock()
 	res := col.res
@@ -395,7 +392,7 @@ func (col *collector) result(whole bool) (*WriteResult, error) {
 			continue
 		}
 		if we == nil {
-			we = &WriteError{First: i, Err: ev.Err, Total: len(res.Events), whole: whole}
+			we = &WriteError{First: i, Err: ev.Err, Total: len(res.Events)}
 		}
 		we.Failed++
 		we.Indefinite = we.Indefinite || IsIndefinite(ev.Err)
@@ -429,17 +426,14 @@ func (r *WriteResult) ack() Ack {
 // landed carry the same ids and are counted as duplicates.
 func (c *Client) Write(ctx context.Context, events []Event) (*WriteResult, error) {
 	col := newCollector(len(events))
-	idx := make([]int, len(events))
-	for i := range idx {
-		idx[i] = i
-	}
+	idx := identity(len(events))
 	c.refreshIfStale(ctx)
 	if m := c.routes.multi(); m != nil && len(events) > 0 {
 		c.route(ctx, m, events, idx, col, maxReroutes)
-		return col.result(false)
+	} else {
+		c.sendUnrouted(ctx, events, idx, col)
 	}
-	c.sendUnrouted(ctx, events, idx, col)
-	return col.result(true)
+	return col.result()
 }
 
 // route splits the events at positions idx by m and sends each part to
@@ -533,10 +527,11 @@ func routeOf(err error) error {
 	return nil
 }
 
-// signalsBody encodes the events at positions idx as a write body.
+// signalsBody encodes the events at positions idx (nil: all) as a write
+// body.
 func signalsBody(events []Event, idx []int) (*request, error) {
 	part := events
-	if len(idx) != len(events) {
+	if idx != nil && len(idx) != len(events) {
 		part = make([]Event, len(idx))
 		for i, p := range idx {
 			part[i] = events[p]
@@ -584,12 +579,8 @@ func (c *Client) sendUnrouted(ctx context.Context, events []Event, idx []int, co
 // (one group applied them all; its headers say where) or a 200/207 with
 // the per-group, per-event body of a batch the node split.
 func (c *Client) takeAnswer(resp *http.Response, idx []int, col *collector) error {
-	if e := resp.Header.Get(headerMapEpoch); e != "" {
-		if epoch, err := strconv.ParseUint(e, 10, 64); err == nil {
-			c.routes.announce(epoch)
-		}
-	}
-	if resp.StatusCode == http.StatusNoContent || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+	c.announced(resp)
+	if !isSplitAnswer(resp) {
 		ack, err := parseAck(resp.Header)
 		if err != nil {
 			return err
@@ -609,6 +600,30 @@ func (c *Client) takeAnswer(resp *http.Response, idx []int, col *collector) erro
 	}
 	c.routes.announce(ans.Epoch)
 	return ans.record(resp.Request.Method+" "+resp.Request.URL.Path, idx, col)
+}
+
+// announced notes the map epoch a write answer announces, if any.
+func (c *Client) announced(resp *http.Response) {
+	if e := resp.Header.Get(headerMapEpoch); e != "" {
+		if epoch, err := strconv.ParseUint(e, 10, 64); err == nil {
+			c.routes.announce(epoch)
+		}
+	}
+}
+
+// isSplitAnswer reports whether a 2xx write answer is the per-group body
+// of a batch the node split (200 or 207 with JSON), not a 204.
+func isSplitAnswer(resp *http.Response) bool {
+	return resp.StatusCode != http.StatusNoContent && strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json")
+}
+
+// identity returns the positions 0..n-1.
+func identity(n int) []int {
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	return idx
 }
 
 // batchAnswer is the 200/207 body of a write the node split over groups
