@@ -39,6 +39,10 @@ type fakeCluster struct {
 	// (503: refused before proposing, so definite).
 	failWith map[shard.GroupID]int
 	// applied: per group, event id -> entity; seq per group.
+	// behind holds nodes whose map is behind the cluster's: such a node
+	// routes with its own map once, then catches up (as a node that
+	// answered an older epoch_mismatch fetches the newer map).
+	behind  map[shard.NodeID]shard.Map
 	applied map[shard.GroupID]map[string]uint64
 	seq     map[shard.GroupID]uint64
 	reqs    []fakeReq
@@ -176,7 +180,20 @@ func (fc *fakeCluster) route(node shard.NodeID, w http.ResponseWriter, r *http.R
 	g := shard.GroupID(gv)
 	fc.mu.Lock()
 	m, leader := fc.m, fc.leader[g]
+	old, isBehind := fc.behind[node]
 	fc.mu.Unlock()
+	if isBehind {
+		if rerr := old.CheckRoute(g, epoch, entities); rerr != nil {
+			fc.mu.Lock()
+			delete(fc.behind, node)
+			fc.mu.Unlock()
+			body, _ := shard.EncodeRouteError(rerr)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(misdirected)
+			_, _ = w.Write(body)
+			return 0, false
+		}
+	}
 	rerr := m.CheckRoute(g, epoch, entities)
 	if rerr == nil {
 		grp, _ := m.Group(g)
@@ -890,5 +907,50 @@ func TestShardedWritesConcurrentWithMapChange(t *testing.T) {
 				t.Errorf("event %s not applied", e.ID)
 			}
 		}
+	}
+}
+
+// TestShardedWriteNodeBehindClient: a node whose map is older than the
+// client's answers epoch_mismatch with its older map; the client keeps
+// its own map and sends the part once more, which the node — caught up
+// meanwhile — serves.
+func TestShardedWriteNodeBehindClient(t *testing.T) {
+	fc := newFakeCluster(t, 3, 2, 2)
+	old := fc.m
+	g1 := old.Groups[0]
+	split, g3, err := old.Split(g1.ID, (g1.Start+g1.End)/2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc.setMap(split)
+	c := fc.client(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.RefreshShards(ctx); err != nil {
+		t.Fatal(err)
+	}
+	grp3, _ := split.Group(g3)
+	fc.mu.Lock()
+	fc.behind = map[shard.NodeID]shard.Map{grp3.Leader: old}
+	fc.mu.Unlock()
+
+	evs := batch("bh", 40)
+	fc.resetRequests()
+	res, err := c.Write(ctx, evs)
+	if err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	checkApplied(t, fc, &split, evs, res)
+	if got := c.ShardMap(); got.Epoch != split.Epoch {
+		t.Errorf("cached map at epoch %d, expected the client's own %d kept", got.Epoch, split.Epoch)
+	}
+	var toG3 []fakeReq
+	for _, r := range fc.requests() {
+		if r.group == strconv.FormatUint(uint64(g3), 10) {
+			toG3 = append(toG3, r)
+		}
+	}
+	if len(toG3) != 2 || toG3[0].status != misdirected || toG3[1].status != http.StatusNoContent || toG3[1].node != grp3.Leader {
+		t.Errorf("group %d's part: %+v, expected a 421 from the node behind, then 204 from the same node", g3, toG3)
 	}
 }
