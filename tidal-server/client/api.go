@@ -182,7 +182,10 @@ func (c *Client) Entity(ctx context.Context, entity uint64, opts ...ReadOption) 
 	}
 	r := &request{method: http.MethodGet, path: "/v1/entities/" + strconv.FormatUint(entity, 10), query: q}
 	var out Entity
-	if _, err := c.do(ctx, r, func(resp *http.Response) error { return decodeJSON(resp, &out) }); err != nil {
+	if _, err := c.do(ctx, r, func(resp *http.Response) error {
+		c.announced(resp)
+		return decodeJSON(resp, &out)
+	}); err != nil {
 		return nil, err
 	}
 	return &out, nil

@@ -21,8 +21,8 @@ import (
 // The client starts with no map and sends every request to its own node,
 // exactly as against a single group: any node of a sharded cluster
 // accepts any batch, splits it and forwards each part one hop. A node
-// whose map has more than one group says so on every write answer
-// (X-Tidal-Map-Epoch); the client then fetches the map once (GET
+// whose map has more than one group says so on every write and
+// entity-read answer (X-Tidal-Map-Epoch); the client then fetches the map once (GET
 // /v1/shards) and from the next call on sends each group's part straight
 // to the group's leader, naming the group and the epoch it routed with.
 // A single-group cluster never sends the header, so the client never
@@ -602,7 +602,7 @@ func (c *Client) takeAnswer(resp *http.Response, idx []int, col *collector) erro
 	return ans.record(resp.Request.Method+" "+resp.Request.URL.Path, idx, col)
 }
 
-// announced notes the map epoch a write answer announces, if any.
+// announced notes the map epoch an answer announces, if any.
 func (c *Client) announced(resp *http.Response) {
 	if e := resp.Header.Get(headerMapEpoch); e != "" {
 		if epoch, err := strconv.ParseUint(e, 10, 64); err == nil {

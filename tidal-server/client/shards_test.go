@@ -324,6 +324,9 @@ func (fc *fakeCluster) read(node shard.NodeID, w http.ResponseWriter, r *http.Re
 			return
 		}
 	}
+	fc.mu.Lock()
+	w.Header().Set(headerMapEpoch, strconv.FormatUint(fc.m.Epoch, 10))
+	fc.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(Entity{Entity: id, AppliedIndex: uint64(node)})
 }
@@ -754,8 +757,19 @@ func TestShardedEntityRead(t *testing.T) {
 	c := fc.client(1)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := c.RefreshShards(ctx); err != nil {
+	// A read-only client learns of the map from a read's answer.
+	if _, err := c.Entity(ctx, 99); err != nil {
 		t.Fatal(err)
+	}
+	if reqs := fc.requests(); len(reqs) != 1 || reqs[0].group != "" {
+		t.Fatalf("first read: requests %+v, expected one unrouted read", reqs)
+	}
+	fc.resetRequests()
+	if _, err := c.Entity(ctx, 99); err != nil {
+		t.Fatal(err)
+	}
+	if reqs := fc.requests(); len(reqs) != 2 || reqs[0].path != "/v1/shards" || reqs[1].group == "" {
+		t.Fatalf("second read: requests %+v, expected the map fetched, then a routed read", reqs)
 	}
 	for _, entity := range []uint64{1, 2, 3, 4, 5, 6, 7, 8} {
 		g := fc.m.GroupOf(entity)
