@@ -78,9 +78,6 @@ type routes struct {
 	// missing: a node of m has no known client address (m came with an
 	// epoch_mismatch, which carries no addresses); a fetch is due.
 	missing bool
-	// legacy: the node answered 404 to GET /v1/shards — a release before
-	// the shard map, hence a single group.
-	legacy bool
 }
 
 func (rt *routes) epochLocked() uint64 {
@@ -142,7 +139,6 @@ func (rt *routes) adopt(m *shard.Map, addrs map[shard.NodeID]string) bool {
 	if adopted {
 		rt.m = m
 		rt.hints = nil
-		rt.legacy = false
 	}
 	rt.missing = false
 	if rt.m != nil {
@@ -240,9 +236,9 @@ func (c *Client) fetchShards(ctx context.Context) (*shard.Map, error) {
 	c.routes.mu.Unlock()
 	if err != nil {
 		if ae := apiError(err); ae != nil && ae.Status == http.StatusNotFound {
-			c.routes.mu.Lock()
-			c.routes.legacy = c.routes.m == nil
-			c.routes.mu.Unlock()
+			// A release before the shard map: a single group. Nothing
+			// is cached, and nothing asks again unless a node announces
+			// a map.
 			return c.routes.current(), nil
 		}
 		return nil, err
@@ -331,7 +327,11 @@ type WriteError struct {
 }
 
 func (e *WriteError) Error() string {
-	return fmt.Sprintf("tidal: POST /v1/signals: %d of %d events failed; event %d: %v", e.Failed, e.Total, e.First, e.Err)
+	outcome := "not applied"
+	if e.Indefinite {
+		outcome = "some may have been applied"
+	}
+	return fmt.Sprintf("tidal: %d of %d events of the batch failed (%s); the first, event %d: %v", e.Failed, e.Total, outcome, e.First, e.Err)
 }
 
 func (e *WriteError) Unwrap() error { return e.Err }
@@ -480,6 +480,9 @@ func (c *Client) sendPart(ctx context.Context, m *shard.Map, g shard.GroupID, ev
 		route := routeOf(err)
 		switch {
 		case errors.As(route, &nl) && !followed:
+			// A node with a newer map than the one routed with: fetch it
+			// at the next call.
+			c.routes.announce(nl.Epoch)
 			next := nextReplica(nl, target)
 			if next == 0 {
 				break
@@ -725,6 +728,7 @@ func (c *Client) routedEntity(ctx context.Context, m *shard.Map, entity uint64, 
 		var em *shard.EpochMismatch
 		switch route := routeOf(err); {
 		case errors.As(route, &nl):
+			c.routes.announce(nl.Epoch)
 			next := nextReplica(nl, target)
 			if next == 0 {
 				return nil, err
