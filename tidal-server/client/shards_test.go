@@ -298,7 +298,7 @@ func (fc *fakeCluster) write(node shard.NodeID, w http.ResponseWriter, r *http.R
 		if st != 0 {
 			for _, j := range p.Indexes {
 				failed = append(failed, map[string]any{"position": j, "id": body.Events[j].ID, "group": p.Group, "status": st,
-					"indefinite": false, "error": map[string]string{"code": codeForStatus(st), "message": fmt.Sprintf("group %d refuses writes", p.Group)}})
+					"indefinite": st == http.StatusGatewayTimeout, "error": map[string]string{"code": codeForStatus(st), "message": fmt.Sprintf("group %d refuses writes", p.Group)}})
 			}
 			continue
 		}
@@ -574,12 +574,22 @@ func TestShardedWriteEpochMismatchReSplits(t *testing.T) {
 	}
 }
 
-// TestShardedWritePartialFailure: one group refuses writes (503); its
-// events are reported failed, definitely, while the other group's land —
-// on the routed path and on the unrouted one (the node's 207 body).
+// TestShardedWritePartialFailure: one group refuses writes (503) or
+// times out (504); its events are reported failed — definitely, or with
+// an unknown outcome — while the other group's land, on the routed path
+// and on the unrouted one (the node's 207 body).
 func TestShardedWritePartialFailure(t *testing.T) {
-	for _, routed := range []bool{false, true} {
-		t.Run(fmt.Sprintf("routed=%v", routed), func(t *testing.T) {
+	for _, tc := range []struct {
+		routed bool
+		status int
+	}{{false, http.StatusServiceUnavailable}, {true, http.StatusServiceUnavailable}, {false, http.StatusGatewayTimeout}, {true, http.StatusGatewayTimeout}} {
+		routed, status := tc.routed, tc.status
+		indefinite := status == http.StatusGatewayTimeout
+		is := IsUnavailable
+		if indefinite {
+			is = IsTimeout
+		}
+		t.Run(fmt.Sprintf("routed=%v,status=%d", routed, status), func(t *testing.T) {
 			fc := newFakeCluster(t, 3, 2, 2)
 			c := fc.client(2)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -591,7 +601,7 @@ func TestShardedWritePartialFailure(t *testing.T) {
 			}
 			bad := fc.m.Groups[1].ID
 			fc.mu.Lock()
-			fc.failWith[bad] = http.StatusServiceUnavailable
+			fc.failWith[bad] = status
 			fc.mu.Unlock()
 
 			evs := batch("pf", 20)
@@ -600,16 +610,16 @@ func TestShardedWritePartialFailure(t *testing.T) {
 			if !errors.As(err, &we) {
 				t.Fatalf("write: %v, expected a *WriteError", err)
 			}
-			if !IsUnavailable(err) || IsIndefinite(err) {
-				t.Errorf("write error %v: unavailable %v, indefinite %v; expected unavailable and definite", err, IsUnavailable(err), IsIndefinite(err))
+			if !is(err) || IsIndefinite(err) != indefinite || we.Indefinite != indefinite {
+				t.Errorf("write error %v: status %d %v, indefinite %v; expected status %d and indefinite %v", err, status, is(err), IsIndefinite(err), status, indefinite)
 			}
 			failed := 0
 			for i, e := range evs {
 				got := res.Events[i]
 				if fc.m.GroupOf(e.Entity) == bad {
 					failed++
-					if !IsUnavailable(got.Err) || got.Group != uint64(bad) {
-						t.Errorf("event %d in group %d: %+v, expected a 503 failure from that group", i, bad, got)
+					if !is(got.Err) || IsIndefinite(got.Err) != indefinite || got.Group != uint64(bad) {
+						t.Errorf("event %d in group %d: %+v, expected a %d failure from that group, indefinite %v", i, bad, got, status, indefinite)
 					}
 					if in := fc.appliedIn(e.ID); in != 0 {
 						t.Errorf("event %d applied in group %d, expected not applied", i, in)
