@@ -90,3 +90,53 @@ func TestPlantedDrainAckBeforeFsyncAcksWritesTheHandOffRefused(t *testing.T) {
 	}
 	t.Logf("drain-ack-before-fsync on: %d writes answered as applied, %d of them in no log", len(acked), len(lost))
 }
+
+// A write waiting on a node when it starts to drain: without the defect
+// it waits on (here, forwarded into a partition, until its deadline: an
+// unknown outcome); with drain-ack-before-fsync it is answered as applied
+// at once, and it is in no log.
+func TestPlantedDrainAckBeforeFsyncAnswersTheWritesWaitingAtTheDrain(t *testing.T) {
+	c := newCluster(t, 3, func(cfg *replica.Config) { cfg.ElectionTicks = 50 })
+	lead := c.waitLeader()
+	via, other := uint64(1), uint64(2)
+	for via == lead || other == lead || via == other {
+		via, other = via%3+1, other%3+1
+	}
+	// drained proposes p on via, cut off from the others, so that its
+	// forwarded proposal is lost; once p waits there, switch runs and
+	// via starts to drain. It returns Propose's answer.
+	drained := func(p string, timeout time.Duration, switchOn func()) error {
+		t.Helper()
+		c.mustPropose(via, "before-"+p) // via knows the leader
+		c.net.partition([]uint64{via}, []uint64{lead, other})
+		res := make(chan error, 1)
+		go func() {
+			_, err := c.propose(via, p, timeout)
+			res <- err
+		}()
+		waitFor(t, 30*time.Second, p+" waiting on "+fmt.Sprint(via), func() (bool, string) {
+			n := replica.Waiting(c.node(via).r)
+			return n == 1, fmt.Sprintf("%d proposals waiting", n)
+		})
+		switchOn()
+		c.node(via).r.PlantedDrain()
+		err := <-res
+		c.net.heal()
+		return err
+	}
+
+	if err := drained("off", 2*time.Second, func() {}); !errors.Is(err, replica.ErrUnknownOutcome) {
+		t.Fatalf("defect off: expected the write forwarded into the partition to wait for its deadline (ErrUnknownOutcome), found %v", err)
+	}
+	if err := drained("on", 30*time.Second, func() { t.Cleanup(bugs.Enable(bugs.DrainAckBeforeFsync)) }); err != nil {
+		t.Fatalf("drain-ack-before-fsync on: expected the waiting write answered as applied at the drain, found %v", err)
+	}
+	c.mustPropose(lead, "after")
+	waitFor(t, 30*time.Second, "after applied on "+fmt.Sprint(other), func() (bool, string) {
+		_, ok := c.node(other).sm.has("after")
+		return ok, ""
+	})
+	if i, ok := c.node(other).sm.has("on"); ok {
+		t.Fatalf("drain-ack-before-fsync on: expected the answered write in no log (its proposal was cut off), found it applied at %d", i)
+	}
+}
