@@ -274,7 +274,10 @@ type Replica struct {
 	snapMu    sync.Mutex
 	snapIndex atomic.Uint64
 	snapBytes atomic.Int64 // length of the last snapshot encoded from a capture
-	snapBusy  atomic.Bool  // a periodic snapshot is being written
+	// snapEncoding is the capacity of the buffer a snapshot is being
+	// encoded into, 0 when none is (SnapshotMemory).
+	snapEncoding atomic.Int64
+	snapBusy     atomic.Bool // a periodic snapshot is being written
 	// snapForMember asks for a snapshot as soon as possible: a member was
 	// added, and the newest snapshot's ConfState does not know it.
 	snapForMember atomic.Bool

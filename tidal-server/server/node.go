@@ -22,6 +22,7 @@ type node struct {
 	sm          *StateMachine
 	r           *replica.Replica
 	readyWithin uint64
+	mem         *memorySources // api.MemoryReporter (memory.go)
 }
 
 var _ api.Backend = (*node)(nil)
