@@ -27,6 +27,10 @@ type nodeMemory struct {
 	RSSOverVectors    float64 `json:"rss_over_vectors"`
 	PeakOverVectors   float64 `json:"peak_rss_over_vectors"`
 	HeapProfile       string  `json:"heap_profile,omitempty"` // file name in the working directory
+	// After a forced collection (the heap profile's ?gc=1): the live heap,
+	// and RSS then (pages the runtime has not yet returned stay resident).
+	LiveHeapAfterGC int64 `json:"live_heap_after_gc_bytes,omitempty"`
+	RSSAfterGC      int64 `json:"rss_after_gc_bytes,omitempty"`
 }
 
 // collectMemory waits until every member has applied what the leader
@@ -76,6 +80,11 @@ func collectMemory(ctx context.Context, c *cluster, dir string) ([]nodeMemory, e
 		name := fmt.Sprintf("heap-node%d.pprof", i+1)
 		if err := fetchHeapProfile(ctx, c.clients[i], filepath.Join(dir, name)); err == nil {
 			nm.HeapProfile = name
+			cl := client.New(c.clients[i], client.WithRetries(0), client.WithTimeout(10*time.Second))
+			if after, err := cl.Status(ctx); err == nil && after.Memory != nil {
+				nm.LiveHeapAfterGC, nm.RSSAfterGC = after.Memory.GoHeap, after.Memory.RSS
+			}
+			cl.CloseIdleConnections()
 		}
 		out[i] = nm
 	}
@@ -97,10 +106,12 @@ func peakRSS(pid int) (int64, error) {
 	return 0, fmt.Errorf("/proc/%d/status: no VmHWM line", pid)
 }
 
-// fetchHeapProfile saves addr's /debug/pprof/heap to file; an error when
-// the node does not serve pprof.
+// fetchHeapProfile saves addr's /debug/pprof/heap, taken after a forced
+// collection (?gc=1: the live heap now, not as of the last cycle, which
+// may have run in the middle of a snapshot's encoding), to file; an error
+// when the node does not serve pprof.
 func fetchHeapProfile(ctx context.Context, addr, file string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/heap", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/heap?gc=1", nil)
 	if err != nil {
 		return err
 	}
@@ -129,9 +140,13 @@ func memorySummary(b *strings.Builder, ms []nodeMemory) {
 	}
 	mb := func(n int64) string { return fmt.Sprintf("%.0f", float64(n)/(1<<20)) }
 	fmt.Fprintf(b, "\nMemory per node once every member applied the load and no snapshot was being encoded (MiB; /cluster/status \"memory\"; peak = VmHWM over the run):\n\n")
-	fmt.Fprintf(b, "| node | raw vectors | RSS | RSS ÷ vectors | peak RSS | peak ÷ vectors | Go heap | index overhead | snapshot bytes held |\n|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(b, "| node | raw vectors | RSS | RSS ÷ vectors | peak RSS | peak ÷ vectors | Go heap | index overhead | snapshot bytes held | live heap after a forced GC | RSS then |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, m := range ms {
-		fmt.Fprintf(b, "| %d | %s | %s | %.2f | %s | %.2f | %s | %s | %s |\n", m.Node, mb(m.VectorBytes), mb(m.RSS), m.RSSOverVectors,
-			mb(m.PeakRSS), m.PeakOverVectors, mb(m.GoHeap), mb(m.IndexOverhead), mb(m.SnapshotBytesHeld))
+		live, rssGC := "-", "-"
+		if m.HeapProfile != "" {
+			live, rssGC = mb(m.LiveHeapAfterGC), mb(m.RSSAfterGC)
+		}
+		fmt.Fprintf(b, "| %d | %s | %s | %.2f | %s | %.2f | %s | %s | %s | %s | %s |\n", m.Node, mb(m.VectorBytes), mb(m.RSS), m.RSSOverVectors,
+			mb(m.PeakRSS), m.PeakOverVectors, mb(m.GoHeap), mb(m.IndexOverhead), mb(m.SnapshotBytesHeld), live, rssGC)
 	}
 }
