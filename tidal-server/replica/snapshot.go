@@ -214,6 +214,7 @@ func (r *Replica) persistSnapshot(j snapJob) (uint64, uint64, error) {
 	if err != nil {
 		return 0, 0, fmt.Errorf("create snapshot at %d: %w", index, err)
 	}
+	r.snapHeld.Store(int64(cap(j.data)))
 	if err := r.snaps.save(snap); err != nil {
 		return 0, 0, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -80,6 +81,20 @@ func TestMemoryGaugesFollowTheStore(t *testing.T) {
 	if got := gauge(`tidal_snapshot_bytes_held{where="raft"}`); got < raw {
 		t.Fatalf("after a snapshot: raft's snapshot bytes held = %v, want at least the vectors' %v", got, raw)
 	}
+	t.Run("Regression: reading snapshot memory copies the snapshot", func(t *testing.T) {
+		// raft's MemoryStorage.Snapshot clones the snapshot, data and all:
+		// a reading through it allocated the whole snapshot every scrape,
+		// status and memory-bound reading.
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for range 10 {
+			srv.replica.SnapshotMemory()
+		}
+		runtime.ReadMemStats(&after)
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > 4<<10 {
+			t.Fatalf("10 readings of the snapshot memory allocated %d bytes; expected none (the snapshot is %v bytes)", grew, raw)
+		}
+	})
 	st, err := cl.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
