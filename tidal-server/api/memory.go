@@ -21,7 +21,7 @@ type Memory struct {
 	IndexOverhead int64 `json:"index_overhead_bytes"`
 	// SnapshotBytesHeld is the snapshot bytes in memory: raft storage's
 	// snapshot, an encoding in progress, inbound snapshots not yet taken
-	// by raft.
+	// by raft, and raft's copies of its snapshot being sent to peers.
 	SnapshotBytesHeld int64 `json:"snapshot_bytes_held"`
 	// SnapshotEncoding is the part of SnapshotBytesHeld that is a
 	// snapshot being encoded now.

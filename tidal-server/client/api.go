@@ -295,7 +295,7 @@ type Memory struct {
 	GoHeap            int64 `json:"go_heap_bytes"`
 	VectorBytes       int64 `json:"vector_bytes"`         // raw embeddings: entities × dim × 4
 	IndexOverhead     int64 `json:"index_overhead_bytes"` // what the vector store holds beyond them
-	SnapshotBytesHeld int64 `json:"snapshot_bytes_held"`  // snapshots in memory: raft's, being encoded, inbound
+	SnapshotBytesHeld int64 `json:"snapshot_bytes_held"`  // snapshots in memory: raft's, being encoded, inbound, outbound
 	SnapshotEncoding  int64 `json:"snapshot_encoding_bytes"`
 	MaxMemory         int64 `json:"max_memory_bytes"` // --max-memory; 0 = no bound
 }

@@ -217,7 +217,7 @@ type Transport struct {
 	handoff      sync.Mutex    // one snapshot in memory at a time
 	// Snapshot bytes in this transport's hands: read into memory and not
 	// yet handed to raft (inbound), and being streamed to a peer
-	// (outbound, usually the very bytes raft's storage holds).
+	// (outbound: raft clones its snapshot for every MsgSnap it sends).
 	snapInbound, snapOutbound atomic.Int64
 
 	vouches     vouches

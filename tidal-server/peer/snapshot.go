@@ -184,8 +184,8 @@ func snapshotGroup(ctx context.Context) (uint64, error) {
 // SnapshotBuffers reports the snapshot bytes this transport holds in
 // memory now: inbound, read from a spooled stream and not yet taken by
 // raft (Receive returned); outbound, being streamed to peers. An outbound
-// snapshot is the slice raft handed to Send, normally the one its storage
-// holds, so outbound bytes are seldom memory of their own.
+// snapshot is the data of the MsgSnap raft handed to Send, a clone raft
+// made of its snapshot for that message: memory of its own.
 func (t *Transport) SnapshotBuffers() (inbound, outbound int64) {
 	return t.snapInbound.Load(), t.snapOutbound.Load()
 }

@@ -46,8 +46,8 @@ func (ms *memorySources) read() api.Memory {
 	m := api.Memory{VectorBytes: vm.Vectors, IndexOverhead: vm.Overhead,
 		SnapshotBytesHeld: sn.Total(), SnapshotEncoding: sn.Encoding, GoHeap: goHeapBytes()}
 	if ms.transport != nil {
-		in, _ := ms.transport.SnapshotBuffers()
-		m.SnapshotBytesHeld += in
+		in, out := ms.transport.SnapshotBuffers()
+		m.SnapshotBytesHeld += in + out
 	}
 	rss, err := ms.rss()
 	if err != nil {
@@ -102,6 +102,8 @@ func goMappedBytes() int64 {
 // "Memory"). Each is read at scrape time. RSS itself is the process
 // collector's process_resident_memory_bytes.
 func registerMemoryMetrics(reg *prometheus.Registry, ms *memorySources, maxMemory int64) {
+	const snapHelp = "Snapshot bytes held in memory, by where: raft (the snapshot raft's storage keeps), encoding (one being encoded), " +
+		"inbound (received from a peer, not yet taken by raft), outbound (raft's copy for a snapshot being streamed to a peer)."
 	gauge := func(name, help string, labels prometheus.Labels, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, f)
 	}
@@ -110,19 +112,19 @@ func registerMemoryMetrics(reg *prometheus.Registry, ms *memorySources, maxMemor
 			func() float64 { return float64(ms.sm.VectorMemory().Vectors) }),
 		gauge("tidal_vectors_index_overhead_bytes", "What the vector store holds beyond the raw vectors: chunk slack, slot arrays and map, undo records of pinned views, chunks frozen for a snapshot.", nil,
 			func() float64 { return float64(ms.sm.VectorMemory().Overhead) }),
-		gauge("tidal_snapshot_bytes_held", "Snapshot bytes held in memory, by where: raft (the snapshot raft's storage keeps), encoding (one being encoded), inbound (received from a peer, not yet taken by raft).",
+		gauge("tidal_snapshot_bytes_held", snapHelp,
 			prometheus.Labels{"where": "raft"}, func() float64 { return float64(ms.r.SnapshotMemory().Raft) }),
-		gauge("tidal_snapshot_bytes_held", "Snapshot bytes held in memory, by where: raft (the snapshot raft's storage keeps), encoding (one being encoded), inbound (received from a peer, not yet taken by raft).",
+		gauge("tidal_snapshot_bytes_held", snapHelp,
 			prometheus.Labels{"where": "encoding"}, func() float64 { return float64(ms.r.SnapshotMemory().Encoding) }),
 		gauge("tidal_memory_limit_bytes", "--max-memory: embedding writes that would pass it are refused (0: no bound).", nil,
 			func() float64 { return float64(maxMemory) }),
 	)
 	if ms.transport != nil {
 		reg.MustRegister(
-			gauge("tidal_snapshot_bytes_held", "Snapshot bytes held in memory, by where: raft (the snapshot raft's storage keeps), encoding (one being encoded), inbound (received from a peer, not yet taken by raft).",
+			gauge("tidal_snapshot_bytes_held", snapHelp,
 				prometheus.Labels{"where": "inbound"}, func() float64 { in, _ := ms.transport.SnapshotBuffers(); return float64(in) }),
-			gauge("tidal_snapshot_bytes_sending", "Snapshot bytes being streamed to peers: normally the same bytes raft's storage holds, so not memory of their own.", nil,
-				func() float64 { _, out := ms.transport.SnapshotBuffers(); return float64(out) }),
+			gauge("tidal_snapshot_bytes_held", snapHelp,
+				prometheus.Labels{"where": "outbound"}, func() float64 { _, out := ms.transport.SnapshotBuffers(); return float64(out) }),
 		)
 	}
 }
