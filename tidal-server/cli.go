@@ -655,7 +655,11 @@ Exit status:
 // it acknowledged.
 func repairWayOut(dataDir string, cut *wal.CutsCommittedError) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "refused: cutting at the damage would end the log at index %d, below the commit index %d it records;\n", cut.LastIndex, cut.Commit)
+	log := "the log"
+	if cut.Group != wal.DefaultGroup {
+		log = fmt.Sprintf("raft group %d's log", cut.Group)
+	}
+	fmt.Fprintf(&b, "refused: cutting at the damage would end %s at index %d, below the commit index %d it records;\n", log, cut.LastIndex, cut.Commit)
 	fmt.Fprintf(&b, "the other members rely on this node holding entries %d..%d, and raft would panic on every start.\n", cut.LastIndex+1, cut.Commit)
 	members, _, err := replica.StoredMembers(dataDir)
 	var ce *wal.CorruptionError

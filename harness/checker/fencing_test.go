@@ -398,21 +398,29 @@ func TestDiskFaultsAreJudgedByTheirEffect(t *testing.T) {
 	})
 }
 
-// A power cut that found nothing unsynced lost nothing: not exercised.
-func TestPowerCutThatLostNothingIsNotExercised(t *testing.T) {
-	cut := func(t *testing.T, bytes int64) *hist {
+// A power cut that found nothing unsynced still cut a running node, which
+// then recovered from its disk alone: exercised. (The quiet spell before a
+// cut aims at exactly this, so that a recovery dropping the newest synced
+// record shows.)
+func TestPowerCutThatLostNothingIsExercised(t *testing.T) {
+	cut := func(t *testing.T, bytes int64, report bool) *hist {
 		h := newHist(t)
 		inv := h.invoke(history.Nemesis, history.FPowerCut, history.FaultValue{Kind: "one", Targets: []string{"n2"}}, "")
-		params, _ := json.Marshal(map[string]any{"reports": map[string]PowerCutLoss{"n2": {BytesDiscarded: bytes, ChangesUndone: int(bytes / 100)}}})
+		var params json.RawMessage
+		if report {
+			params, _ = json.Marshal(map[string]any{"reports": map[string]PowerCutLoss{"n2": {BytesDiscarded: bytes, ChangesUndone: int(bytes / 100)}}})
+		}
 		h.complete(inv, history.OK, history.FaultValue{Kind: "one", Targets: []string{"n2"}, Params: params})
 		h.heal(history.FPowerCut)
 		return h
 	}
 	requested := []FaultKind{{Name: "power-cut-one", F: history.FPowerCut, Kind: "one"}}
-	f := Faults(cut(t, 0).ops, requested)
-	mustValid(t, f, Unknown)
-	if !strings.Contains(f.Summary, "power-cut-one not exercised") || !strings.Contains(f.Summary, "n2 0 bytes") {
-		t.Fatalf("summary should say the cut lost nothing: %s", f.Summary)
-	}
-	mustValid(t, Faults(cut(t, 4096).ops, requested), Valid)
+	// Regression: a quiet power cut judged not exercised. With the quiet
+	// spell before every cut, one cut in a run that found nothing
+	// unsynced made the whole run UNKNOWN.
+	mustValid(t, Faults(cut(t, 0, true).ops, requested), Valid)
+	mustValid(t, Faults(cut(t, 4096, true).ops, requested), Valid)
+	// A cut that recorded no report (a store of an older harness) is
+	// given the benefit of the doubt, as every unrecorded effect is.
+	mustValid(t, Faults(cut(t, 0, false).ops, requested), Valid)
 }

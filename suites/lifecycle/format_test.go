@@ -15,6 +15,7 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/tidaldb/tidal/tidal-server/client"
 	"github.com/tidaldb/tidal/tidal-server/peer"
+	"github.com/tidaldb/tidal/tidal-server/wal"
 )
 
 // dirDigest hashes every file under dir (names and contents), to show a
@@ -65,14 +66,14 @@ var _ = Describe("format versions", func() {
 		Expect(older.waitExit(30*time.Second)).To(Equal(1), "this build must refuse a newer data dir; output:\n%s", older.out)
 		out := older.out.String()
 		Expect(out).To(ContainSubstring(filepath.Join(data, "wal", "0000000000000000.wal")), "the refusal names the file")
-		Expect(out).To(ContainSubstring("WAL segment format version 2 is newer than this build reads (versions 1 to 1)"))
+		Expect(out).To(ContainSubstring(fmt.Sprintf("WAL segment format version %d is newer than this build reads (versions %d to %d)", wal.FormatVersion+1, wal.MinFormatVersion, wal.FormatVersion)))
 		Expect(dirDigest(data)).To(Equal(before), "a refused start changed the data dir")
 		// Not damage: wal verify says what it is, with the refusal status,
 		// not the damage one (3).
 		verify := exec.Command(bins.TidalServer, "wal", "verify", "--data-dir", data)
 		vout, err := verify.CombinedOutput()
 		Expect(verify.ProcessState.ExitCode()).To(Equal(1), "wal verify on a newer log: %v\n%s", err, vout)
-		Expect(string(vout)).To(ContainSubstring("format version 2 is newer than this build reads"))
+		Expect(string(vout)).To(ContainSubstring(fmt.Sprintf("format version %d is newer than this build reads", wal.FormatVersion+1)))
 
 		// The newer release still opens it, with the write there.
 		again := startNode(-1, runArgs(1, addrs[0], addrs[1], data, "--test-newer-format")...)

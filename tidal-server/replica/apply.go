@@ -2,7 +2,6 @@ package replica
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -42,23 +41,20 @@ func (r *Replica) apply(ents []*raftpb.Entry) error {
 		if idx <= applied {
 			continue
 		}
-		data := e.GetData()
-		if e.GetType() == raftpb.EntryNormal && len(data) >= envelopeHeader && data[0] == envelopeVersion && r.confMarker.index == 0 {
-			run = append(run, pendingApp{
-				AppEntry: AppEntry{Index: idx, Term: e.GetTerm(), Data: data[envelopeHeader:], Subs: 1},
-				origin:   binary.BigEndian.Uint64(data[1:9]),
-				request:  binary.BigEndian.Uint64(data[9:17]),
-			})
-			continue
-		}
-		if e.GetType() == raftpb.EntryNormal && len(data) > 0 && isPacked(data[0]) && r.confMarker.index == 0 {
-			var err error
-			if run, err = unpack(run, idx, e.GetTerm(), data); err == nil {
-				continue
+		// Consecutive application entries gather into one run, applied
+		// together; anything else ends the run first.
+		var f frame
+		if e.GetType() == raftpb.EntryNormal {
+			if r.confMarker.index == 0 {
+				if f = decodeFrame(run, idx, e.GetTerm(), e.GetData()); f.kind == frameProposals {
+					run = f.run
+					continue
+				}
+			} else {
+				// Right after a conf change marker: decoded apart from the
+				// run, which is applied on its own first.
+				f = decodeFrame(nil, idx, e.GetTerm(), e.GetData())
 			}
-			// Malformed: cannot happen for entries a node packed; the
-			// switch below skips it on every node alike, like any entry
-			// of unknown framing.
 		}
 		if err := r.applyRun(run); err != nil {
 			return err
@@ -70,61 +66,33 @@ func (r *Replica) apply(ents []*raftpb.Entry) error {
 		r.confMarker = confMarker{}
 		switch e.GetType() {
 		case raftpb.EntryNormal:
-			data := e.GetData()
-			if len(data) == 0 {
+			switch f.kind {
+			case frameNothing:
 				r.sm.SetApplied(idx)
 				if marker.droppedAt(e) && marker.origin == r.cfg.ID {
 					r.wake(marker.request, Applied{Index: idx, Term: e.GetTerm(), Result: ErrConfChangeDropped})
 				}
-				break
-			}
-			if len(data) >= envelopeHeader && data[0] == confMarkerVersion {
-				r.confMarker = confMarker{
-					index: idx, term: e.GetTerm(),
-					origin:  binary.BigEndian.Uint64(data[1:9]),
-					request: binary.BigEndian.Uint64(data[9:17]),
-				}
+			case frameConfMarker:
+				r.confMarker = f.marker
 				r.sm.SetApplied(idx)
-				break
-			}
-			if _, known := EntryFormatOf(raftpb.EntryNormal, data); !known {
+			case frameUnknown:
 				// An entry format this build does not read (format.go):
-				// skipping it, as this did before issue 12 item 2, makes
-				// this replica diverge from the nodes that applied it.
-				return &EntryFormatError{Index: idx, Term: e.GetTerm(), Envelope: data[0]}
-			}
-			if isPacked(data[0]) {
-				// A packed entry right after a conf change marker (never,
-				// in practice: see droppedAt) is applied like any other;
-				// a malformed one is skipped here.
-				one, err := unpack(nil, idx, e.GetTerm(), data)
-				if err != nil {
-					r.log.Error("skipping malformed packed entry", "index", idx, "err", err)
-					r.sm.SetApplied(idx)
-					break
-				}
-				if err := r.applyRun(one); err != nil {
+				// skipping it would make this replica diverge from the
+				// nodes that applied it.
+				return &EntryFormatError{Index: idx, Term: e.GetTerm(), Envelope: e.GetData()[0]}
+			case frameMalformed:
+				// Cannot happen for entries a node framed (the log is
+				// checksummed); refusing to apply would wedge the node, so
+				// it is skipped on every node alike.
+				r.log.Error("skipping entry with malformed framing", "index", idx, "len", len(e.GetData()), "err", f.err)
+				r.sm.SetApplied(idx)
+			case frameProposals:
+				// Proposals right after a conf change marker (never, in
+				// practice: see droppedAt) are applied alone, after the
+				// marker is consumed as above.
+				if err := r.applyRun(f.run); err != nil {
 					return err
 				}
-				break
-			}
-			if len(data) < envelopeHeader || data[0] != envelopeVersion {
-				// A known envelope cut short cannot happen for entries we
-				// proposed (the log is checksummed); refusing to apply
-				// would wedge the node, so it is skipped on every node alike.
-				r.log.Error("skipping entry with unknown framing", "index", idx, "len", len(data))
-				r.sm.SetApplied(idx)
-				break
-			}
-			// An application entry right after a conf change marker
-			// (never, in practice) is applied alone, after the marker is
-			// consumed as above.
-			if err := r.applyRun([]pendingApp{{
-				AppEntry: AppEntry{Index: idx, Term: e.GetTerm(), Data: data[envelopeHeader:], Subs: 1},
-				origin:   binary.BigEndian.Uint64(data[1:9]),
-				request:  binary.BigEndian.Uint64(data[9:17]),
-			}}); err != nil {
-				return err
 			}
 		case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
 			if err := r.applyConfChange(e); err != nil {

@@ -96,32 +96,29 @@ func ReadSurvivor(dataDir string, sm StateMachine) (*Survivor, error) {
 	return s, nil
 }
 
-// replayNormal applies one normal entry as the apply loop does: a
-// proposal, the proposals a packed entry carries (in one ApplyBatch, as
-// the loop hands them over), or nothing (markers, raft's empty entries,
-// and what the loop would skip as malformed).
+// replayNormal applies one normal entry as the apply loop does
+// (decodeFrame): a proposal, the proposals a packed entry carries (in one
+// ApplyBatch, as the loop hands them over), or nothing (markers, raft's
+// empty entries, and what the loop would skip as malformed).
 func replayNormal(sm StateMachine, index, term uint64, data []byte) error {
-	switch {
-	case len(data) >= envelopeHeader && data[0] == envelopeVersion:
-		sm.Apply(index, term, data[envelopeHeader:])
-	case len(data) > 0 && isPacked(data[0]):
-		run, err := unpack(nil, index, term, data)
-		if err != nil {
-			sm.SetApplied(index)
-			return nil
-		}
-		bsm, ok := sm.(BatchStateMachine)
-		if !ok {
-			return fmt.Errorf("entry %d packs %d proposals, and this state machine cannot apply packed entries (no ApplyBatch)", index, len(run))
-		}
-		ents := make([]AppEntry, len(run))
-		for i := range run {
-			ents[i] = run[i].AppEntry
-		}
-		bsm.ApplyBatch(ents)
-	default:
+	f := decodeFrame(nil, index, term, data)
+	if f.kind != frameProposals {
 		sm.SetApplied(index)
+		return nil
 	}
+	if len(f.run) == 1 && f.run[0].Subs == 1 {
+		sm.Apply(index, term, f.run[0].Data)
+		return nil
+	}
+	bsm, ok := sm.(BatchStateMachine)
+	if !ok {
+		return fmt.Errorf("entry %d packs %d proposals, and this state machine cannot apply packed entries (no ApplyBatch)", index, len(f.run))
+	}
+	ents := make([]AppEntry, len(f.run))
+	for i := range f.run {
+		ents[i] = f.run[i].AppEntry
+	}
+	bsm.ApplyBatch(ents)
 	return nil
 }
 

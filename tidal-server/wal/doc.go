@@ -1,7 +1,18 @@
 // Package wal is tidal-server's write-ahead log: the durable raft log of one
-// node. It stores raft entries by index, the newest HardState and the newest
-// snapshot mark, and gives them back after a crash. It knows nothing of raft
-// itself; package replica translates.
+// node, shared by every raft group the node hosts. For each group it
+// stores raft entries by index, the newest HardState and the newest
+// snapshot mark, and gives them back after a crash. It knows nothing of
+// raft itself; package replica translates.
+//
+// # Groups
+//
+// WAL.Group(id) is one group's view of the log (Save, Stage, Compact); the
+// WAL's own methods are group 1's (DefaultGroup), the only group of a
+// single-group node. Every group's index rules, snapshot mark and
+// compaction bound are its own; the writer, the segments and the fence are
+// shared, so Saves of different groups queued together go out in one
+// write and one fdatasync. Open returns every group's state in
+// Recovered.Groups and group 1's also in Recovered's top-level fields.
 //
 // # Files
 //
@@ -30,15 +41,32 @@
 // Integers are little-endian. The CRC is CRC-32C (Castagnoli) over the type
 // byte and the payload. Types, with their payloads:
 //
-//	1 segment header  magic "TIDALWAL", version u32 (FormatVersion), sequence u64
-//	2 entry           index u64, term u64, entry type u8, data
-//	3 hard state      term u64, vote u64, commit u64
-//	4 snapshot mark   index u64, term u64
+//	1 segment header       magic "TIDALWAL", version u32, sequence u64
+//	2 entry                index u64, term u64, entry type u8, data
+//	3 hard state           term u64, vote u64, commit u64
+//	4 snapshot mark        index u64, term u64
+//	5 tagged entry         group uvarint, then type 2's payload
+//	6 tagged hard state    group uvarint, then type 3's payload
+//	7 tagged snapshot mark group uvarint, then type 4's payload
 //
 // Type 0 does not exist, so a header of nine zero bytes is never a record:
 // it is what never-written preallocated space looks like. The first record
 // of a segment is its header, and only there; its sequence must match the
-// file name.
+// file name. The group tag is a canonical (shortest) uvarint, so a record
+// has exactly one encoding, and the checksum covers it like the rest.
+//
+// The header's version says which records follow: version 1 segments hold
+// types 2-4 only, all of group 1; version 2 segments hold types 5-7 only.
+// A log that no group other than 1 ever wrote to is written in version 1,
+// byte for byte as by releases before groups, which therefore still open
+// it. The first batch of another group makes the log tagged for good: the
+// writer commits what was queued before it, then starts a new segment in
+// version 2 even if the current one has room, and every later segment is
+// version 2 too, group 1's records in it tagged. So no segment mixes
+// encodings, an untagged segment after a tagged one is corruption, and a
+// release before groups refuses a tagged log by its version check
+// (*FormatError naming the segment and the version) instead of misreading
+// it.
 //
 // # Writing: group commit
 //
@@ -56,9 +84,14 @@
 // that group and every Save after it fail with an error wrapping ErrFenced,
 // and nothing more is written. After a failed fdatasync the kernel may
 // have dropped the dirty pages and a retry could "succeed"; carrying on is
-// how replicas diverge. Reopening the log is the only way forward.
+// how replicas diverge. Reopening the log is the only way forward. The
+// fence is the WAL's, not a raft group's: every group shares the file and
+// the disk whose sync failed, so every group is fenced.
 //
 // # Index rules (checked by Save, and again by replay)
+//
+// They hold for each group on its own; records of other groups between
+// them do not matter.
 //
 //   - Entries in a batch have consecutive indexes.
 //   - An entry's index is above the newest snapshot mark and at most one
@@ -127,14 +160,24 @@
 //
 // # Compaction
 //
-// Compact(below) removes whole segments, oldest first and never the one
-// being written, whose entries are all below below, which must not exceed
-// the durable snapshot mark's index + 1. If the newest hard state or mark
-// would go with them, both are first rewritten into the current segment.
+// Group(g).Compact(below) records that group g no longer needs its entries
+// below below, which must not exceed g's durable snapshot mark's index +
+// 1. Whole segments are then removed, oldest first and never the one being
+// written, while every group with entries in the next one has compacted
+// past all of them (each segment tracks, per group, the largest entry
+// index it holds). If a group's newest hard state or mark would go with
+// them, both are first rewritten into the current segment. The invariant:
+// a segment goes only when no group needs any entry in it. Its cost: an
+// idle group pins the segment holding its entries, and every segment after
+// it, until it snapshots and compacts; bounds live in memory, so after
+// Open each group must compact again before its old segments go.
+//
 // Entries at or below the newest mark that survive in kept segments are
 // dropped by replay. Because the oldest segment of a compacted log is not
-// segment 0, replay lets the first entry or mark it reads anchor the index
-// sequence.
+// segment 0, replay lets each group's first entry anchor its index
+// sequence; marks read before it set the mark but do not anchor, since the
+// oldest kept segment may begin with a mark older than the entries after
+// it, whose predecessors were compacted away.
 //
 // # Invariants
 //

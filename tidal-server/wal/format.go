@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 )
 
-// Format versions (issue 12 item 2). A segment header carries the version
-// of the record format the segment was written in. This build writes
+// Format versions. A segment header carries the version of the record
+// format the segment was written in. This build writes versions 1 and
 // FormatVersion and reads every version from MinFormatVersion to
 // FormatVersion; a segment of a newer version was written by a newer
 // tidal-server, and Open, Read and Verify refuse it with a *FormatError
@@ -18,31 +18,45 @@ import (
 // reading garbage, and cutting it as a torn tail would destroy the newer
 // build's log.
 //
+// Version 1 segments hold untagged records, all of DefaultGroup; version 2
+// segments hold group-tagged records only. A log that never held a record
+// of another group is written in version 1 exactly as by releases before
+// tagging, so a single-group data dir stays readable by them; the first
+// record of another group starts a new segment in version 2, and every
+// segment after it is version 2 too (see the package documentation).
+//
 // The rule for a change to the record format: bump FormatVersion, keep
 // decoding every version down to MinFormatVersion, and write the new
 // version only in segments created after the change (a log mixes versions
 // segment by segment). Raising MinFormatVersion drops the ability to open
 // logs of older releases and is a breaking change of its own.
 const (
-	FormatVersion    = 1
+	FormatVersion    = 2
 	MinFormatVersion = 1
+
+	// untaggedVersion is the version of segments of a single-group log.
+	untaggedVersion = 1
 )
 
-// writeVersion is the version written into new segment headers and
-// readVersion the newest one Open accepts. They differ from FormatVersion
-// only under SetTestNewerFormat.
+// writeVersion is the version written into the headers of new tagged
+// segments and readVersion the newest one Open accepts. They differ from
+// FormatVersion only under SetTestNewerFormat.
 var (
 	writeVersion uint32 = FormatVersion
 	readVersion  uint32 = FormatVersion
 )
 
 // SetTestNewerFormat makes this process write and read segments one
-// format version above FormatVersion, standing for a newer release.
-// TEST ONLY (tidal-server's hidden --test-newer-format): it lets a suite
-// show that this build refuses the data dir such a release leaves.
+// format version above FormatVersion, standing for a newer release: every
+// segment it creates is tagged and carries that version. TEST ONLY
+// (tidal-server's hidden --test-newer-format): it lets a suite show that
+// this build refuses the data dir such a release leaves.
 func SetTestNewerFormat() {
 	writeVersion, readVersion = FormatVersion+1, FormatVersion+1
 }
+
+// taggedVersion reports whether segments of version v hold tagged records.
+func taggedVersion(v uint32) bool { return v > untaggedVersion }
 
 // FormatError is a file in a format this build cannot read: written by a
 // newer tidal-server (Found above Supported), or by one too old for this
@@ -89,7 +103,7 @@ func CheckFormat(dir string) error {
 			continue
 		}
 		var fe *FormatError
-		if errors.As(checkSegmentHeader(rec.payload, seq), &fe) {
+		if _, err := checkSegmentHeader(rec.payload, seq); errors.As(err, &fe) {
 			fe.File = path
 			return fe
 		}

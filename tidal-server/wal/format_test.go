@@ -3,6 +3,7 @@ package wal
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -43,7 +44,7 @@ func TestOpenRefusesNewerFormat(t *testing.T) {
 		if fe.File != segPath(dir, 0) || fe.Found != FormatVersion+1 || fe.Supported != FormatVersion {
 			t.Fatalf("%s: expected file %s, found %d, supported %d; got %+v", what, segPath(dir, 0), FormatVersion+1, FormatVersion, fe)
 		}
-		for _, want := range []string{segPath(dir, 0), "format version 2", "newer", "versions 1 to 1"} {
+		for _, want := range []string{segPath(dir, 0), fmt.Sprintf("format version %d", FormatVersion+1), "newer", fmt.Sprintf("versions %d to %d", MinFormatVersion, FormatVersion)} {
 			if !strings.Contains(err.Error(), want) {
 				t.Fatalf("%s: message %q does not say %q", what, err, want)
 			}

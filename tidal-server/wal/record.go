@@ -14,7 +14,24 @@ const (
 	recEntry         uint8 = 2
 	recHardState     uint8 = 3
 	recSnapshotMark  uint8 = 4
+
+	// Tagged records: the same three kinds with the raft group they
+	// belong to, for logs shared by several groups. Their payload is the
+	// group as a canonical uvarint followed by the untagged kind's
+	// payload. Only segments of a tagged format version hold them, and
+	// such segments hold no untagged entry, hard state or mark.
+	recTaggedEntry        uint8 = 5
+	recTaggedHardState    uint8 = 6
+	recTaggedSnapshotMark uint8 = 7
+
+	// taggedOffset turns an untagged kind into its tagged type.
+	taggedOffset = recTaggedEntry - recEntry
 )
+
+// DefaultGroup is the group of every untagged record: the only raft group
+// of a single-group node, and what the single-group API (Save, Stage,
+// Compact, Recovered's top-level fields) reads and writes.
+const DefaultGroup uint64 = 1
 
 const (
 	// recordHeaderSize is length(4) + crc(4) + type(1).
@@ -44,6 +61,8 @@ func typeName(t uint8) string {
 		return "hard state"
 	case recSnapshotMark:
 		return "snapshot mark"
+	case recTaggedEntry, recTaggedHardState, recTaggedSnapshotMark:
+		return "tagged " + typeName(t-taggedOffset)
 	}
 	return fmt.Sprintf("unknown type %d", t)
 }
@@ -53,11 +72,17 @@ func typeName(t uint8) string {
 // only the segment scanner can see.
 var errZeroHeader = errors.New("record header is all zeroes")
 
-// record is one decoded record. payload aliases the buffer it was decoded
-// from.
+// record is one decoded record. For a tagged record typ is the untagged
+// kind (recEntry, recHardState or recSnapshotMark), tagged is set, group is
+// its tag and payload what follows the tag; an untagged record's group is
+// DefaultGroup. payload aliases the buffer it was decoded from, and size is
+// the whole record's length in bytes.
 type record struct {
 	typ     uint8
+	tagged  bool
+	group   uint64
 	payload []byte
+	size    int
 }
 
 // appendRecord frames payload as one record of type typ onto dst.
@@ -88,8 +113,8 @@ func decodeRecord(b []byte) (record, int, error) {
 	if length == 0 && sum == 0 && typ == 0 {
 		return record{}, 0, errZeroHeader
 	}
-	if typ < recSegmentHeader || typ > recSnapshotMark {
-		return record{}, 0, fmt.Errorf("record type: expected 1..4, found %d", typ)
+	if typ < recSegmentHeader || typ > recTaggedSnapshotMark {
+		return record{}, 0, fmt.Errorf("record type: expected 1..7, found %d", typ)
 	}
 	if length > maxRecordPayload {
 		return record{}, 0, fmt.Errorf("record length %d exceeds the maximum %d", length, maxRecordPayload)
@@ -101,11 +126,27 @@ func decodeRecord(b []byte) (record, int, error) {
 	if got := crc32.Checksum(b[8:end], castagnoli); got != sum {
 		return record{}, 0, fmt.Errorf("%s record checksum: expected %#08x, computed %#08x", typeName(typ), sum, got)
 	}
-	payload := b[recordHeaderSize:end]
-	if err := checkPayloadSize(typ, len(payload)); err != nil {
+	rec := record{typ: typ, group: DefaultGroup, payload: b[recordHeaderSize:end], size: end}
+	if typ >= recTaggedEntry {
+		g, n := binary.Uvarint(rec.payload)
+		if n <= 0 || n != uvarintLen(g) {
+			return record{}, 0, fmt.Errorf("%s payload: expected a canonical uvarint group tag, found %x", typeName(typ), rec.payload[:min(len(rec.payload), binary.MaxVarintLen64)])
+		}
+		rec.typ, rec.tagged, rec.group, rec.payload = typ-taggedOffset, true, g, rec.payload[n:]
+	}
+	if err := checkPayloadSize(rec.typ, len(rec.payload)); err != nil {
 		return record{}, 0, err
 	}
-	return record{typ: typ, payload: payload}, end, nil
+	return rec, end, nil
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
 }
 
 func checkPayloadSize(typ uint8, n int) error {
@@ -143,16 +184,72 @@ var zeroes [4096]byte
 
 // Payload codecs. All integers are little-endian.
 
-func appendEntryRecord(dst []byte, e Entry) []byte {
-	body := make([]byte, entryFixedBody, entryFixedBody+len(e.Data))
-	binary.LittleEndian.PutUint64(body[0:8], e.Index)
-	binary.LittleEndian.PutUint64(body[8:16], e.Term)
-	body[16] = e.Type
-	body = append(body, e.Data...)
-	return appendRecord(dst, recEntry, body)
+// encoder frames a group's records: untagged (the single-group format,
+// group DefaultGroup only) or tagged with group.
+type encoder struct {
+	tagged bool
+	group  uint64
 }
 
-// entrySize is the on-disk size of e's record.
+var untagged = encoder{group: DefaultGroup}
+
+// body returns a payload buffer for a record whose untagged payload is n
+// bytes, with the group tag already in place when tagged, and the offset
+// where the untagged payload starts.
+func (c encoder) body(n int) ([]byte, int) {
+	if !c.tagged {
+		return make([]byte, n), 0
+	}
+	t := uvarintLen(c.group)
+	b := make([]byte, t+n)
+	binary.PutUvarint(b, c.group)
+	return b, t
+}
+
+// frame appends the record of untagged kind typ with payload b (from body)
+// to dst.
+func (c encoder) frame(dst []byte, typ uint8, b []byte) []byte {
+	if c.tagged {
+		typ += taggedOffset
+	}
+	return appendRecord(dst, typ, b)
+}
+
+// size is the on-disk size of a record whose untagged payload is n bytes.
+func (c encoder) size(n int) int {
+	if c.tagged {
+		n += uvarintLen(c.group)
+	}
+	return recordHeaderSize + n
+}
+
+func (c encoder) entry(dst []byte, e Entry) []byte {
+	b, o := c.body(entryFixedBody + len(e.Data))
+	binary.LittleEndian.PutUint64(b[o:o+8], e.Index)
+	binary.LittleEndian.PutUint64(b[o+8:o+16], e.Term)
+	b[o+16] = e.Type
+	copy(b[o+entryFixedBody:], e.Data)
+	return c.frame(dst, recEntry, b)
+}
+
+func (c encoder) hardState(dst []byte, hs HardState) []byte {
+	b, o := c.body(hardStateBody)
+	binary.LittleEndian.PutUint64(b[o:o+8], hs.Term)
+	binary.LittleEndian.PutUint64(b[o+8:o+16], hs.Vote)
+	binary.LittleEndian.PutUint64(b[o+16:o+24], hs.Commit)
+	return c.frame(dst, recHardState, b)
+}
+
+func (c encoder) snapshotMark(dst []byte, m SnapshotMark) []byte {
+	b, o := c.body(snapMarkBody)
+	binary.LittleEndian.PutUint64(b[o:o+8], m.Index)
+	binary.LittleEndian.PutUint64(b[o+8:o+16], m.Term)
+	return c.frame(dst, recSnapshotMark, b)
+}
+
+func appendEntryRecord(dst []byte, e Entry) []byte { return untagged.entry(dst, e) }
+
+// entrySize is the on-disk size of e's untagged record.
 func entrySize(e Entry) int { return recordHeaderSize + entryFixedBody + len(e.Data) }
 
 // decodeEntry returns an Entry whose Data aliases p.
@@ -165,13 +262,7 @@ func decodeEntry(p []byte) Entry {
 	}
 }
 
-func appendHardStateRecord(dst []byte, hs HardState) []byte {
-	var body [hardStateBody]byte
-	binary.LittleEndian.PutUint64(body[0:8], hs.Term)
-	binary.LittleEndian.PutUint64(body[8:16], hs.Vote)
-	binary.LittleEndian.PutUint64(body[16:24], hs.Commit)
-	return appendRecord(dst, recHardState, body[:])
-}
+func appendHardStateRecord(dst []byte, hs HardState) []byte { return untagged.hardState(dst, hs) }
 
 func decodeHardState(p []byte) HardState {
 	return HardState{
@@ -182,10 +273,7 @@ func decodeHardState(p []byte) HardState {
 }
 
 func appendSnapshotMarkRecord(dst []byte, m SnapshotMark) []byte {
-	var body [snapMarkBody]byte
-	binary.LittleEndian.PutUint64(body[0:8], m.Index)
-	binary.LittleEndian.PutUint64(body[8:16], m.Term)
-	return appendRecord(dst, recSnapshotMark, body[:])
+	return untagged.snapshotMark(dst, m)
 }
 
 func decodeSnapshotMark(p []byte) SnapshotMark {
@@ -195,24 +283,27 @@ func decodeSnapshotMark(p []byte) SnapshotMark {
 	}
 }
 
-func appendSegmentHeader(dst []byte, seq uint64) []byte {
+// appendSegmentHeader appends the header of segment seq written in version.
+func appendSegmentHeader(dst []byte, seq uint64, version uint32) []byte {
 	var body [segmentHeaderBody]byte
 	copy(body[0:8], segmentMagic)
-	binary.LittleEndian.PutUint32(body[8:12], writeVersion)
+	binary.LittleEndian.PutUint32(body[8:12], version)
 	binary.LittleEndian.PutUint64(body[12:20], seq)
 	return appendRecord(dst, recSegmentHeader, body[:])
 }
 
-// checkSegmentHeader verifies that p is the header of segment seq.
-func checkSegmentHeader(p []byte, seq uint64) error {
+// checkSegmentHeader verifies that p is the header of segment seq and
+// returns the segment's format version.
+func checkSegmentHeader(p []byte, seq uint64) (uint32, error) {
 	if string(p[0:8]) != segmentMagic {
-		return fmt.Errorf("segment header magic: expected %q, found %q", segmentMagic, p[0:8])
+		return 0, fmt.Errorf("segment header magic: expected %q, found %q", segmentMagic, p[0:8])
 	}
-	if v := binary.LittleEndian.Uint32(p[8:12]); v < MinFormatVersion || v > readVersion {
-		return &FormatError{What: "WAL segment", Found: v, MinSupported: MinFormatVersion, Supported: readVersion}
+	v := binary.LittleEndian.Uint32(p[8:12])
+	if v < MinFormatVersion || v > readVersion {
+		return v, &FormatError{What: "WAL segment", Found: v, MinSupported: MinFormatVersion, Supported: readVersion}
 	}
 	if got := binary.LittleEndian.Uint64(p[12:20]); got != seq {
-		return fmt.Errorf("segment header sequence: expected %d (from the file name), found %d", seq, got)
+		return v, fmt.Errorf("segment header sequence: expected %d (from the file name), found %d", seq, got)
 	}
-	return nil
+	return v, nil
 }

@@ -11,29 +11,29 @@ import (
 // have written.
 type indexTracker struct {
 	// anchored is false only at the start of a replay whose oldest
-	// segments were compacted away: the first entry or mark seen anchors
-	// the log wherever it is.
+	// segments were compacted away, until the first entry: that entry
+	// anchors the log wherever it is. A mark does not anchor it: the
+	// first marks read may be stale ones, written before entries whose
+	// predecessors went with the compacted segments (a mark at 1, then
+	// entries 26.. whose 2..25 were compacted below a newer mark).
 	anchored bool
 	snap     uint64 // index of the newest snapshot mark
 	last     uint64 // index of the last entry, or snap when the log is empty past it
 }
 
 func (t *indexTracker) admitMark(m SnapshotMark) error {
-	if t.anchored && m.Index < t.snap {
+	if m.Index < t.snap {
 		return fmt.Errorf("snapshot mark at index %d: expected at least the previous mark's index %d", m.Index, t.snap)
 	}
 	t.snap = m.Index
-	if !t.anchored || t.last < m.Index {
-		t.last = m.Index
-	}
-	t.anchored = true
+	t.last = max(t.last, m.Index)
 	return nil
 }
 
 // admitEntries checks a run of entries with indexes first..last (already
 // known to be contiguous).
 func (t *indexTracker) admitEntries(first, last uint64) error {
-	if t.anchored && first <= t.snap {
+	if first <= t.snap {
 		return fmt.Errorf("entry index %d: expected above the snapshot mark's index %d", first, t.snap)
 	}
 	if t.anchored && first > t.last+1 {
@@ -102,6 +102,57 @@ func (s *logState) applyMark(m SnapshotMark) error {
 	clear(s.entries[:i])
 	s.entries = s.entries[i:]
 	return nil
+}
+
+// groupsState rebuilds every group's log from records in write order.
+type groupsState struct {
+	// anchored says whether a group seen for the first time starts at
+	// index 0 (the log was never compacted) or wherever its first entry
+	// or mark lies.
+	anchored bool
+	groups   map[uint64]*logState
+}
+
+func newGroupsState(anchored bool) *groupsState {
+	return &groupsState{anchored: anchored, groups: make(map[uint64]*logState)}
+}
+
+// group returns g's state, creating it empty.
+func (s *groupsState) group(g uint64) *logState {
+	st, ok := s.groups[g]
+	if !ok {
+		st = newLogState(s.anchored)
+		s.groups[g] = st
+	}
+	return st
+}
+
+func (s *groupsState) apply(rec record) error {
+	if err := s.group(rec.group).apply(rec); err != nil {
+		return fmt.Errorf("group %d: %w", rec.group, err)
+	}
+	return nil
+}
+
+// recovered is g's recovered state; empty for a group with no records.
+func (s *groupsState) recovered(g uint64) GroupRecovered {
+	st, ok := s.groups[g]
+	if !ok {
+		return GroupRecovered{}
+	}
+	return GroupRecovered{Snapshot: st.snap, HardState: st.hs, Entries: st.entries}
+}
+
+// result assembles Recovered: every group, and DefaultGroup's state at the
+// top level for single-group callers.
+func (s *groupsState) result(torn *TornTail) *Recovered {
+	one := s.recovered(DefaultGroup)
+	rec := &Recovered{Snapshot: one.Snapshot, HardState: one.HardState, Entries: one.Entries, TornTail: torn,
+		Groups: make(map[uint64]GroupRecovered, len(s.groups))}
+	for g := range s.groups {
+		rec.Groups[g] = s.recovered(g)
+	}
+	return rec
 }
 
 func (s *logState) apply(rec record) error {

@@ -79,6 +79,9 @@ type segmentScan struct {
 	// format is set, and nothing else scanned, when the segment's header
 	// is intact but names a format version this build does not read.
 	format *FormatError
+	// version is the format version its header names (0 if the header
+	// is bad).
+	version uint32
 }
 
 // scanSegment decodes data, the whole content of segment seq. It stops at
@@ -92,7 +95,7 @@ func scanSegment(path string, seq uint64, data []byte) *segmentScan {
 		if err == nil && off == 0 {
 			if rec.typ != recSegmentHeader {
 				err = fmt.Errorf("first record: expected a segment header, found a %s record", typeName(rec.typ))
-			} else if err = checkSegmentHeader(rec.payload, seq); err != nil {
+			} else if s.version, err = checkSegmentHeader(rec.payload, seq); err != nil {
 				var fe *FormatError
 				if errors.As(err, &fe) {
 					fe.File = path
@@ -102,6 +105,8 @@ func scanSegment(path string, seq uint64, data []byte) *segmentScan {
 			}
 		} else if err == nil && rec.typ == recSegmentHeader {
 			err = fmt.Errorf("segment header record after the start of the segment")
+		} else if err == nil && rec.tagged != taggedVersion(s.version) {
+			err = tagMismatch(rec, s.version)
 		}
 		if err != nil {
 			if off > 0 && isZero(data[off:]) {
@@ -151,7 +156,7 @@ func validRecordsAfter(data []byte, start int) (int64, []record) {
 			break
 		}
 		typ := data[p+8]
-		if typ < recEntry || typ > recSnapshotMark {
+		if typ < recEntry || typ > recTaggedSnapshotMark {
 			continue
 		}
 		if _, _, err := decodeRecord(data[p:]); err != nil {
@@ -179,4 +184,14 @@ func readSegment(dir string, seq uint64) (*segmentScan, error) {
 		return nil, err
 	}
 	return scanSegment(path, seq, data), nil
+}
+
+// tagMismatch is the error for a record whose tagging does not match its
+// segment's version: a version 1 segment holds untagged records only, a
+// later one tagged records only.
+func tagMismatch(rec record, version uint32) error {
+	if rec.tagged {
+		return fmt.Errorf("%s record of group %d in a version %d segment: expected untagged records only", typeName(rec.typ+taggedOffset), rec.group, version)
+	}
+	return fmt.Errorf("untagged %s record in a version %d segment: expected group-tagged records only", typeName(rec.typ), version)
 }

@@ -38,7 +38,7 @@ func SegmentRecords(path string) ([]RecordSpan, error) {
 	}
 	spans := make([]RecordSpan, len(s.records))
 	for i, r := range s.records {
-		spans[i] = RecordSpan{Offset: r.offset, Length: int64(len(r.payload))}
+		spans[i] = RecordSpan{Offset: r.offset, Length: int64(r.size - recordHeaderSize)}
 	}
 	return spans, nil
 }

@@ -388,7 +388,7 @@ func TestTearsAreTornFlipsAreCorrupt(t *testing.T) {
 	}
 	tears, flips := 0, 0
 	for trial := range 200 {
-		seg := appendSegmentHeader(nil, 0)
+		seg := appendSegmentHeader(nil, 0, untaggedVersion)
 		index := uint64(1)
 		for range rng.IntN(6) {
 			seg = appendEntryRecord(seg, Entry{Index: index, Term: 1, Data: bytes.Repeat([]byte{'p'}, rng.IntN(300))})

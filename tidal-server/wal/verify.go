@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 )
 
 // Report is what Verify found, and for Repair also what it dropped.
@@ -21,30 +23,63 @@ type Report struct {
 	TornTail *TornTail
 	// Dropped lists what Repair cut off, in the order it did so.
 	Dropped []Dropped
-	// Commit is the highest commit index of any HardState record that
-	// decodes, before or after the damage: the newest position this node
-	// recorded as committed, so entries up to it were acknowledged by a
-	// quorum and raft on the other nodes relies on this node holding them.
+	// Commit is DefaultGroup's highest commit index of any HardState
+	// record that decodes, before or after the damage: the newest
+	// position this node recorded as committed, so entries up to it were
+	// acknowledged by a quorum and raft on the other nodes relies on this
+	// node holding them.
 	Commit uint64
-	// LastIndex is the index of the last entry (or snapshot mark) of the
-	// log that replays, i.e. up to the damage: what Repair keeps.
+	// LastIndex is DefaultGroup's index of the last entry (or snapshot
+	// mark) of the log that replays, i.e. up to the damage: what Repair
+	// keeps.
 	LastIndex uint64
+	// Groups has one line per group with records, DefaultGroup's
+	// included, in group order.
+	Groups []GroupReport
+}
+
+// GroupReport is one group's part of a Report.
+type GroupReport struct {
+	Group uint64
+	// Records counts the group's good records replayed.
+	Records int
+	// Snapshot is the index of the group's newest snapshot mark.
+	Snapshot uint64
+	// LastIndex and Commit are as in Report, for this group.
+	LastIndex, Commit uint64
 }
 
 // CutsCommitted reports whether cutting at the damage would drop entries
-// this node recorded as committed (LastIndex below Commit). A raft member
-// whose log loses committed entries panics on its next start ("tocommit(N)
-// is out of range [lastIndex(M)]"): the leader sends it that commit index
-// again.
+// this node recorded as committed, in any group (its LastIndex below its
+// Commit). A raft member whose log loses committed entries panics on its
+// next start ("tocommit(N) is out of range [lastIndex(M)]"): the leader
+// sends it that commit index again.
 func (r *Report) CutsCommitted() bool {
-	return r.Problem != nil && r.TornTail == nil && r.LastIndex < r.Commit
+	return r.cutsCommitted() != nil
+}
+
+// cutsCommitted returns the first group whose committed entries a cut
+// at the damage drops, or nil.
+func (r *Report) cutsCommitted() *GroupReport {
+	if r.Problem == nil || r.TornTail != nil {
+		return nil
+	}
+	for i, g := range r.Groups {
+		if g.LastIndex < g.Commit {
+			return &r.Groups[i]
+		}
+	}
+	return nil
 }
 
 // SegmentReport describes one segment file.
 type SegmentReport struct {
 	File string
 	Seq  uint64
-	Size int64
+	// Version is the segment's format version: 1 untagged (one group),
+	// 2 group-tagged; 0 if its header is damaged.
+	Version uint32
+	Size    int64
 	// Records counts records that decoded, from the start of the segment
 	// up to the first bad one (the header excluded).
 	Records int
@@ -72,26 +107,31 @@ type Dropped struct {
 
 // segSummary is inspect's view of one segment.
 type segSummary struct {
-	seq        uint64
-	path       string
-	size       int64
-	end        int64 // one past the last good record
-	dataEnd    int64
-	records    []int64 // offsets of the good records, header excluded
-	hasEntries bool
-	maxIndex   uint64
+	seq     uint64
+	path    string
+	size    int64
+	end     int64 // one past the last good record
+	dataEnd int64
+	version uint32
+	records []int64 // offsets of the good records, header excluded
+	// maxIndex maps each group with entry records here to its largest
+	// entry index here.
+	maxIndex   map[uint64]uint64
 	problem    string
-	laterValid int    // records decoding after the bad bytes
-	maxCommit  uint64 // highest HardState commit among records that decode
+	laterValid int               // records decoding after the bad bytes
+	maxCommit  map[uint64]uint64 // per group, highest HardState commit among records that decode
 }
 
 // inspection is everything Open, Verify and Repair need from one read-only
 // pass over the directory.
 type inspection struct {
-	segs         []segSummary
-	state        *logState
-	hsSeq, smSeq uint64
+	segs  []segSummary
+	state *groupsState
+	// hsSeq and smSeq map each group to the segment holding its newest
+	// HardState and snapshot mark.
+	hsSeq, smSeq map[uint64]uint64
 	replayed     int
+	records      map[uint64]int // per group, records replayed
 	problem      *CorruptionError
 	problemSeg   int // index into segs
 	torn         *TornTail
@@ -112,11 +152,11 @@ func inspect(dir string) (*inspection, error) {
 // inspectSegments is inspect without the directory: read returns the scan
 // of one segment. It is pure, so a fuzz target can drive it from memory.
 func inspectSegments(seqs []uint64, read func(seq uint64) (*segmentScan, error)) (*inspection, error) {
-	in := &inspection{problemSeg: -1}
-	// A log whose first segment is 0 was never compacted: replay starts
-	// at index 0 like a fresh log. Otherwise the first entry or mark read
-	// anchors it.
-	in.state = newLogState(len(seqs) > 0 && seqs[0] == 0)
+	in := &inspection{problemSeg: -1, hsSeq: map[uint64]uint64{}, smSeq: map[uint64]uint64{}, records: map[uint64]int{}}
+	// A log whose first segment is 0 was never compacted: every group's
+	// replay starts at index 0 like a fresh log. Otherwise the first
+	// entry or mark read of each group anchors it.
+	in.state = newGroupsState(len(seqs) > 0 && seqs[0] == 0)
 	for i, seq := range seqs {
 		scan, err := read(seq)
 		if err != nil {
@@ -126,23 +166,23 @@ func inspectSegments(seqs []uint64, read func(seq uint64) (*segmentScan, error))
 			// Not damage: a log this build must not read at all.
 			return nil, scan.format
 		}
-		sum := segSummary{seq: seq, path: scan.path, size: scan.size, end: scan.end}
+		sum := segSummary{seq: seq, path: scan.path, size: scan.size, end: scan.end, version: scan.version,
+			maxIndex: map[uint64]uint64{}, maxCommit: map[uint64]uint64{}}
 		sum.dataEnd = max(scan.end, scan.junkEnd)
 		for _, r := range scan.records {
 			sum.records = append(sum.records, r.offset)
 			if r.typ == recEntry {
-				sum.hasEntries = true
-				sum.maxIndex = max(sum.maxIndex, decodeEntry(r.payload).Index)
+				sum.maxIndex[r.group] = max(sum.maxIndex[r.group], decodeEntry(r.payload).Index)
 			}
 		}
 		for _, r := range scan.records {
 			if r.typ == recHardState {
-				sum.maxCommit = max(sum.maxCommit, decodeHardState(r.payload).Commit)
+				sum.maxCommit[r.group] = max(sum.maxCommit[r.group], decodeHardState(r.payload).Commit)
 			}
 		}
 		for _, r := range scan.later {
 			if r.typ == recHardState {
-				sum.maxCommit = max(sum.maxCommit, decodeHardState(r.payload).Commit)
+				sum.maxCommit[r.group] = max(sum.maxCommit[r.group], decodeHardState(r.payload).Commit)
 			}
 		}
 		if scan.problem != nil {
@@ -160,6 +200,14 @@ func inspectSegments(seqs []uint64, read func(seq uint64) (*segmentScan, error))
 			in.problemSeg = i
 			continue
 		}
+		if i > 0 && scan.end > 0 && !taggedVersion(scan.version) && taggedVersion(in.segs[i-1].version) {
+			// Tagging is for the life of the log: once a segment is
+			// tagged, the writer creates no untagged one after it.
+			in.problem = &CorruptionError{File: scan.path, Offset: 0,
+				Reason: fmt.Sprintf("segment format version %d after a version %d segment: expected a tagged segment, as the log was already shared by groups", scan.version, in.segs[i-1].version)}
+			in.problemSeg = i
+			continue
+		}
 		for _, r := range scan.records {
 			if err := in.state.apply(r.record); err != nil {
 				in.problem = &CorruptionError{File: scan.path, Offset: r.offset, Reason: err.Error()}
@@ -167,11 +215,12 @@ func inspectSegments(seqs []uint64, read func(seq uint64) (*segmentScan, error))
 				break
 			}
 			in.replayed++
+			in.records[r.group]++
 			switch r.typ {
 			case recHardState:
-				in.hsSeq = seq
+				in.hsSeq[r.group] = seq
 			case recSnapshotMark:
-				in.smSeq = seq
+				in.smSeq[r.group] = seq
 			}
 		}
 		if in.problem != nil || scan.problem == nil {
@@ -198,13 +247,35 @@ func inspectSegments(seqs []uint64, read func(seq uint64) (*segmentScan, error))
 }
 
 func (in *inspection) report(dir string) *Report {
-	r := &Report{Dir: dir, Records: in.replayed, Problem: in.problem, TornTail: in.torn, LastIndex: in.state.last}
+	r := &Report{Dir: dir, Records: in.replayed, Problem: in.problem, TornTail: in.torn}
+	groups := map[uint64]*GroupReport{}
+	group := func(g uint64) *GroupReport {
+		gr, ok := groups[g]
+		if !ok {
+			gr = &GroupReport{Group: g}
+			groups[g] = gr
+		}
+		return gr
+	}
+	for g, st := range in.state.groups {
+		gr := group(g)
+		gr.Records, gr.Snapshot, gr.LastIndex = in.records[g], st.snap.Index, st.last
+	}
 	for _, s := range in.segs {
-		r.Commit = max(r.Commit, s.maxCommit)
+		for g, c := range s.maxCommit {
+			gr := group(g)
+			gr.Commit = max(gr.Commit, c)
+		}
 		r.Segments = append(r.Segments, SegmentReport{
-			File: s.path, Seq: s.seq, Size: s.size, Records: len(s.records),
+			File: s.path, Seq: s.seq, Version: s.version, Size: s.size, Records: len(s.records),
 			LastGoodOffset: s.end, DataEnd: s.dataEnd, Problem: s.problem,
 		})
+	}
+	for _, g := range slices.Sorted(maps.Keys(groups)) {
+		r.Groups = append(r.Groups, *groups[g])
+	}
+	if gr, ok := groups[DefaultGroup]; ok {
+		r.Commit, r.LastIndex = gr.Commit, gr.LastIndex
 	}
 	return r
 }
@@ -237,8 +308,7 @@ func Read(dir string) (*Recovered, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := in.state
-	rec := &Recovered{HardState: st.hs, Snapshot: st.snap, Entries: st.entries, TornTail: in.torn}
+	rec := in.state.result(in.torn)
 	if in.problem != nil && in.torn == nil {
 		return rec, in.problem
 	}
@@ -260,14 +330,15 @@ type RepairOptions struct {
 // log records as committed; it changed nothing.
 type CutsCommittedError struct {
 	Problem   *CorruptionError
-	LastIndex uint64 // the log would end here after the cut
-	Commit    uint64 // the newest commit index the log records
+	Group     uint64 // the first group whose committed entries the cut drops
+	LastIndex uint64 // the group's log would end here after the cut
+	Commit    uint64 // the newest commit index the log records for the group
 }
 
 func (e *CutsCommittedError) Error() string {
-	return fmt.Sprintf("wal: repair: cutting at the damage would leave the log ending at index %d, below its recorded commit index %d: "+
+	return fmt.Sprintf("wal: repair: cutting at the damage would leave group %d's log ending at index %d, below its recorded commit index %d: "+
 		"entries %d..%d were committed through this node and raft would panic on start (tocommit(%d) is out of range [lastIndex(%d)]); %v",
-		e.LastIndex, e.Commit, e.LastIndex+1, e.Commit, e.Commit, e.LastIndex, e.Problem)
+		e.Group, e.LastIndex, e.Commit, e.LastIndex+1, e.Commit, e.Commit, e.LastIndex, e.Problem)
 }
 
 // Repair makes the log in dir openable by cutting it after the last good
@@ -292,8 +363,8 @@ func Repair(dir string, opts RepairOptions) (*Report, error) {
 	if in.problem == nil {
 		return r, nil
 	}
-	if r.CutsCommitted() && !opts.AllowCommittedLoss {
-		return r, &CutsCommittedError{Problem: in.problem, LastIndex: r.LastIndex, Commit: r.Commit}
+	if g := r.cutsCommitted(); g != nil && !opts.AllowCommittedLoss {
+		return r, &CutsCommittedError{Problem: in.problem, Group: g.Group, LastIndex: g.LastIndex, Commit: g.Commit}
 	}
 	fs := osFS{}
 	k := in.problemSeg
@@ -361,12 +432,17 @@ func (r *Report) String() string {
 	var b []byte
 	b = fmt.Appendf(b, "wal %s: %d segment(s), %d good record(s), last index %d, commit index %d\n", r.Dir, len(r.Segments), r.Records, r.LastIndex, r.Commit)
 	for _, s := range r.Segments {
-		b = fmt.Appendf(b, "  %s seq=%d size=%d records=%d last_good_offset=%d data_end=%d",
-			filepath.Base(s.File), s.Seq, s.Size, s.Records, s.LastGoodOffset, s.DataEnd)
+		b = fmt.Appendf(b, "  %s seq=%d version=%d size=%d records=%d last_good_offset=%d data_end=%d",
+			filepath.Base(s.File), s.Seq, s.Version, s.Size, s.Records, s.LastGoodOffset, s.DataEnd)
 		if s.Problem != "" {
 			b = fmt.Appendf(b, " problem=%q", s.Problem)
 		}
 		b = append(b, '\n')
+	}
+	if len(r.Groups) > 1 || (len(r.Groups) == 1 && r.Groups[0].Group != DefaultGroup) {
+		for _, g := range r.Groups {
+			b = fmt.Appendf(b, "  group %d: records=%d snapshot=%d last_index=%d commit=%d\n", g.Group, g.Records, g.Snapshot, g.LastIndex, g.Commit)
+		}
 	}
 	switch {
 	case r.Problem == nil:

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,15 +73,27 @@ type Batch struct {
 	Snapshot  *SnapshotMark
 }
 
-// Recovered is the durable state Open found.
+// Recovered is the durable state Open found. Its Snapshot, HardState and
+// Entries are DefaultGroup's, for single-group callers; Groups holds every
+// group's.
 type Recovered struct {
 	Snapshot  SnapshotMark // newest mark; zero if none
 	HardState HardState    // newest; zero if none
 	// Entries are those above Snapshot.Index, in index order, contiguous,
 	// with conflicting suffixes already resolved.
 	Entries []Entry
+	// Groups maps every group with records in the log to its state.
+	Groups map[uint64]GroupRecovered
 	// TornTail is non-nil when Open truncated a torn tail.
 	TornTail *TornTail
+}
+
+// GroupRecovered is one group's durable state, with the meaning of the
+// same fields of Recovered.
+type GroupRecovered struct {
+	Snapshot  SnapshotMark
+	HardState HardState
+	Entries   []Entry
 }
 
 // TornTail describes the partial write Open (or Repair) cut off the newest
@@ -134,20 +148,19 @@ type WAL struct {
 	exited  chan struct{} // closed when the writer goroutine returns
 	compact sync.Mutex    // serializes Compact calls
 
-	mu       sync.Mutex
-	queue    []*Pending
-	queued   int // bytes in queue
-	tracker  indexTracker
-	stagedHS *HardState    // newest queued, for Compact's rewrite
-	stagedSM *SnapshotMark // newest queued
+	mu     sync.Mutex
+	queue  []*Pending
+	queued int // bytes in queue
+	groups map[uint64]*groupState
+	// tagged says records are written group-tagged: set for good once a
+	// group other than DefaultGroup is admitted, or when the newest
+	// segment is already tagged. isTagged mirrors it for Stage's
+	// lock-free encoding guess.
+	tagged   bool
+	isTagged atomic.Bool
 	closed   bool
 	fenced   error
 	segments []*segmentInfo // ascending; the last is the one being written
-	durable  struct {
-		snap          SnapshotMark
-		hsSeq, smSeq  uint64 // segments holding the newest HardState / mark
-		hasHS, hasSnp bool
-	}
 
 	// Owned by the writer goroutine.
 	file  segmentFile
@@ -158,10 +171,38 @@ type WAL struct {
 	stats struct{ fsyncs, writes, batches, records, bytes atomic.Uint64 }
 }
 
+// groupState is what the WAL tracks of one group, under mu.
+type groupState struct {
+	tracker  indexTracker
+	stagedHS *HardState    // newest queued, for Compact's rewrite
+	stagedSM *SnapshotMark // newest queued
+	durable  struct {
+		snap          SnapshotMark
+		hsSeq, smSeq  uint64 // segments holding the newest HardState / mark
+		hasHS, hasSnp bool
+	}
+	// below is the group's compaction bound: it no longer needs entries
+	// below it. Zero until the group's first Compact since Open.
+	below uint64
+}
+
 type segmentInfo struct {
-	seq        uint64
-	hasEntries bool
-	maxIndex   uint64 // largest entry index ever written to it
+	seq    uint64
+	tagged bool
+	// maxIndex maps each group with entries in the segment to the
+	// largest entry index it ever wrote there.
+	maxIndex map[uint64]uint64
+}
+
+// group returns g's state, creating an empty one: a group that never
+// wrote starts at index 0, like a fresh log.
+func (w *WAL) group(g uint64) *groupState {
+	gs, ok := w.groups[g]
+	if !ok {
+		gs = &groupState{tracker: indexTracker{anchored: true}}
+		w.groups[g] = gs
+	}
+	return gs
 }
 
 // Open opens the log in dir, creating dir and a first segment if needed,
@@ -221,30 +262,38 @@ func open(dir string, opts Options, fs fileSystem) (_ *WAL, _ *Recovered, err er
 		kick:   make(chan struct{}, 1),
 		exited: make(chan struct{}),
 	}
-	st := in.state
-	w.tracker = st.indexTracker
-	if st.hasHS {
-		hs := st.hs
-		w.stagedHS = &hs
-		w.durable.hasHS, w.durable.hsSeq = true, in.hsSeq
-	}
-	if st.hasSnap {
-		sm := st.snap
-		w.stagedSM = &sm
-		w.durable.hasSnp, w.durable.smSeq, w.durable.snap = true, in.smSeq, sm
+	w.groups = make(map[uint64]*groupState, len(in.state.groups))
+	for g, st := range in.state.groups {
+		// Replay is over: a group that read only marks goes on from its
+		// newest one, which last already is.
+		gs := &groupState{tracker: st.indexTracker}
+		gs.tracker.anchored = true
+		if st.hasHS {
+			hs := st.hs
+			gs.stagedHS = &hs
+			gs.durable.hasHS, gs.durable.hsSeq = true, in.hsSeq[g]
+		}
+		if st.hasSnap {
+			sm := st.snap
+			gs.stagedSM = &sm
+			gs.durable.hasSnp, gs.durable.smSeq, gs.durable.snap = true, in.smSeq[g], sm
+		}
+		w.groups[g] = gs
 	}
 	for _, s := range in.segs {
-		w.segments = append(w.segments, &segmentInfo{seq: s.seq, hasEntries: s.hasEntries, maxIndex: s.maxIndex})
+		w.segments = append(w.segments, &segmentInfo{seq: s.seq, tagged: taggedVersion(s.version), maxIndex: s.maxIndex})
 	}
+	// A newer release's test stand-in tags every segment it creates.
+	w.tagged = writeVersion > FormatVersion || (len(in.segs) > 0 && w.segments[len(w.segments)-1].tagged)
+	w.isTagged.Store(w.tagged)
 
 	if len(in.segs) == 0 {
-		w.tracker = indexTracker{anchored: true}
-		f, err := w.createSegment(0)
+		f, err := w.createSegment(0, w.tagged)
 		if err != nil {
 			return nil, nil, err
 		}
 		w.file, w.off = f, segmentHeaderBytes
-		w.segments = append(w.segments, &segmentInfo{seq: 0})
+		w.segments = append(w.segments, &segmentInfo{seq: 0, tagged: w.tagged, maxIndex: map[uint64]uint64{}})
 	} else {
 		last := in.segs[len(in.segs)-1]
 		if err := w.reopenNewest(last.path, last.end, in.torn); err != nil {
@@ -253,7 +302,7 @@ func open(dir string, opts Options, fs fileSystem) (_ *WAL, _ *Recovered, err er
 		w.off = last.end
 	}
 
-	rec := &Recovered{HardState: st.hs, Snapshot: st.snap, Entries: st.entries, TornTail: in.torn}
+	rec := in.state.result(in.torn)
 	go w.run()
 	return w, rec, nil
 }
@@ -313,8 +362,9 @@ func lockDir(dir string) (*os.File, error) {
 
 // createSegment creates segment seq complete with its header under a
 // temporary name and renames it into place, so a segment file that exists
-// always starts with a durable header.
-func (w *WAL) createSegment(seq uint64) (segmentFile, error) {
+// always starts with a durable header. A tagged segment is written in
+// writeVersion, an untagged one in version 1.
+func (w *WAL) createSegment(seq uint64, tagged bool) (segmentFile, error) {
 	final := filepath.Join(w.dir, segmentName(seq))
 	tmp := final + tmpSuffix
 	f, err := w.fs.CreateExclusive(tmp)
@@ -328,7 +378,11 @@ func (w *WAL) createSegment(seq uint64) (segmentFile, error) {
 	if err := f.Preallocate(w.opts.SegmentSize); err != nil {
 		return fail("preallocate", err)
 	}
-	if _, err := f.WriteAt(appendSegmentHeader(nil, seq), 0); err != nil {
+	version := uint32(untaggedVersion)
+	if tagged {
+		version = writeVersion
+	}
+	if _, err := f.WriteAt(appendSegmentHeader(nil, seq, version), 0); err != nil {
 		return fail("write header", err)
 	}
 	if err := f.Datasync(); err != nil {
@@ -361,10 +415,14 @@ func (w *WAL) createSegment(seq uint64) (segmentFile, error) {
 // written: the outcome is unknown, as with any I/O that was handed off.
 // After a failed write or sync, Save returns an error wrapping ErrFenced.
 func (w *WAL) Save(ctx context.Context, b Batch, sync bool) error {
+	return w.save(ctx, DefaultGroup, b, sync)
+}
+
+func (w *WAL) save(ctx context.Context, group uint64, b Batch, sync bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	p, err := w.Stage(b, sync)
+	p, err := w.stage(group, b, sync)
 	if err != nil {
 		return err
 	}
@@ -374,6 +432,8 @@ func (w *WAL) Save(ctx context.Context, b Batch, sync bool) error {
 // Pending is a staged batch on its way to disk.
 type Pending struct {
 	buf        []byte
+	group      uint64
+	tagged     bool // buf holds tagged records
 	sync       bool
 	records    int
 	hasEntries bool
@@ -392,46 +452,74 @@ type Pending struct {
 // and Wait outside it: the lock then covers only the hand-off, and
 // concurrent callers share fdatasyncs.
 func (w *WAL) Stage(b Batch, sync bool) (*Pending, error) {
+	return w.stage(DefaultGroup, b, sync)
+}
+
+func (w *WAL) stage(group uint64, b Batch, sync bool) (*Pending, error) {
 	if err := checkContiguous(b.Entries); err != nil {
-		return nil, fmt.Errorf("wal: save: %w", err)
+		return nil, fmt.Errorf("wal: save: group %d: %w", group, err)
 	}
-	p := &Pending{sync: sync, done: make(chan error, 1)}
-	size := 0
-	for i, e := range b.Entries {
-		if entryFixedBody+len(e.Data) > maxRecordPayload {
-			return nil, fmt.Errorf("wal: save: entries[%d]: %d data bytes exceed the maximum %d", i, len(e.Data), maxRecordPayload-entryFixedBody)
-		}
-		size += entrySize(e)
-	}
+	p := &Pending{group: group, sync: sync, done: make(chan error, 1)}
 	// Encoding happens here, in the caller's goroutine, so concurrent
 	// callers encode in parallel and the lock only covers the hand-off.
-	buf := make([]byte, 0, size+2*recordHeaderSize+hardStateBody+snapMarkBody)
+	// Whether the log is tagged can change between this guess and the
+	// lock, once in the log's life; then the batch is encoded again.
+	if err := p.encode(b, group != DefaultGroup || w.isTagged.Load()); err != nil {
+		return nil, err
+	}
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if tagged := w.tagged || group != DefaultGroup; tagged != p.tagged {
+		if err := p.encode(b, tagged); err != nil {
+			return nil, err
+		}
+	}
+	if err := w.admitLocked(group, b); err != nil {
+		return nil, err
+	}
+	if p.tagged && !w.tagged {
+		w.tagged = true
+		w.isTagged.Store(true)
+	}
+	w.enqueueLocked(p)
+	return p, nil
+}
+
+// encode frames b into p.buf, tagged or not, and notes what p carries. It
+// refuses an entry whose record would exceed the largest payload a
+// decoder accepts.
+func (p *Pending) encode(b Batch, tagged bool) error {
+	c := encoder{tagged: tagged, group: p.group}
+	size := 0
+	for i, e := range b.Entries {
+		n := c.size(entryFixedBody+len(e.Data)) - recordHeaderSize
+		if n > maxRecordPayload {
+			return fmt.Errorf("wal: save: group %d: entries[%d]: %d data bytes exceed the maximum %d", p.group, i, len(e.Data), len(e.Data)-(n-maxRecordPayload))
+		}
+		size += n + recordHeaderSize
+	}
+	buf := make([]byte, 0, size+c.size(hardStateBody)+c.size(snapMarkBody))
+	p.tagged, p.records, p.maxIndex, p.snap, p.hs = tagged, 0, 0, nil, false
 	if b.Snapshot != nil {
-		buf = appendSnapshotMarkRecord(buf, *b.Snapshot)
+		buf = c.snapshotMark(buf, *b.Snapshot)
 		sm := *b.Snapshot
 		p.snap = &sm
 		p.records++
 	}
 	for _, e := range b.Entries {
-		buf = appendEntryRecord(buf, e)
+		buf = c.entry(buf, e)
 		p.maxIndex = max(p.maxIndex, e.Index)
 	}
 	p.records += len(b.Entries)
 	p.hasEntries = len(b.Entries) > 0
 	if b.HardState != nil {
-		buf = appendHardStateRecord(buf, *b.HardState)
+		buf = c.hardState(buf, *b.HardState)
 		p.hs = true
 		p.records++
 	}
 	p.buf = buf
-
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if err := w.admitLocked(b); err != nil {
-		return nil, err
-	}
-	w.enqueueLocked(p)
-	return p, nil
+	return nil
 }
 
 // Wait returns once the batch is written and, if it was staged with sync,
@@ -451,34 +539,35 @@ func (p *Pending) Wait(ctx context.Context) error {
 	}
 }
 
-// admitLocked checks b against everything queued before it and, if it
-// fits, records it as queued.
-func (w *WAL) admitLocked(b Batch) error {
+// admitLocked checks b against everything of group queued before it and,
+// if it fits, records it as queued.
+func (w *WAL) admitLocked(group uint64, b Batch) error {
 	if w.fenced != nil {
 		return w.fenced
 	}
 	if w.closed {
 		return ErrClosed
 	}
-	t := w.tracker
+	gs := w.group(group)
+	t := gs.tracker
 	if b.Snapshot != nil {
 		if err := t.admitMark(*b.Snapshot); err != nil {
-			return fmt.Errorf("wal: save: %w", err)
+			return fmt.Errorf("wal: save: group %d: %w", group, err)
 		}
 	}
 	if n := len(b.Entries); n > 0 {
 		if err := t.admitEntries(b.Entries[0].Index, b.Entries[n-1].Index); err != nil {
-			return fmt.Errorf("wal: save: %w", err)
+			return fmt.Errorf("wal: save: group %d: %w", group, err)
 		}
 	}
-	w.tracker = t
+	gs.tracker = t
 	if b.HardState != nil {
 		hs := *b.HardState
-		w.stagedHS = &hs
+		gs.stagedHS = &hs
 	}
 	if b.Snapshot != nil {
 		sm := *b.Snapshot
-		w.stagedSM = &sm
+		gs.stagedSM = &sm
 	}
 	return nil
 }
@@ -534,13 +623,14 @@ func (w *WAL) gather() {
 }
 
 // take removes the next group from the queue: at least one Save, and more
-// while they fit in BatchMaxBytes. closing reports that Close was called
-// and the queue is empty.
+// while they fit in BatchMaxBytes and are tagged as the first is (the
+// first tagged Save goes to a new, tagged segment). closing reports that
+// Close was called and the queue is empty.
 func (w *WAL) take() (group []*Pending, closing bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n, bytes := 0, 0
-	for n < len(w.queue) && (n == 0 || bytes+len(w.queue[n].buf) <= w.opts.BatchMaxBytes) {
+	for n < len(w.queue) && (n == 0 || (bytes+len(w.queue[n].buf) <= w.opts.BatchMaxBytes && w.queue[n].tagged == w.queue[0].tagged)) {
 		bytes += len(w.queue[n].buf)
 		n++
 	}
@@ -565,8 +655,12 @@ func (w *WAL) commit(group []*Pending) {
 	needSync = needSync && !w.opts.NoSync
 
 	if len(w.wbuf) > 0 {
-		if w.off+int64(len(w.wbuf)) > w.opts.SegmentSize && w.off > segmentHeaderBytes {
-			if err := w.rollover(); err != nil {
+		w.mu.Lock()
+		activeTagged := w.segments[len(w.segments)-1].tagged
+		w.mu.Unlock()
+		full := w.off+int64(len(w.wbuf)) > w.opts.SegmentSize && w.off > segmentHeaderBytes
+		if full || group[0].tagged != activeTagged {
+			if err := w.rollover(group[0].tagged); err != nil {
 				w.fence(err, group)
 				return
 			}
@@ -616,14 +710,14 @@ func (w *WAL) commit(group []*Pending) {
 	for _, p := range group {
 		records += p.records
 		if p.hasEntries {
-			active.hasEntries = true
-			active.maxIndex = max(active.maxIndex, p.maxIndex)
+			active.maxIndex[p.group] = max(active.maxIndex[p.group], p.maxIndex)
 		}
+		gs := w.group(p.group)
 		if p.hs {
-			w.durable.hasHS, w.durable.hsSeq = true, active.seq
+			gs.durable.hasHS, gs.durable.hsSeq = true, active.seq
 		}
 		if p.snap != nil {
-			w.durable.hasSnp, w.durable.smSeq, w.durable.snap = true, active.seq, *p.snap
+			gs.durable.hasSnp, gs.durable.smSeq, gs.durable.snap = true, active.seq, *p.snap
 		}
 	}
 	w.mu.Unlock()
@@ -647,10 +741,11 @@ func (w *WAL) activePath() string {
 	return filepath.Join(w.dir, segmentName(w.segments[len(w.segments)-1].seq))
 }
 
-// rollover makes the old segment durable and switches to a new one. The old
-// segment is synced first: unsynced bytes there behind synced bytes in the
-// next segment would look like corruption, not a torn tail, on recovery.
-func (w *WAL) rollover() error {
+// rollover makes the old segment durable and switches to a new one, tagged
+// or not. The old segment is synced first: unsynced bytes there behind
+// synced bytes in the next segment would look like corruption, not a torn
+// tail, on recovery.
+func (w *WAL) rollover(tagged bool) error {
 	if w.dirty && !w.opts.NoSync {
 		if err := w.file.Datasync(); err != nil {
 			return fmt.Errorf("fdatasync %s before rollover: %w", w.activePath(), err)
@@ -661,7 +756,7 @@ func (w *WAL) rollover() error {
 	w.mu.Lock()
 	seq := w.segments[len(w.segments)-1].seq + 1
 	w.mu.Unlock()
-	f, err := w.createSegment(seq)
+	f, err := w.createSegment(seq, tagged)
 	if err != nil {
 		return err
 	}
@@ -671,7 +766,7 @@ func (w *WAL) rollover() error {
 	}
 	w.file, w.off = f, segmentHeaderBytes
 	w.mu.Lock()
-	w.segments = append(w.segments, &segmentInfo{seq: seq})
+	w.segments = append(w.segments, &segmentInfo{seq: seq, tagged: tagged, maxIndex: map[uint64]uint64{}})
 	w.mu.Unlock()
 	return nil
 }
@@ -748,12 +843,21 @@ func (w *WAL) Stats() Stats {
 	}
 }
 
-// Compact removes whole segments, oldest first, whose every entry is below
-// below. below must not exceed the durable snapshot mark's index + 1: the
-// WAL never drops an entry no snapshot covers. The segment being written is
-// never removed. If the newest HardState or snapshot mark lives in a segment
-// about to go, both are first rewritten (synced) into the current segment.
+// Compact is DefaultGroup's CompactGroup: the single-group API.
 func (w *WAL) Compact(below uint64) error {
+	return w.compactGroup(DefaultGroup, below)
+}
+
+// compactGroup records that group no longer needs its entries below below,
+// which must not exceed the group's durable snapshot mark's index + 1: the
+// WAL never drops an entry no snapshot covers. It then removes whole
+// segments, oldest first and never the one being written, in which every
+// group with entries no longer needs them: each such group's entries there
+// are all below that group's own bound. A group that has not compacted
+// since Open (bound 0) keeps every segment holding its entries. If the
+// newest HardState or snapshot mark of any group lives in a segment about
+// to go, they are first rewritten (synced) into the current segment.
+func (w *WAL) compactGroup(group, below uint64) error {
 	w.compact.Lock()
 	defer w.compact.Unlock()
 
@@ -762,13 +866,15 @@ func (w *WAL) Compact(below uint64) error {
 		w.mu.Unlock()
 		return ErrClosed
 	}
-	snap := w.durable.snap
+	gs := w.group(group)
+	snap := gs.durable.snap
 	if below > snap.Index+1 {
 		w.mu.Unlock()
-		return fmt.Errorf("wal: compact below %d: expected at most %d (one past the durable snapshot mark)", below, snap.Index+1)
+		return fmt.Errorf("wal: compact group %d below %d: expected at most %d (one past the durable snapshot mark)", group, below, snap.Index+1)
 	}
+	gs.below = max(gs.below, below)
 	n := 0
-	for n < len(w.segments)-1 && (!w.segments[n].hasEntries || w.segments[n].maxIndex < below) {
+	for n < len(w.segments)-1 && w.unneededLocked(w.segments[n]) {
 		n++
 	}
 	if n == 0 {
@@ -776,28 +882,35 @@ func (w *WAL) Compact(below uint64) error {
 		return nil
 	}
 	lastGone := w.segments[n-1].seq
-	needRewrite := (w.durable.hasHS && w.durable.hsSeq <= lastGone) || (w.durable.hasSnp && w.durable.smSeq <= lastGone)
-	var p *Pending
-	if needRewrite {
-		if err := w.admitLocked(Batch{}); err != nil {
+	var rewrites []*Pending
+	for _, g := range slices.Sorted(maps.Keys(w.groups)) {
+		gs := w.groups[g]
+		if !(gs.durable.hasHS && gs.durable.hsSeq <= lastGone) && !(gs.durable.hasSnp && gs.durable.smSeq <= lastGone) {
+			continue
+		}
+		if err := w.admitLocked(g, Batch{}); err != nil {
 			w.mu.Unlock()
 			return err
 		}
 		// Rewrite the newest queued values, not the newest durable ones:
 		// this record goes behind everything queued, and replay takes
 		// the last HardState and mark it reads.
-		p = &Pending{sync: true, done: make(chan error, 1)}
-		if w.stagedSM != nil {
-			p.buf = appendSnapshotMarkRecord(p.buf, *w.stagedSM)
-			p.snap = w.stagedSM
-			p.records++
+		var b Batch
+		if gs.stagedSM != nil {
+			sm := *gs.stagedSM
+			b.Snapshot = &sm
 		}
-		if w.stagedHS != nil {
-			p.buf = appendHardStateRecord(p.buf, *w.stagedHS)
-			p.hs = true
-			p.records++
+		if gs.stagedHS != nil {
+			hs := *gs.stagedHS
+			b.HardState = &hs
+		}
+		p := &Pending{group: g, sync: true, done: make(chan error, 1)}
+		if err := p.encode(b, w.tagged); err != nil {
+			w.mu.Unlock()
+			return err // a hard state and a mark always fit
 		}
 		w.enqueueLocked(p)
+		rewrites = append(rewrites, p)
 	}
 	gone := make([]uint64, n)
 	for i := range gone {
@@ -805,9 +918,9 @@ func (w *WAL) Compact(below uint64) error {
 	}
 	w.mu.Unlock()
 
-	if p != nil {
+	for _, p := range rewrites {
 		if err := p.Wait(context.Background()); err != nil {
-			return fmt.Errorf("wal: compact: rewrite hard state and snapshot mark: %w", err)
+			return fmt.Errorf("wal: compact: rewrite group %d's hard state and snapshot mark: %w", p.group, err)
 		}
 	}
 	// Oldest first, each removal durable before the next: a crash leaves
@@ -825,6 +938,17 @@ func (w *WAL) Compact(below uint64) error {
 		w.mu.Unlock()
 	}
 	return nil
+}
+
+// unneededLocked reports whether no group needs the entries in s: every
+// group with entries there has compacted past all of them.
+func (w *WAL) unneededLocked(s *segmentInfo) bool {
+	for g, maxIndex := range s.maxIndex {
+		if maxIndex >= w.group(g).below {
+			return false
+		}
+	}
+	return true
 }
 
 // Segments returns the sequence numbers of the live segments, oldest first.
