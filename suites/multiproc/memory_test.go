@@ -2,7 +2,7 @@ package multiproc
 
 // The memory bound on a real process: with a small --max-memory, a node
 // loaded with embeddings refuses them once its memory (RSS plus the next
-// snapshot's copy of the vectors) would pass the bound, with 503
+// snapshot's copies of the vectors) would pass the bound, with 503
 // memory_limit, Retry-After and a message naming the figures, while
 // signals and reads are still served and every acknowledged embedding
 // is still there.

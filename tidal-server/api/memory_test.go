@@ -45,7 +45,7 @@ func TestMemoryBoundRefusesEmbeddingWrites(t *testing.T) {
 		t.Fatalf("RSS 100 MiB + 10 MiB of vectors under a 1 GiB bound: expected 204, found %d", r.StatusCode)
 	}
 
-	// RSS 900 MiB + 200 MiB for the next snapshot's copy of the vectors
+	// RSS 900 MiB + 400 MiB for the next snapshot's copies of the vectors
 	// would pass 1 GiB.
 	mem.set(Memory{RSS: 900 << 20, VectorBytes: 200 << 20, IndexOverhead: 3 << 20, SnapshotBytesHeld: 150 << 20})
 	clock.advance(memoryReadEvery)
@@ -79,7 +79,7 @@ func TestMemoryBoundRefusesEmbeddingWrites(t *testing.T) {
 	mem.set(Memory{RSS: 500 << 20, VectorBytes: 200 << 20})
 	clock.advance(memoryReadEvery)
 	if r := put("again"); r.StatusCode != http.StatusNoContent {
-		t.Fatalf("RSS 500 MiB + 200 MiB of vectors under 1 GiB: expected 204 again, found %d", r.StatusCode)
+		t.Fatalf("RSS 500 MiB + 2 × 200 MiB of vectors under 1 GiB: expected 204 again, found %d", r.StatusCode)
 	}
 }
 
@@ -106,16 +106,17 @@ func TestMemoryBoundChargesWritesBetweenReadings(t *testing.T) {
 	if err := g.admit(64); err != nil {
 		t.Fatalf("after a fresh reading of the same RSS: expected the charges to start over, found %v", err)
 	}
-	// A snapshot being encoded already holds its copy of the vectors.
-	mem.set(Memory{RSS: 1000, VectorBytes: 100, SnapshotEncoding: 100})
+	// A snapshot's copies of the vectors are charged ahead, less what an
+	// encoding in progress already holds (and RSS counts).
+	mem.set(Memory{RSS: 1000, VectorBytes: 50, SnapshotEncoding: 50})
 	clock.advance(memoryReadEvery)
-	if err := g.admit(64); err != nil {
-		t.Fatalf("vectors already being encoded: expected no headroom charged for them, found %v", err)
+	if err := g.admit(128); err != nil {
+		t.Fatalf("RSS 1000 + 2×50 − 50 being encoded + 128 within 1192: expected admission, found %v", err)
 	}
-	mem.set(Memory{RSS: 1000, VectorBytes: 100})
+	mem.set(Memory{RSS: 1000, VectorBytes: 50})
 	clock.advance(memoryReadEvery)
-	if err := g.admit(100); err == nil {
-		t.Fatal("RSS 1000 + 100 for the next snapshot + 100 pending past a bound of 1192: expected a refusal")
+	if err := g.admit(128); err == nil {
+		t.Fatal("RSS 1000 + 2×50 for the next snapshot + 128 pending past a bound of 1192: expected a refusal")
 	}
 }
 
