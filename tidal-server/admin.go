@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/tidaldb/tidal/tidal-server/api"
 	"github.com/tidaldb/tidal/tidal-server/client"
 	"github.com/tidaldb/tidal/tidal-server/client/creds"
 	"github.com/tidaldb/tidal/tidal-server/replica"
@@ -116,6 +117,19 @@ func printStatus(out io.Writer, st, progress *client.Status, note string) error 
 	fmt.Fprintf(out, "node %d   leader %d   term %d   commit %d   applied %d\n", st.Node, st.Leader, st.Term, st.Commit, st.Applied)
 	if st.Error != "" {
 		fmt.Fprintf(out, "stopped: %s\n", st.Error)
+	}
+	if m := st.Memory; m != nil {
+		bound := "off"
+		if m.MaxMemory > 0 {
+			bound = api.FormatBytes(m.MaxMemory)
+		}
+		ratio := "-"
+		if m.VectorBytes > 0 {
+			ratio = fmt.Sprintf("%.2fx", float64(m.RSS)/float64(m.VectorBytes))
+		}
+		fmt.Fprintf(out, "memory   rss %s (%s of vectors)   go heap %s   vectors %s   index overhead %s   snapshots held %s   max-memory %s\n",
+			api.FormatBytes(m.RSS), ratio, api.FormatBytes(m.GoHeap), api.FormatBytes(m.VectorBytes),
+			api.FormatBytes(m.IndexOverhead), api.FormatBytes(m.SnapshotBytesHeld), bound)
 	}
 	if note != "" {
 		fmt.Fprintln(out, note)

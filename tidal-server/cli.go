@@ -297,6 +297,7 @@ underscores (client_addr, data_dir, ...).
 	f.IntVar(&cfg.HTTP2MaxStreams, "http2-max-streams", server.DefaultHTTP2MaxStreams, "HTTP/2: concurrent requests per connection")
 	// Per-request bounds of the client API (docs/ARCHITECTURE.md, API details).
 	f.Int64Var(&cfg.MaxInflightBytes, "max-inflight-bytes", 64<<20, "request body bytes held at once; a body that does not fit gets 503 + Retry-After before it is read")
+	f.Var(byteSize{&cfg.MaxMemory}, "max-memory", "refuse embedding writes (503 memory_limit + Retry-After) that would take this node's memory past this bound: RSS + writes pending + two copies of the vectors for the next snapshot; units B, KB, MB, GB, KiB, MiB, GiB (0: no bound; signals and reads are never refused by it)")
 	f.Int64Var(&cfg.MinBodyRate, "min-body-rate", 64<<10, "bytes/s a request body must average after a 5s grace (and arrive within --http-read-timeout); slower gets 408 (negative: no minimum)")
 	f.DurationVar(&cfg.MaxWriteWait, "max-write-wait", 0, "shed a write (503 + Retry-After) expected to wait longer for commit (0: half of --write-timeout)")
 	f.DurationVar(&cfg.MaxClockSkew, "max-clock-skew", time.Minute, "refuse (400, events[i].ts) an event whose ts is further ahead of this node's clock; a node this far off a majority of the voters' clocks refuses writes (503)")
@@ -509,6 +510,8 @@ func mergeConfig(file, flags server.Config, set *pflag.FlagSet) server.Config {
 			out.HTTP2MaxStreams = flags.HTTP2MaxStreams
 		case "max-inflight-bytes":
 			out.MaxInflightBytes = flags.MaxInflightBytes
+		case "max-memory":
+			out.MaxMemory = flags.MaxMemory
 		case "min-body-rate":
 			out.MinBodyRate = flags.MinBodyRate
 		case "max-write-wait":

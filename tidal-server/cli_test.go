@@ -329,3 +329,54 @@ func TestUsageErrorsExitWithTheUsageCode(t *testing.T) {
 		}
 	}
 }
+
+// status prints the answering node's memory: RSS with its multiple of the
+// vector bytes, the vector store's payload and overhead, the snapshot
+// bytes held and the --max-memory bound ("off" at 0); a node that reports
+// no memory prints no memory line.
+func TestStatusPrintsMemory(t *testing.T) {
+	st := &client.Status{Node: 1, Leader: 1, Role: "leader", Memory: &client.Memory{
+		RSS: 3 << 30, GoHeap: 2 << 30, VectorBytes: 1 << 30, IndexOverhead: 5 << 20,
+		SnapshotBytesHeld: 1 << 30, MaxMemory: 8 << 30}}
+	var out bytes.Buffer
+	if err := printStatus(&out, st, st, ""); err != nil {
+		t.Fatal(err)
+	}
+	want := "memory   rss 3 GiB (3.00x of vectors)   go heap 2 GiB   vectors 1 GiB   index overhead 5 MiB   snapshots held 1 GiB   max-memory 8 GiB"
+	if !strings.Contains(out.String(), want) {
+		t.Fatalf("expected %q in:\n%s", want, out.String())
+	}
+	st.Memory.MaxMemory, st.Memory.VectorBytes = 0, 0
+	out.Reset()
+	printStatus(&out, st, st, "")
+	if !strings.Contains(out.String(), "(- of vectors)") || !strings.Contains(out.String(), "max-memory off") {
+		t.Fatalf("no vectors and no bound: expected \"(- of vectors)\" and \"max-memory off\" in:\n%s", out.String())
+	}
+	st.Memory = nil
+	out.Reset()
+	printStatus(&out, st, st, "")
+	if strings.Contains(out.String(), "memory") {
+		t.Fatalf("a node that reports no memory: expected no memory line, found:\n%s", out.String())
+	}
+}
+
+func TestParseByteSize(t *testing.T) {
+	for in, want := range map[string]int64{"0": 0, "1073741824": 1 << 30, "8GiB": 8 << 30, "512 MiB": 512 << 20,
+		"2GB": 2e9, "1.5gib": 3 << 29, "100b": 100, "64KiB": 64 << 10} {
+		if got, err := parseByteSize(in); err != nil || got != want {
+			t.Errorf("parseByteSize(%q): expected %d, found %d, %v", in, want, got, err)
+		}
+	}
+	for _, in := range []string{"", "GiB", "-1GiB", "8 parsecs", "NaN"} {
+		if _, err := parseByteSize(in); err == nil || !strings.Contains(err.Error(), "expected a size in bytes") {
+			t.Errorf("parseByteSize(%q): expected an error naming what a size looks like, found %v", in, err)
+		}
+	}
+	cmd := newRunCommand()
+	if err := cmd.Flags().Parse([]string{"--max-memory", "6GiB"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := cmd.Flags().Lookup("max-memory").Value.String(); got != "6GiB" {
+		t.Fatalf("--max-memory 6GiB: expected the flag to read back 6GiB, found %q", got)
+	}
+}

@@ -289,7 +289,10 @@ func shedReason(err error) string {
 	var ew *errExpectedWait
 	var eb *errBytesInFlight
 	var ec *errClock
+	var em *errMemory
 	switch {
+	case errors.As(err, &em):
+		return "memory"
 	case errors.Is(err, ErrQueueFull):
 		return "inflight_writes"
 	case errors.As(err, &ew):

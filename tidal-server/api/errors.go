@@ -23,6 +23,7 @@ const (
 	CodeTooLarge    = "too_large"
 	CodeMediaType   = "unsupported_media_type"
 	CodeUnavailable = "unavailable"
+	CodeMemory      = "memory_limit" // 503: an embedding write past --max-memory
 	CodeTimeout     = "timeout"
 	CodeBodyTimeout = "request_timeout" // 408: the body came too slowly
 	CodeNotFound    = "not_found"
@@ -96,6 +97,10 @@ func toAPIError(err error) *Error {
 	var ew *errExpectedWait
 	if errors.As(err, &ew) {
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error(), RetryAfter: ew.retryAfter()}
+	}
+	var em *errMemory
+	if errors.As(err, &em) {
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeMemory, Message: err.Error(), RetryAfter: memoryRetryAfter}
 	}
 	var eb *errBytesInFlight
 	var ec *errClock

@@ -78,8 +78,17 @@ type Options struct {
 	Registry *prometheus.Registry // serves /metrics and receives the HTTP metrics; nil = a private one
 	Now      func() time.Time     // wall clock: stamping, skew, read times; default time.Now
 
+	// MaxMemory bounds the node's memory for embedding writes (memory.go):
+	// one that would take it past the bound gets 503 + Retry-After; 0 =
+	// no bound. Signals and reads are never refused by it. Needs a
+	// Backend that is a MemoryReporter.
+	MaxMemory int64
+
 	// monotonic times the write queue; tests substitute their own.
 	monotonic func() time.Time
+	// memory reads the node's memory in place of the Backend's
+	// MemoryReporter; tests substitute their own.
+	memory func() Memory
 }
 
 func (o *Options) setDefaults() {
@@ -144,6 +153,7 @@ type handler struct {
 	schema  ledger.Schema
 	writes  *writeQueue
 	bytes   *byteBudget
+	mem     *memoryGate // nil: no memory bound
 	metrics *httpMetrics
 	// noDeadlines makes the warning that bodies get no read deadline once.
 	noDeadlines sync.Once
@@ -219,6 +229,17 @@ func NewWithIngest(b Backend, opts Options) (http.Handler, *Ingest) {
 		bytes:       &byteBudget{limit: opts.MaxInflightBytes},
 		vectorCheck: vectors.New(schema.EmbeddingDim)}
 	h.metrics = newHTTPMetrics(opts.Registry, latencyBuckets(opts), h.writes)
+	if opts.MaxMemory > 0 {
+		read := opts.memory
+		if mr, ok := b.(MemoryReporter); ok && read == nil {
+			read = mr.Memory
+		}
+		if read == nil {
+			// A bound nothing can measure against would admit everything.
+			panic("api: Options.MaxMemory set over a Backend that does not report its memory (MemoryReporter)")
+		}
+		h.mem = &memoryGate{limit: opts.MaxMemory, read: read, now: opts.monotonic}
+	}
 
 	mux := http.NewServeMux()
 	route := func(pattern string, fn func(http.ResponseWriter, *http.Request) error) {
@@ -418,6 +439,12 @@ func (h *handler) putEmbedding(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if err := h.admitWrite(w, r); err != nil {
+		return err
+	}
+	// The memory bound, before the body is read: what the write will
+	// hold is at least its vector, more when the body says so.
+	if err := h.mem.admit(max(r.ContentLength, int64(h.schema.EmbeddingDim)*4)); err != nil {
+		refuseUnread(w, r)
 		return err
 	}
 	body, mt, release, err := h.readBodyOf(w, r, true)
@@ -795,7 +822,7 @@ func (h *handler) digest(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (h *handler) status(w http.ResponseWriter, r *http.Request) error {
-	return writeJSON(w, http.StatusOK, h.b.Status())
+	return writeJSON(w, http.StatusOK, statusWithMemory{Status: h.b.Status(), Memory: h.memory()})
 }
 
 func (h *handler) addMember(w http.ResponseWriter, r *http.Request) error {
@@ -959,7 +986,7 @@ func newHTTPMetrics(reg prometheus.Registerer, buckets []float64, writes *writeQ
 			Name: "tidal_http_rejected_total", Help: "Requests shed with 503, by error code.",
 		}, []string{"code"}),
 		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tidal_http_shed_total", Help: "Requests refused by admission (503 + Retry-After), by rule: inflight_writes, expected_wait, inflight_bytes, clock.",
+			Name: "tidal_http_shed_total", Help: "Requests refused by admission (503 + Retry-After), by rule: inflight_writes, expected_wait, inflight_bytes, clock, memory.",
 		}, []string{"reason"}),
 		bodyCut: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidal_http_body_cut_total", Help: "Request bodies cut with 408: deadline (--http-read-timeout) or rate (--min-body-rate).",

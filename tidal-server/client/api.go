@@ -328,6 +328,20 @@ type Status struct {
 	Role    string         `json:"role"`
 	Members []MemberStatus `json:"members"`
 	Error   string         `json:"error,omitempty"` // why a stopped node stopped
+	// Memory is the answering node's memory; nil from a node that does
+	// not report it (older releases).
+	Memory *Memory `json:"memory,omitempty"`
+}
+
+// Memory is a node's memory, in bytes, measured when it answered.
+type Memory struct {
+	RSS               int64 `json:"rss_bytes"`
+	GoHeap            int64 `json:"go_heap_bytes"`
+	VectorBytes       int64 `json:"vector_bytes"`         // raw embeddings: entities × dim × 4
+	IndexOverhead     int64 `json:"index_overhead_bytes"` // what the vector store holds beyond them
+	SnapshotBytesHeld int64 `json:"snapshot_bytes_held"`  // snapshots in memory: raft's, being encoded, inbound, outbound
+	SnapshotEncoding  int64 `json:"snapshot_encoding_bytes"`
+	MaxMemory         int64 `json:"max_memory_bytes"` // --max-memory; 0 = no bound
 }
 
 // KnowsProgress reports whether Members' Match, Lag and Reachable are

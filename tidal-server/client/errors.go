@@ -26,6 +26,9 @@ const (
 	// CodeTLSRequired is the client's own: a plain HTTP request reached a
 	// node that serves HTTPS (net/http answers 400 without our JSON).
 	CodeTLSRequired = "tls_required"
+	// CodeMemoryLimit (503): an embedding write the node's --max-memory
+	// refused; signals and reads are still served.
+	CodeMemoryLimit = "memory_limit"
 )
 
 // APIError is a non-2xx answer from the server.

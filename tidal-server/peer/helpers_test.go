@@ -53,11 +53,16 @@ type recorder struct {
 	unreachable []uint64
 	snapReports map[uint64][]bool
 	removedBy   []uint64
+	// onReceive, when set, runs at the start of every Receive.
+	onReceive func()
 }
 
 func newRecorder() *recorder { return &recorder{snapReports: map[uint64][]bool{}} }
 
 func (r *recorder) Receive(_ context.Context, data []byte) error {
+	if r.onReceive != nil {
+		r.onReceive()
+	}
 	m := &raftpb.Message{}
 	if err := proto.Unmarshal(data, m); err != nil {
 		return err

@@ -215,6 +215,10 @@ type Transport struct {
 	spoolDir     string
 	snapshotSlot chan struct{} // inbound snapshot streams at once
 	handoff      sync.Mutex    // one snapshot in memory at a time
+	// Snapshot bytes in this transport's hands: read into memory and not
+	// yet handed to raft (inbound), and being streamed to a peer
+	// (outbound: raft clones its snapshot for every MsgSnap it sends).
+	snapInbound, snapOutbound atomic.Int64
 
 	vouches     vouches
 	vouchRounds atomic.Int64 // finished rounds (tests wait on it)

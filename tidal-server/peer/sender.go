@@ -360,6 +360,8 @@ func (s *sender) noteSuccess() {
 func (s *sender) sendSnapshot(group, to uint64, data []byte) {
 	ok := false
 	defer func() { s.t.reportSnapshot(group, to, ok) }()
+	s.t.snapOutbound.Add(int64(len(data)))
+	defer s.t.snapOutbound.Add(-int64(len(data)))
 	md := ownVersions().metadata()
 	if group != LegacyGroup {
 		if p := s.protocol.Load(); p < groupedProtocol {

@@ -155,6 +155,8 @@ func (t *Transport) spool(stream grpc.ServerStream, f *os.File) (int64, error) {
 func (t *Transport) handOff(ctx context.Context, g Handler, f *os.File, size int64) error {
 	t.handoff.Lock()
 	defer t.handoff.Unlock()
+	t.snapInbound.Add(size)
+	defer t.snapInbound.Add(-size)
 	data := make([]byte, size)
 	if _, err := f.ReadAt(data, 0); err != nil {
 		return status.Errorf(codes.Internal, "reading spooled snapshot: %v", err)
@@ -177,4 +179,13 @@ func snapshotGroup(ctx context.Context) (uint64, error) {
 		return 0, fmt.Errorf("peer metadata %s: expected a raft group id, found %q", mdGroup, vals[len(vals)-1])
 	}
 	return g, nil
+}
+
+// SnapshotBuffers reports the snapshot bytes this transport holds in
+// memory now: inbound, read from a spooled stream and not yet taken by
+// raft (Receive returned); outbound, being streamed to peers. An outbound
+// snapshot is the data of the MsgSnap raft handed to Send, a clone raft
+// made of its snapshot for that message: memory of its own.
+func (t *Transport) SnapshotBuffers() (inbound, outbound int64) {
+	return t.snapInbound.Load(), t.snapOutbound.Load()
 }

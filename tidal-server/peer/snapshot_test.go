@@ -292,3 +292,30 @@ func TestSnapshotOverPeerCapReportedFailed(t *testing.T) {
 		t.Fatalf("member 2's raft received %d messages; expected none", len(got))
 	}
 }
+
+// SnapshotBuffers counts an inbound snapshot while it is in memory on
+// its way to raft (read from the spool, Receive not returned) and not
+// before or after.
+func TestSnapshotBuffersCountWhatIsInMemory(t *testing.T) {
+	srv := startNode(t, 1, Options{Membership: members([]uint64{1, 2}), MaxSnapshotBytes: 64 * mib})
+	var during int64 = -1
+	srv.in.onReceive = func() { during, _ = srv.t.SnapshotBuffers() }
+	const size = 2 * mib
+	msg := snapshotMessage(t, 2, 1, size)
+	if in, out := srv.t.SnapshotBuffers(); in != 0 || out != 0 {
+		t.Fatalf("before any snapshot: expected 0 inbound and outbound, found %d, %d", in, out)
+	}
+	st := openSnapshotStream(t, rawClient(t, srv.addr, nil))
+	if err := st.SendMsg(&msg); err != nil {
+		t.Fatal(err)
+	}
+	if err := finish(st); err != nil {
+		t.Fatalf("snapshot refused: %v", err)
+	}
+	if during != int64(len(msg)) {
+		t.Fatalf("while raft received it: expected %d inbound bytes, found %d", len(msg), during)
+	}
+	if in, _ := srv.t.SnapshotBuffers(); in != 0 {
+		t.Fatalf("once raft took it: expected 0 inbound bytes, found %d", in)
+	}
+}

@@ -3,6 +3,7 @@ package replica
 import (
 	"bytes"
 	"io"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -39,3 +40,19 @@ var _ interface {
 	Len() int
 	Bytes() []byte
 } = (*pacedBuffer)(nil)
+
+// The encoder's buffer is reported while it grows (SnapshotMemory's
+// Encoding): at every pause the held counter is the buffer's capacity.
+func TestPacedBufferReportsItsCapacity(t *testing.T) {
+	var out bytes.Buffer
+	var held atomic.Int64
+	p := &pacedBuffer{Buffer: &out, every: 1 << 10, sleep: func(time.Duration) {}, held: &held}
+	p.Write(make([]byte, 100))
+	if held.Load() != 0 {
+		t.Fatalf("before the first pause: expected nothing reported, found %d", held.Load())
+	}
+	p.Write(make([]byte, 5<<10))
+	if got := held.Load(); got != int64(out.Cap()) || got < 5<<10 {
+		t.Fatalf("after 5 KiB: expected the buffer's capacity %d reported, found %d", out.Cap(), got)
+	}
+}

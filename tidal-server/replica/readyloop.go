@@ -208,6 +208,8 @@ func (r *Replica) stageAppend(m *raftpb.Message, prev *wal.HardState) (syncItem,
 	if hasSnap {
 		if err := r.storage.ApplySnapshot(snap); err != nil && !errors.Is(err, raft.ErrSnapOutOfDate) {
 			return it, fmt.Errorf("apply snapshot to raft storage: %w", err)
+		} else if err == nil {
+			r.snapHeld.Store(int64(len(snap.GetData()))) // ApplySnapshot keeps a clone: exactly the length
 		}
 		r.snapIndex.Store(snap.GetMetadata().GetIndex())
 	}

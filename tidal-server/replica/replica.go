@@ -274,7 +274,14 @@ type Replica struct {
 	snapMu    sync.Mutex
 	snapIndex atomic.Uint64
 	snapBytes atomic.Int64 // length of the last snapshot encoded from a capture
-	snapBusy  atomic.Bool  // a periodic snapshot is being written
+	// snapEncoding is the capacity of the buffer a snapshot is being
+	// encoded into, 0 when none is (SnapshotMemory).
+	snapEncoding atomic.Int64
+	// snapHeld is the capacity of the data of the snapshot raft's storage
+	// holds, set wherever that snapshot is replaced (SnapshotMemory):
+	// asking the storage would copy it (MemoryStorage.Snapshot clones).
+	snapHeld atomic.Int64
+	snapBusy atomic.Bool // a periodic snapshot is being written
 	// snapForMember asks for a snapshot as soon as possible: a member was
 	// added, and the newest snapshot's ConfState does not know it.
 	snapForMember atomic.Bool
@@ -415,6 +422,7 @@ func Start(cfg Config) (*Replica, error) {
 			w.Close()
 			return nil, fmt.Errorf("replica: load snapshot into raft storage: %w", err)
 		}
+		r.snapHeld.Store(int64(len(snap.GetData()))) // ApplySnapshot keeps a clone: exactly the length
 		r.snapIndex.Store(rec.Snapshot.Index)
 	}
 	if !fresh {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidaldb/tidal/tidal-server/wal"
@@ -95,6 +96,8 @@ func (r *Replica) snapshotLoop() {
 			if err == nil {
 				idx, term, err = r.persistSnapshot(j)
 			}
+			// The encoded bytes are raft storage's now (or dropped).
+			r.snapEncoding.Store(0)
 			if j.reply == nil {
 				r.snapBusy.Store(false)
 			} else {
@@ -126,11 +129,13 @@ func (r *Replica) encodeSnapshot(j *snapJob) error {
 	if prev := r.snapBytes.Load(); prev > 0 {
 		buf.Grow(int(prev + prev/8))
 	}
-	paced := &pacedBuffer{Buffer: buf, every: encodePace, pause: encodePause, sleep: time.Sleep}
+	paced := &pacedBuffer{Buffer: buf, every: encodePace, pause: encodePause, sleep: time.Sleep, held: &r.snapEncoding}
 	if err := j.encode(paced); err != nil {
+		r.snapEncoding.Store(0)
 		return fmt.Errorf("state machine snapshot at %d: %w", j.index, err)
 	}
 	j.data, j.encode = buf.Bytes(), nil
+	r.snapEncoding.Store(int64(buf.Cap()))
 	r.snapBytes.Store(int64(len(j.data)))
 	return nil
 }
@@ -158,6 +163,9 @@ type pacedBuffer struct {
 	pause time.Duration
 	sleep func(time.Duration)
 	n     int
+	// held, when set, is told the buffer's capacity at every pause: the
+	// memory an encoding in progress holds (Replica.SnapshotMemory).
+	held *atomic.Int64
 }
 
 func (p *pacedBuffer) Write(b []byte) (int, error) {
@@ -182,6 +190,9 @@ func (p *pacedBuffer) wrote(n int) {
 	p.n += n
 	for p.n >= p.every {
 		p.n -= p.every
+		if p.held != nil {
+			p.held.Store(int64(p.Buffer.Cap()))
+		}
 		p.sleep(p.pause)
 	}
 }
@@ -203,6 +214,7 @@ func (r *Replica) persistSnapshot(j snapJob) (uint64, uint64, error) {
 	if err != nil {
 		return 0, 0, fmt.Errorf("create snapshot at %d: %w", index, err)
 	}
+	r.snapHeld.Store(int64(cap(j.data)))
 	if err := r.snaps.save(snap); err != nil {
 		return 0, 0, err
 	}

@@ -24,6 +24,7 @@ type node struct {
 	sm          *StateMachine
 	r           *replica.Replica
 	readyWithin uint64
+	mem         *memorySources // api.MemoryReporter (memory.go)
 
 	// digestPace paces the digests served (see Digest).
 	digestPace struct {

@@ -95,6 +95,9 @@ type Config struct {
 	MinBodyRate      int64         `yaml:"min_body_rate"`
 	MaxWriteWait     time.Duration `yaml:"max_write_wait"`
 	MaxClockSkew     time.Duration `yaml:"max_clock_skew"`
+	// MaxMemory bounds the node's memory for embedding writes
+	// (api.Options.MaxMemory); 0 = no bound. --max-memory.
+	MaxMemory int64 `yaml:"max_memory"`
 	// TestClockOffset shifts this node's clock for stamping and the skew
 	// check (and, wired by the caller, for the peer plane's clock
 	// probes). TEST ONLY: it simulates a skewed node.
@@ -431,7 +434,12 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 			Help: "Newest raft entry format every current member advertised it reads (this node proposes no newer)."},
 			func() float64 { return float64(r.ClusterEntryFormat()) }))
 	}
-	s.node = &node{id: cfg.ID, schema: schema, sm: s.sm, r: s.replica, readyWithin: cfg.ReadyWithin}
+	mem := &memorySources{sm: s.sm, r: s.replica, rss: readRSS}
+	if sb, ok := transport.(snapshotBufferer); ok {
+		mem.transport = sb
+	}
+	registerMemoryMetrics(reg, mem, cfg.MaxMemory)
+	s.node = &node{id: cfg.ID, schema: schema, sm: s.sm, r: s.replica, readyWithin: cfg.ReadyWithin, mem: mem}
 
 	now := time.Now
 	if cfg.TestClock == nil && (cfg.TestClockOffset != 0 || cfg.TestClockOffsetFile != "") {
@@ -464,7 +472,7 @@ func Start(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		WriteTimeout: cfg.WriteTimeout, Logger: log.With("component", "api"), Registry: reg,
 		MaxInflightBytes: cfg.MaxInflightBytes, BodyReadTimeout: cfg.HTTPReadTimeout, MinBodyRate: cfg.MinBodyRate,
 		MaxWriteWait: cfg.MaxWriteWait, MaxClockSkew: cfg.MaxClockSkew, Now: now,
-		ClockHealthy: cfg.ClockHealthy, SkipEarlyCheck: cfg.SkipEarlyIDCheck,
+		ClockHealthy: cfg.ClockHealthy, SkipEarlyCheck: cfg.SkipEarlyIDCheck, MaxMemory: cfg.MaxMemory,
 	})
 	if cfg.EnablePprof {
 		mux := http.NewServeMux()

@@ -87,6 +87,9 @@ type Store struct {
 	// chunk first (copy-on-write), so the View keeps the bytes it froze.
 	// Appends need no copy: a View never reads past the length it froze.
 	shared []bool
+	// frozen records the chunks that copy-on-write replaced, for Memory:
+	// a View may still hold each, weakly referenced here.
+	frozen []frozenChunk
 
 	// Query views (query.go). seq counts Puts (appends and overwrites)
 	// over the store's life, Restore included; putSeq[i] is the seq of the
@@ -237,6 +240,7 @@ func (s *Store) putLocked(entity uint64, vec []float32, norm float64) {
 		s.chunks[c] = make([]float32, len(old), cap(old))
 		copy(s.chunks[c], old)
 		s.shared[c] = false
+		s.noteFrozenLocked(old)
 	}
 	copy(s.vec(i), vec)
 }

@@ -71,6 +71,8 @@ type embedResult struct {
 	LoadStart     string    `json:"load_start"`
 	LoadAfterPuts string    `json:"load_after_puts"`
 	LoadEnd       string    `json:"load_end"`
+	// Memory is each member's, read after the load (embedmem.go).
+	Memory []nodeMemory `json:"memory,omitempty"`
 }
 
 func runEmbeddings(ctx context.Context, o options) (err error) {
@@ -185,6 +187,10 @@ func runEmbeddings(ctx context.Context, o options) (err error) {
 	fmt.Printf("tidal-bench: embeddings: %.0f puts/s (%d errors), %.0f µs server CPU per put, put p99 %.1f ms\n",
 		res.PutsPerSec, res.PutErrors, res.PutCPUPerPut, res.PutP99Ms)
 
+	if res.Memory, err = collectMemory(ctx, c, work); err != nil {
+		return fmt.Errorf("reading the members' memory: %w", err)
+	}
+
 	// Queries, one at a time, each with a different query vector.
 	cl := client.New(leader, client.WithBinaryVectors(), client.WithRetries(0), client.WithTimeout(60*time.Second))
 	defer cl.CloseIdleConnections()
@@ -221,6 +227,9 @@ func runEmbeddings(ctx context.Context, o options) (err error) {
 		return err
 	}
 	stem := res.Time.Format("2006-01-02") + "-" + res.Commit + "-embeddings"
+	if eo.vectors != 100000 {
+		stem += fmt.Sprintf("-%d", eo.vectors) // several sizes from one commit
+	}
 	if o.quick {
 		stem += "-quick" // a smoke test, not a record
 	}
@@ -256,6 +265,7 @@ func embedSummary(r embedResult) string {
 	}
 	fmt.Fprintf(&b, "| bound: bytes scanned at the best rate | %.1f ms |\n", r.BoundMs)
 	fmt.Fprintf(&b, "| query p50 ÷ bound (min ÷ bound) | %.2f (%.2f) |\n", r.P50OverBound, r.MinOverBound)
+	memorySummary(&b, r.Memory)
 	return b.String()
 }
 
