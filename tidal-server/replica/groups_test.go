@@ -339,6 +339,16 @@ func TestGroupsShareNodeWALAndTransport(t *testing.T) {
 		applied[g] = c.nodes[3].reps[g].Applied()
 	}
 	c.stop(3)
+	// What the server reads from a stopped node's data dir before it
+	// starts — format headers, the stored membership its --peers check
+	// compares — reads the shared WAL (group 1's part) and every group's
+	// snapshots.
+	if err := replica.CheckDataDirFormat(dir); err != nil {
+		t.Errorf("CheckDataDirFormat of node 3's data dir: %v", err)
+	}
+	if sc, err := replica.ReadStoredConfig(dir); err != nil || len(sc.Members) != 3 || len(sc.Voters) != 3 {
+		t.Errorf("ReadStoredConfig of node 3's data dir: %+v, %v; expected group 1's 3 voters", sc, err)
+	}
 	for _, g := range hostedGroups {
 		c.propose(1, g, fmt.Sprintf("g%d-while-3-down", g))
 	}
