@@ -6,6 +6,7 @@ package replica_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -206,21 +207,28 @@ func (c *hostCluster) stop(id uint64) {
 	nd.w, nd.tr, nd.reps = nil, nil, nil
 }
 
-// propose proposes payload to group through node id, retrying while the
-// write was certainly not made.
+// propose proposes payload to group through node id until it is applied
+// there. It retries an unknown outcome as a client does: a proposal a
+// follower forwarded to a leader that just stopped is lost, and its
+// proposer hears only its deadline. A payload may then be applied twice,
+// which no check here minds.
 func (c *hostCluster) propose(id, group uint64, payload string) replica.Applied {
 	c.t.Helper()
-	var a replica.Applied
-	err := retrying(func() (err error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		a, err = c.nodes[id].reps[group].Propose(ctx, []byte(payload))
-		return err
-	})
-	if err != nil {
-		c.t.Fatalf("propose %q to group %d on node %d: %v", payload, group, id, err)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		a, err := c.nodes[id].reps[group].Propose(ctx, []byte(payload))
+		cancel()
+		switch {
+		case err == nil:
+			return a
+		case !retryable(err) && !errors.Is(err, replica.ErrUnknownOutcome):
+			c.t.Fatalf("propose %q to group %d on node %d: %v", payload, group, id, err)
+		case time.Now().After(deadline):
+			c.t.Fatalf("propose %q to group %d on node %d: still failing after 2m: %v", payload, group, id, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	return a
 }
 
 // waitApplied waits until every running node applied payload in group.
