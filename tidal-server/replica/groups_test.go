@@ -30,7 +30,9 @@ var hostedGroups = []uint64{wal.DefaultGroup, 2}
 // lateReplica is a group's handler at the transport, bound to the replica
 // once it started (the replica needs its transport handle to start). Raft
 // ids are node ids in every group here.
-type lateReplica struct{ r atomic.Pointer[replica.Replica] }
+type lateReplica struct {
+	r atomic.Pointer[replica.Replica]
+}
 
 func (l *lateReplica) Receive(ctx context.Context, data []byte) error {
 	if r := l.r.Load(); r != nil {
