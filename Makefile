@@ -31,13 +31,13 @@ build:
 # shortest runbook page (so the runbook parser and runner never rot).
 test: lint unit fuzz suites
 
-# The tidalbugs build's own tests (tidal-server/bugs/on_test.go, the WAL's
-# planted-defect hooks in tidal-server/{wal,ledger,server}/bugs_on_test.go)
+# The tidalbugs build's own tests (tidal-server/bugs/on_test.go, the
+# planted-defect hooks in tidal-server/{wal,ledger,server,replica}/bugs_on_test.go)
 # need the tag.
 unit:
 	$(GO) test -race -count=1 -timeout 15m $(UNIT_PKGS)
 	$(GO) test -race -count=1 -tags tidalbugs ./tidal-server/bugs/...
-	$(GO) test -race -count=1 -tags tidalbugs -run Planted ./tidal-server/wal/ ./tidal-server/ledger/ ./tidal-server/server/
+	$(GO) test -race -count=1 -tags tidalbugs -run Planted ./tidal-server/wal/ ./tidal-server/ledger/ ./tidal-server/server/ ./tidal-server/replica/
 	cd bench/storeload && $(GO) vet ./... && $(GO) test -count=1 ./...   # its own module (etcd's client)
 
 fuzz:
@@ -50,7 +50,7 @@ suites: build
 # store/junit/chaos.xml, run stores under store/chaos-suite/.
 chaos: build
 	@mkdir -p store/junit
-	$(GINKGO) -r --keep-going --procs=1 --timeout=40m --label-filter='chaos' --output-dir=$(CURDIR)/store/junit --junit-report=chaos.xml ./suites
+	$(GINKGO) -r --keep-going --procs=1 --timeout=60m --label-filter='chaos' --output-dir=$(CURDIR)/store/junit --junit-report=chaos.xml ./suites
 
 # make chaos-etcd: the harness against etcd (issue 15), one fault family
 # per spec; asserts the harness ran and judged, not that etcd is correct.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tidaldb/tidal/usage"
 	"net"
 	"os"
 	"os/exec"
@@ -357,8 +358,8 @@ func TestExitedOnItsOwn(t *testing.T) {
 		t.Fatal("expected the container to exit on a bad flag")
 	}
 	st, _ := h.(*Handle).ExitStatus()
-	if st.Code != 1 {
-		t.Errorf("expected exit status 1, found %+v", st)
+	if st.Code != usage.Code {
+		t.Errorf("expected exit status %d (a usage error), found %+v", usage.Code, st)
 	}
 	logs, _ := os.ReadFile(spec.LogPath)
 	if !strings.Contains(string(logs), "no-such-flag") {

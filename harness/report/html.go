@@ -34,6 +34,8 @@ type Report struct {
 	// Problems are things that went wrong gathering the data (a history
 	// that does not parse, a missing file); shown at the top.
 	Problems []string
+	// Sections are tables other tools added to the run (WriteSection).
+	Sections []Section
 }
 
 // WriteReport renders report.html for rr from what the store holds
@@ -60,6 +62,9 @@ func (r *Run) WriteReport(rr RunResults) error {
 	audits, _ := filepath.Glob(filepath.Join(r.dir, auditsDir, "*.ndjson"))
 	for _, a := range audits {
 		rep.Files = append(rep.Files, runRelative(r.dir, a))
+	}
+	if rep.Sections, err = r.ReadSections(); err != nil {
+		rep.Problems = append(rep.Problems, err.Error())
 	}
 	vis, _ := filepath.Glob(filepath.Join(r.LinearizableDir(), "*.html"))
 	for _, v := range vis {
@@ -115,12 +120,13 @@ type page struct {
 	Nodes              []nodeView
 	Visualizations     []link
 	HasLag, HasHistory bool
+	Sections           []Section
 }
 
 func buildPage(rep Report) page {
 	rr := rep.Results
 	p := page{Test: rr.Test, Dir: rep.Dir, Verdict: verdictWord(rr.Valid), Class: validClass(rr.Valid), Seed: rr.Seed,
-		Problems: rep.Problems, HasLag: len(rep.Lag) > 0, HasHistory: len(rep.History) > 0}
+		Problems: rep.Problems, HasLag: len(rep.Lag) > 0, HasHistory: len(rep.History) > 0, Sections: rep.Sections}
 	if !rr.Started.IsZero() {
 		p.Started = rr.Started.UTC().Format(time.RFC3339Nano)
 	}
@@ -416,6 +422,15 @@ details summary { cursor: pointer; color: #495057; }
 {{end}}</table>{{end}}
 </section>
 
+{{range .Sections}}<section class="extra">
+<h2>{{.Title}}</h2>
+{{if .Text}}<p>{{.Text}}</p>{{end}}
+<table>
+<tr>{{range .Columns}}<th>{{.}}</th>{{end}}</tr>
+{{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
+{{end}}</table>
+</section>
+{{end}}
 <section id="checkers">
 <h2>Checkers</h2>
 {{range .Checkers}}<div class="checker {{.Class}}" id="checker-{{.Name}}">

@@ -162,7 +162,9 @@ var _ = Describe("planted defects are caught by the chaos checkers", Ordered, fu
 			// and the embeddings and aggregates checkers' (issue 9 items 15, 16).
 			"drop-vectors-in-snapshot", "window-off-by-one-bucket", "decay-wrong-half-life", "ignore-embedding-overwrite",
 			// and the election and responses checkers'.
-			"vote-before-sync", "internal-error-on-valid-write", "valid write refused without proposing it"} {
+			"vote-before-sync", "internal-error-on-valid-write", "valid write refused without proposing it",
+			// and the graceful faults'.
+			"drain-ack-before-fsync", "answering every write as applied without waiting"} {
 			Expect(bytes.Contains(normal, []byte(s))).To(BeFalse(), "the normal tidal-server binary should not contain %q", s)
 			Expect(bytes.Contains(buggy, []byte(s))).To(BeTrue(), "the tidalbugs binary should contain %q (else this check proves nothing)", s)
 		}

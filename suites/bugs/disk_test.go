@@ -172,15 +172,20 @@ var diskDefects = []diskDefect{
 	{
 		// Each node drops its newest entry on restart. The entry lost
 		// everywhere is an acknowledged one when the cluster is idle at
-		// the cut (under load the leader's log ends in entries not yet
-		// committed), hence a slow, steady writer.
+		// the cut; under a closed loop the newest entries are always in
+		// flight, their outcome unknown. The quiet spell before each cut
+		// (tidal-chaos's default, 300 ms) holds new ops so the newest
+		// entries are acknowledged ones, at the default load: 8
+		// closed-loop clients (before quiet spells existed, this spec
+		// needed a slow steady writer, 2 clients at 20 ops/s).
 		name: "drop-last-record-on-recovery", by: "ledger",
 		// Each cut needs the cluster back up and written to since the
 		// last one (else the newest entry is the new leader's empty
 		// one): faults held 1 s, ~5 s apart.
 		cfg: func() runner.Config {
-			c := powerCutAll("bug-drop-last-record-on-recovery", 9707, workload.Config{Kind: workload.Ledger, Concurrency: 2, Rate: 20})
+			c := powerCutAll("bug-drop-last-record-on-recovery", 9707, workload.Config{Kind: workload.Ledger, Concurrency: 8})
 			c.Duration, c.Interval, c.FaultDuration = runner.Duration(18*time.Second), runner.Duration(5*time.Second), runner.Duration(time.Second)
+			c.QuietBeforeCut = runner.DefaultQuietBeforeCut
 			return c
 		}(),
 	},

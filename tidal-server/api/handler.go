@@ -763,26 +763,22 @@ func (h *handler) auditEvents(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer cancel()
-	// Copy under the read lock, stream after it: a slow reader must not
-	// hold up apply.
-	var locs []ledger.Location
+	// Capture under the read lock (a copy of the id memory's chunk
+	// headers), walk and stream after it: neither the walk, O(ids), nor a
+	// slow reader may hold up apply. The capture is the id memory at one
+	// applied index, however long the stream takes.
+	var audit *ledger.AuditLog
 	h.b.Read(func(l *ledger.Ledger, _ *vectors.Store, _ uint64) {
-		err = l.AuditEvents(func(loc ledger.Location) error {
-			locs = append(locs, loc)
-			return nil
-		})
+		audit = l.CaptureAudit()
 	})
-	if err != nil {
-		return err
-	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
 	bw := bufio.NewWriterSize(w, 64<<10)
 	enc := json.NewEncoder(bw)
-	for _, loc := range locs {
-		if err := enc.Encode(locationJSON{ID: loc.ID, Index: loc.Index, Term: loc.Term, Entity: loc.Entity, Signal: loc.Signal}); err != nil {
-			return nil // client went away; the status is already sent
-		}
+	if err := audit.Each(func(loc ledger.Location) error {
+		return enc.Encode(locationJSON{ID: loc.ID, Index: loc.Index, Term: loc.Term, Entity: loc.Entity, Signal: loc.Signal})
+	}); err != nil {
+		return nil // client went away; the status is already sent
 	}
 	bw.Flush()
 	return nil

@@ -88,7 +88,19 @@ const (
 	// postSignals). Nothing is lost or applied twice, so only a checker
 	// that judges the answers themselves sees it.
 	InternalErrorOnValidWrite
+	// DrainAckBeforeFsync makes a draining node (SIGTERM, from the start
+	// of Server.Shutdown, before the leadership hand-off) answer every
+	// write waiting on it as applied at once, every write it takes
+	// afterwards as soon as it is handed to raft, ignoring raft's
+	// refusal, and the writes still waiting when its replica stops as
+	// applied: none waited for commit, let alone for a quorum's fsyncs
+	// (hooks: server's Shutdown, replica's Propose, bugs_on.go). Each
+	// answer's index is a guess. A leader refuses every proposal while it
+	// hands leadership off, so a leader's drain acknowledges writes that
+	// are in no log; the writes already in the log commit through the
+	// hand-off, at other indexes than the guessed ones.
+	DrainAckBeforeFsync
 
 	// lastDefect is the highest Defect; tests walk 1..lastDefect.
-	lastDefect = InternalErrorOnValidWrite
+	lastDefect = DrainAckBeforeFsync
 )

@@ -31,6 +31,7 @@ var names = map[string]Defect{
 	"ignore-embedding-overwrite":    IgnoreEmbeddingOverwrite,
 	"vote-before-sync":              VoteBeforeSync,
 	"internal-error-on-valid-write": InternalErrorOnValidWrite,
+	"drain-ack-before-fsync":        DrainAckBeforeFsync,
 }
 
 // active is set once, before main runs, from TIDAL_BUGS; only Enable (unit

@@ -40,14 +40,50 @@ type Ack struct {
 // WriteSignals writes a batch of events; they are applied all or none. A
 // retried batch carries the same ids, so events that landed on an earlier
 // attempt are counted in Ack.Duplicates rather than applied twice.
+//
+// Against a cluster with more than one group a batch spanning groups is
+// one part per group, and parts fare independently: the Ack describes the
+// part holding the batch's first event (Duplicates counts every part), and
+// an error is a *WriteError naming how many events failed. Write reports
+// each event's outcome. Against a single group this is one request, as
+// it always was, and a failure is that request's *RequestError.
 func (c *Client) WriteSignals(ctx context.Context, events []Event) (Ack, error) {
-	r, err := jsonRequest(http.MethodPost, "/v1/signals", struct {
-		Events []Event `json:"events"`
-	}{events})
+	c.refreshIfStale(ctx)
+	if c.routes.multi() == nil {
+		return c.writeSignalsUnrouted(ctx, events)
+	}
+	res, err := c.Write(ctx, events)
+	return res.ack(), err
+}
+
+// writeSignalsUnrouted is WriteSignals without a map: today's one
+// request, answered by a 204 whose headers are the Ack — or, from a
+// sharded cluster that split the batch, by the per-group body, folded
+// into an Ack as Write's result is.
+func (c *Client) writeSignalsUnrouted(ctx context.Context, events []Event) (Ack, error) {
+	r, err := signalsBody(events, nil)
 	if err != nil {
 		return Ack{}, err
 	}
-	return c.write(ctx, r)
+	var ack Ack
+	var split *collector // the node answered a split batch
+	n, err := c.do(ctx, r, func(resp *http.Response) error {
+		if isSplitAnswer(resp) {
+			split = newCollector(len(events))
+			return c.takeAnswer(resp, identity(len(events)), split)
+		}
+		c.announced(resp)
+		var perr error
+		ack, perr = parseAck(resp.Header)
+		return perr
+	})
+	if split == nil || err != nil {
+		ack.Attempts = n
+		return ack, err
+	}
+	split.count(n)
+	res, err := split.result()
+	return res.ack(), err
 }
 
 // PutEmbedding sets entity's embedding; id identifies the write so that a
@@ -133,15 +169,23 @@ func At(ms int64) ReadOption {
 }
 
 // Entity reads one entity's aggregates and embedding; linearizable unless
-// Local() is given.
+// Local() is given. On a sharded cluster a linearizable read goes to the
+// owning group's leader, a local one to one of the group's replicas.
 func (c *Client) Entity(ctx context.Context, entity uint64, opts ...ReadOption) (*Entity, error) {
 	q := url.Values{"consistency": {"linearizable"}}
 	for _, o := range opts {
 		o(q)
 	}
+	c.refreshIfStale(ctx)
+	if m := c.routes.multi(); m != nil {
+		return c.routedEntity(ctx, m, entity, q)
+	}
 	r := &request{method: http.MethodGet, path: "/v1/entities/" + strconv.FormatUint(entity, 10), query: q}
 	var out Entity
-	if _, err := c.do(ctx, r, func(resp *http.Response) error { return decodeJSON(resp, &out) }); err != nil {
+	if _, err := c.do(ctx, r, func(resp *http.Response) error {
+		c.announced(resp)
+		return decodeJSON(resp, &out)
+	}); err != nil {
 		return nil, err
 	}
 	return &out, nil

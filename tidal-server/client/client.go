@@ -2,9 +2,19 @@
 // gRPC ingest stream (IngestStream, stream.go), used by the tests, the
 // chaos harness and the load generators.
 //
-// It deliberately imports no other tidal package: the wire structs here are
-// the contract as a client sees it, so a server-side refactor that changes
-// the JSON breaks these tests instead of silently moving both sides.
+// It deliberately imports no other tidal package but shard: the wire
+// structs here are the contract as a client sees it, so a server-side
+// refactor that changes the JSON breaks these tests instead of silently
+// moving both sides. Package shard is the exception because it is the
+// routing function itself — the slot hash is part of the data format,
+// and a client that hashed with a copy of it would be a second
+// definition of where an entity lives — and it is pure (no I/O, no
+// server state).
+//
+// Shards. Against a cluster with more than one raft group the client
+// caches the shard map and sends each group's share of a batch straight
+// to that group's leader (shards.go). Against a single group it sends
+// exactly today's requests, and no more.
 //
 // Retries. A call is retried after a 503 (refused before proposing), a 504
 // (outcome unknown), a connection error or a per-attempt timeout, with
@@ -37,6 +47,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tidaldb/tidal/tidal-server/shard"
 )
 
 const (
@@ -67,6 +79,9 @@ type Client struct {
 	maxBackoff time.Duration
 	timeout    time.Duration
 	binaryVec  bool // vectors as application/octet-stream (WithBinaryVectors)
+	// routes is the shard-map cache: empty until a node announces a map
+	// with more than one group (shards.go).
+	routes routes
 }
 
 // Option configures a Client.
@@ -185,6 +200,10 @@ func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
 // request describes one API call; its body is encoded once and resent
 // byte for byte on every attempt.
 type request struct {
+	// base is the node the request goes to ("": the client's own, c.base);
+	// a routed request names its group's leader (shards.go).
+	base   string
+	header http.Header // extra headers: the route of a routed request
 	method string
 	path   string
 	query  url.Values
@@ -298,7 +317,11 @@ func (c *Client) attempt(ctx context.Context, r *request, handle func(*http.Resp
 		return err
 	}
 
-	u := c.base + r.path
+	base := r.base
+	if base == "" {
+		base = c.base
+	}
+	u := base + r.path
 	if len(r.query) > 0 {
 		u += "?" + r.query.Encode()
 	}
@@ -312,6 +335,14 @@ func (c *Client) attempt(ctx context.Context, r *request, handle func(*http.Resp
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", "tidal-client/1")
+	for k, v := range r.header {
+		req.Header[k] = v
+	}
+	if deadline, ok := ctx.Deadline(); ok {
+		// The caller's deadline, for the node to bound the hop it forwards
+		// a batch's parts over (docs/ARCHITECTURE.md "Shards").
+		req.Header.Set(headerTimeout, strconv.FormatInt(max(time.Until(deadline).Milliseconds(), 1), 10))
+	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
@@ -402,6 +433,13 @@ type wireError struct {
 func decodeError(op string, resp *http.Response) *APIError {
 	ae := &APIError{Op: op, Status: resp.StatusCode, RetryAfter: retryAfter(resp.Header.Get("Retry-After"))}
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	if resp.StatusCode == misdirected {
+		// A routing answer: keep the fix it carries (a map, a leader
+		// hint). A body that is not one stays a plain 421 error.
+		if rerr, derr := shard.DecodeRouteError(raw); derr == nil {
+			ae.route = rerr
+		}
+	}
 	var we wireError
 	if json.Unmarshal(raw, &we) == nil && we.Error.Code != "" {
 		ae.Code, ae.Message, ae.Field = we.Error.Code, we.Error.Message, we.Error.Field

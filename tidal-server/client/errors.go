@@ -37,7 +37,14 @@ type APIError struct {
 	Field   string // the offending request field, e.g. "events[3].weight"; may be empty
 	// RetryAfter is the server's Retry-After (503), zero if it sent none.
 	RetryAfter time.Duration
+	// route is the *shard.NotLeader or *shard.EpochMismatch a 421
+	// carried; nil otherwise.
+	route error
 }
+
+// Route returns the routing answer of a 421 (Misdirected Request): a
+// *shard.NotLeader or a *shard.EpochMismatch, nil for any other error.
+func (e *APIError) Route() error { return e.route }
 
 func (e *APIError) Error() string {
 	var b strings.Builder
@@ -153,8 +160,13 @@ func IsPermissionDenied(err error) bool {
 func IsNotFound(err error) bool { return hasStatus(err, http.StatusNotFound, CodeNotFound) }
 
 // IsIndefinite reports whether a failed write may nevertheless have been
-// applied (see RequestError.Indefinite). A nil error is not indefinite.
+// applied (see RequestError.Indefinite; for a batch split over groups,
+// WriteError.Indefinite). A nil error is not indefinite.
 func IsIndefinite(err error) bool {
+	var we *WriteError
+	if errors.As(err, &we) {
+		return we.Indefinite
+	}
 	var re *RequestError
 	if errors.As(err, &re) {
 		return re.Indefinite

@@ -776,19 +776,49 @@ func (l *Ledger) Lookup(id string) (Location, bool) {
 }
 
 // AuditEvents calls fn for every remembered applied event id in (index,
-// position) order, stopping at fn's first error. The ids are copied under
-// the lock and fn runs without it, so a slow consumer (an HTTP response)
-// does not hold up Apply.
+// position) order, stopping at fn's first error. It is CaptureAudit
+// followed by the capture's Each: fn runs without the lock.
 func (l *Ledger) AuditEvents(fn func(Location) error) error {
+	return l.CaptureAudit().Each(fn)
+}
+
+// AuditLog is the id memory as it was at one moment, to be walked later
+// without the ledger's lock while Apply goes on. It shares the
+// generations' records the way Captured does (ids are only appended, a
+// full generation is replaced rather than reused), so capturing one costs
+// a copy of each generation's chunk headers, not of its ids.
+type AuditLog struct {
+	sigs     []sigSpec
+	applied  uint64
+	old, cur generation // chunk headers only; no index
+}
+
+// CaptureAudit takes the id memory as it is now (see AuditLog), holding
+// the shared lock for a copy of the chunk headers.
+func (l *Ledger) CaptureAudit() *AuditLog {
 	l.mu.RLock()
-	locs := make([]Location, 0, l.old.len()+l.cur.len())
-	for _, gen := range []*generation{l.old, l.cur} {
-		gen.each(func(id []byte, r *idRecord) { locs = append(locs, l.location(string(id), *r)) })
-	}
-	l.mu.RUnlock()
-	for _, loc := range locs {
-		if err := fn(loc); err != nil {
-			return err
+	defer l.mu.RUnlock()
+	return &AuditLog{sigs: l.sigs, applied: l.applied, old: l.old.frozen(), cur: l.cur.frozen()}
+}
+
+// AppliedIndex is the applied index of the ledger at the capture.
+func (a *AuditLog) AppliedIndex() uint64 { return a.applied }
+
+// Each calls fn for every id the ledger remembered at the capture, in
+// (index, position) order, stopping at fn's first error. It may be
+// called more than once, from any goroutine.
+func (a *AuditLog) Each(fn func(Location) error) error {
+	for _, gen := range []*generation{&a.old, &a.cur} {
+		for ci := range gen.chunks {
+			c := &gen.chunks[ci]
+			for i := range c.recs {
+				r := &c.recs[i]
+				loc := Location{ID: string(gen.idAt(r, c)), Index: r.index, Term: r.term, Position: int(r.pos),
+					Entity: r.entity, Signal: a.sigs[r.signal].name, Weight: r.weight}
+				if err := fn(loc); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	return nil

@@ -50,12 +50,7 @@ func (l *Ledger) Snapshot(w io.Writer) error {
 // them. Replicas that applied the same log prefix report the same digest;
 // it equals the checksum that ends a Snapshot of the same state.
 func (l *Ledger) Digest() string {
-	f := l.Capture()
-	h := sha256.New()
-	enc := &encoder{h: h}
-	f.encode(enc)
-	enc.flush()
-	return hex.EncodeToString(h.Sum(nil))
+	return l.Capture().Digest()
 }
 
 // Captured is the ledger's state at one instant, taken by Capture and
@@ -122,6 +117,16 @@ func cloneUsed[T any](chunks [][]T, used int) [][]T {
 
 // AppliedIndex is the applied index of the captured state.
 func (c *Captured) AppliedIndex() uint64 { return c.applied }
+
+// Digest is what Ledger.Digest returned at the moment of the capture. It
+// may be called from any goroutine while Apply goes on.
+func (c *Captured) Digest() string {
+	h := sha256.New()
+	enc := &encoder{h: h}
+	c.encode(enc)
+	enc.flush()
+	return hex.EncodeToString(h.Sum(nil))
+}
 
 // Snapshot writes the captured state in the canonical encoding: the bytes
 // Ledger.Snapshot would have written at the moment of the capture. It may

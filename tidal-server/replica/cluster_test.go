@@ -660,6 +660,17 @@ func (c *cluster) startWith(id uint64, join bool, mutate func(*replica.Config)) 
 	if !ok {
 		nd = &testNode{id: id, dir: c.t.TempDir()}
 		c.nodes[id] = nd
+		// Cleanups run last-registered first: this one, registered after
+		// TempDir's, stops the node before its directory is removed. The
+		// cluster's own cleanup (registered before any TempDir) came too
+		// late, and a node still writing a snapshot made RemoveAll fail.
+		c.t.Cleanup(func() {
+			if nd.r != nil {
+				c.net.detach(nd.id)
+				nd.r.Stop()
+				nd.r = nil
+			}
+		})
 	}
 	if nd.r != nil {
 		c.t.Fatalf("start node %d: already running", id)

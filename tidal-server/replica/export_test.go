@@ -62,3 +62,10 @@ func AgeHeard(r *Replica, ticks uint64) { r.heardAt.now.Add(ticks) }
 
 // SnapshotIndex is the index of r's newest durable snapshot.
 func SnapshotIndex(r *Replica) uint64 { return r.snapIndex.Load() }
+
+// Waiting is how many proposals made on r wait for their entry to apply.
+func Waiting(r *Replica) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.proposals)
+}

@@ -304,11 +304,12 @@ type Replica struct {
 	// snapForMember asks for a snapshot as soon as possible: a member was
 	// added, and the newest snapshot's ConfState does not know it.
 	snapForMember atomic.Bool
-	prevHS        wal.HardState // last HardState staged; Ready loop only
-	confMarker    confMarker    // apply goroutine only
-	runScratch    []pendingApp  // apply goroutine only
-	pack          packer        // proposals waiting to be packed (PackProposals)
-	appScratch    []AppEntry    // apply goroutine only
+	prevHS        wal.HardState  // last HardState staged; Ready loop only
+	confMarker    confMarker     // apply goroutine only
+	runScratch    []pendingApp   // apply goroutine only
+	pack          packer         // proposals waiting to be packed (PackProposals)
+	planted       plantedReplica // a tidalbugs build's defects (bugs_on.go)
+	appScratch    []AppEntry     // apply goroutine only
 	snapq         chan snapJob
 	promoting     map[uint64]time.Time // guarded by mu
 	// laneq takes appends off the Ready loop from one carrying a received
@@ -652,6 +653,13 @@ func (r *Replica) Propose(ctx context.Context, data []byte) (Applied, error) {
 	if err != nil {
 		return Applied{}, err
 	}
+	if r.plantedDrainAck() {
+		// drain-ack-before-fsync: raft's answer (a leader handing off
+		// drops every proposal) is not even looked at.
+		_ = r.node.Propose(ctx, r.envelope(req, data))
+		last, _ := r.storage.LastIndex()
+		return Applied{Index: last + 1, Term: r.term.Load()}, nil
+	}
 	ch := make(chan Applied, 1)
 	r.mu.Lock()
 	r.proposals[req] = ch
@@ -691,6 +699,12 @@ func (r *Replica) Propose(ctx context.Context, data []byte) (Applied, error) {
 		return Applied{}, ErrUnknownOutcome
 	case <-r.done:
 		forget()
+		if r.plantedDrainAck() {
+			// drain-ack-before-fsync: the replica stopped under a
+			// write that never committed here, answered as applied.
+			last, _ := r.storage.LastIndex()
+			return Applied{Index: last + 1, Term: r.term.Load()}, nil
+		}
 		return Applied{}, fmt.Errorf("%w: %w", ErrUnknownOutcome, r.stoppedErr())
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"sync"
+	"time"
 
 	"github.com/tidaldb/tidal/tidal-server/api"
 	"github.com/tidaldb/tidal/tidal-server/bugs"
@@ -22,7 +24,18 @@ type node struct {
 	sm          *StateMachine
 	r           *replica.Replica
 	readyWithin uint64
+
+	// digestPace paces the digests served (see Digest).
+	digestPace struct {
+		mu   sync.Mutex
+		next time.Time // under mu: when the next digest may start
+	}
 }
+
+// minDigestGap is the least time between the end of one served digest
+// and the start of the next: at most about 100 a second per node, far
+// more than any auditor needs, whatever each costs.
+const minDigestGap = 10 * time.Millisecond
 
 var _ api.Backend = (*node)(nil)
 
@@ -78,7 +91,25 @@ func (n *node) Barrier(ctx context.Context, linearizable bool) error {
 
 func (n *node) Read(fn func(l *ledger.Ledger, v *vectors.Store, applied uint64)) { n.sm.Read(fn) }
 
-func (n *node) Digest() (uint64, string) { return n.sm.Digest() }
+// Digest serves the state machine's digest, paced: one at a time, and the
+// next starts no sooner than the last one's duration, and at least
+// minDigestGap, after it ended. The lock is no longer what a digest costs
+// apply (StateMachine.Digest hashes outside it); the CPU is, so clients
+// looping on the digest keep at most half of one core busy, and far less
+// when digests are cheap (remembered parts): then the gap bounds how many
+// requests a second a loop makes. A lone call is never delayed.
+func (n *node) Digest() (uint64, string) {
+	p := &n.digestPace
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if wait := time.Until(p.next); wait > 0 {
+		time.Sleep(wait)
+	}
+	start := time.Now()
+	applied, d := n.sm.Digest()
+	p.next = time.Now().Add(max(time.Since(start), minDigestGap))
+	return applied, d
+}
 
 func (n *node) Status() replica.Status { return n.r.Status() }
 

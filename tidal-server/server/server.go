@@ -569,6 +569,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		if s.stopTestClock != nil {
 			s.stopTestClock()
 		}
+		s.plantedDrainStart()
 		s.handOffLeadership(ctx)
 		s.log.Info("draining: no new requests; waiting for in-flight ones")
 		var ingestDone chan struct{}

@@ -11,8 +11,10 @@ import (
 	"hash/fnv"
 	"io"
 	"math"
-	"sort"
+	"slices"
+	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/tidaldb/tidal/tidal-server/bugs"
 	"github.com/tidaldb/tidal/tidal-server/ledger"
@@ -44,6 +46,19 @@ type StateMachine struct {
 	signalNames []string
 	packNext    uint32       // the position after the last command applied of the entry being applied (ledger.Span)
 	format2     format2Entry // the format-2 packed entry being applied (format2.go)
+
+	// digesting serializes Digest's hashing (see Digest); never held
+	// with mu by anything but Digest, which takes it first.
+	digesting sync.Mutex
+	idsMemo   struct { // under digesting: the encoding of ids
+		ids writeIDs
+		enc []byte
+	}
+
+	// afterLedgerDigest, when set (tests only, before any Digest), runs
+	// in Digest between hashing the ledger and hashing the vectors, with
+	// the lock released; it is given the applied index pinned.
+	afterLedgerDigest func(applied uint64)
 }
 
 // SignalsResult is what applying a signals command returns to its proposer.
@@ -280,11 +295,12 @@ func (s *StateMachine) CaptureSnapshot() (func(io.Writer) error, error) {
 		store = vectors.New(s.schema.EmbeddingDim) // planted: an empty store in place of ours
 	}
 	vecs := store.Freeze()
-	var ebuf bytes.Buffer
-	if err := s.embeds.snapshot(&ebuf); err != nil {
-		return nil, err
-	}
+	ids := s.embeds.capture()
 	return func(w io.Writer) error {
+		var ebuf bytes.Buffer
+		if err := ids.encode(&ebuf); err != nil {
+			return err
+		}
 		if b, ok := w.(snapshotBuffer); ok {
 			return encodeInto(b, applied, led, vecs, &ebuf)
 		}
@@ -387,17 +403,48 @@ func (s *StateMachine) Restore(r io.Reader) error {
 }
 
 // Digest is a hash of the whole canonical state and the index it reflects.
+//
+// The state is pinned under the read lock, which costs O(chunks), not
+// O(state): the ledger captured (ledger.Captured), the vectors pinned
+// (vectors.QueryView) and the embedding write ids cut at their length
+// (writeIDs). Hashing all of it, hundreds of megabytes with a large
+// vector store, happens after the lock is released, so Apply goes on
+// meanwhile, and the digest is still exactly the state's at the applied
+// index it returns.
+//
+// One digest hashes at a time (digesting): each keeps a core busy for
+// its whole length, and concurrent callers must not take every core of a
+// small node from apply; a caller that waits pins the state as of its own
+// turn. (The node also paces the digests it serves: node.Digest.) The
+// embedding ids' encoding is remembered between digests while they do
+// not change (idsMemo).
 func (s *StateMachine) Digest() (uint64, string) {
+	s.digesting.Lock()
+	defer s.digesting.Unlock()
 	s.mu.RLock()
-	defer s.mu.RUnlock()
+	applied := s.applied
+	led := s.ledger.Capture()
+	vecs := s.vectors.PinQuery()
+	ids := s.embeds.capture()
+	s.mu.RUnlock()
+	defer vecs.Release()
+
 	h := sha256.New()
 	var n [8]byte
-	binary.LittleEndian.PutUint64(n[:], s.applied)
+	binary.LittleEndian.PutUint64(n[:], applied)
 	h.Write(n[:])
-	h.Write([]byte(s.ledger.Digest()))
-	h.Write([]byte(s.vectors.Digest()))
-	s.embeds.snapshot(h)
-	return s.applied, hex.EncodeToString(h.Sum(nil))
+	h.Write([]byte(led.Digest()))
+	if s.afterLedgerDigest != nil {
+		s.afterLedgerDigest(applied)
+	}
+	h.Write([]byte(vecs.Digest()))
+	if s.idsMemo.enc == nil || !s.idsMemo.ids.same(ids) {
+		var b bytes.Buffer
+		ids.encode(&b)
+		s.idsMemo.ids, s.idsMemo.enc = ids, b.Bytes()
+	}
+	h.Write(s.idsMemo.enc)
+	return applied, hex.EncodeToString(h.Sum(nil))
 }
 
 // Read runs fn under the read lock.
@@ -410,10 +457,25 @@ func (s *StateMachine) Read(fn func(l *ledger.Ledger, v *vectors.Store, applied 
 // writeMemory remembers embedding write ids the way the ledger remembers
 // event ids: two generations rotated by count of ids applied, which is a
 // function of log position, never of wall-clock time.
+//
+// Each generation keeps its ids in a log that is only appended to (the
+// map indexes it), and a full generation is replaced, never reused, so a
+// capture (writeIDs) is two slice headers: readers sort and encode it
+// without the state machine's lock while Apply goes on appending.
 type writeMemory struct {
 	perGen  int
-	current map[string]writeRecord
-	older   map[string]writeRecord
+	current *writeGen
+	older   *writeGen
+}
+
+type writeGen struct {
+	at  map[string]int32 // id -> its place in log
+	log []writeEntry
+}
+
+type writeEntry struct {
+	id string
+	writeRecord
 }
 
 type writeRecord struct {
@@ -421,47 +483,78 @@ type writeRecord struct {
 	hash  uint64
 }
 
+func newWriteGen() *writeGen { return &writeGen{at: map[string]int32{}} }
+
+func (g *writeGen) add(e writeEntry) {
+	g.at[e.id] = int32(len(g.log))
+	g.log = append(g.log, e)
+}
+
 func newWriteMemory(perGen int) *writeMemory {
 	if perGen <= 0 {
 		perGen = 500000
 	}
-	return &writeMemory{perGen: perGen, current: map[string]writeRecord{}, older: map[string]writeRecord{}}
+	return &writeMemory{perGen: perGen, current: newWriteGen(), older: newWriteGen()}
 }
 
 func (m *writeMemory) get(id string) (writeRecord, bool) {
-	if r, ok := m.current[id]; ok {
-		return r, true
+	for _, g := range []*writeGen{m.current, m.older} {
+		if i, ok := g.at[id]; ok {
+			return g.log[i].writeRecord, true
+		}
 	}
-	r, ok := m.older[id]
-	return r, ok
+	return writeRecord{}, false
 }
 
 func (m *writeMemory) put(id string, r writeRecord) {
-	if len(m.current) >= m.perGen {
-		m.older, m.current = m.current, map[string]writeRecord{}
+	if len(m.current.log) >= m.perGen {
+		m.older, m.current = m.current, newWriteGen()
 	}
-	m.current[id] = r
+	m.current.add(writeEntry{id: id, writeRecord: r})
 }
 
-func (m *writeMemory) snapshot(w io.Writer) error {
+// writeIDs is the write memory at one moment (see writeMemory): each
+// generation's log, cut at its length then. Entries below that length
+// are never written again.
+type writeIDs struct {
+	older, current []writeEntry
+}
+
+// same reports whether c and d are the same ids: cut from the same logs
+// at the same lengths. A log's entries below a length never change, and
+// c holding its array keeps the address from being reused.
+func (c writeIDs) same(d writeIDs) bool {
+	return unsafe.SliceData(c.older) == unsafe.SliceData(d.older) && len(c.older) == len(d.older) &&
+		unsafe.SliceData(c.current) == unsafe.SliceData(d.current) && len(c.current) == len(d.current)
+}
+
+// capture takes the ids as they are now; called under the state
+// machine's lock, it copies nothing.
+func (m *writeMemory) capture() writeIDs {
+	o, c := m.older.log, m.current.log
+	return writeIDs{older: o[:len(o):len(o)], current: c[:len(c):len(c)]}
+}
+
+func (m *writeMemory) snapshot(w io.Writer) error { return m.capture().encode(w) }
+
+// encode writes the canonical encoding: per generation, older first, the
+// id count and every (id, index, hash) in ascending id order. It sorts
+// copies, never the captured logs, which other captures share.
+func (c writeIDs) encode(w io.Writer) error {
 	bw := bufio.NewWriter(w)
-	for _, gen := range []map[string]writeRecord{m.older, m.current} {
-		ids := make([]string, 0, len(gen))
-		for id := range gen {
-			ids = append(ids, id)
-		}
-		sort.Strings(ids)
+	for _, gen := range [][]writeEntry{c.older, c.current} {
+		sorted := slices.Clone(gen)
+		slices.SortFunc(sorted, func(a, b writeEntry) int { return strings.Compare(a.id, b.id) })
 		var n [8]byte
-		binary.LittleEndian.PutUint64(n[:], uint64(len(ids)))
+		binary.LittleEndian.PutUint64(n[:], uint64(len(sorted)))
 		bw.Write(n[:])
-		for _, id := range ids {
-			r := gen[id]
-			binary.LittleEndian.PutUint16(n[:2], uint16(len(id)))
+		for _, e := range sorted {
+			binary.LittleEndian.PutUint16(n[:2], uint16(len(e.id)))
 			bw.Write(n[:2])
-			bw.WriteString(id)
-			binary.LittleEndian.PutUint64(n[:], r.index)
+			bw.WriteString(e.id)
+			binary.LittleEndian.PutUint64(n[:], e.index)
 			bw.Write(n[:])
-			binary.LittleEndian.PutUint64(n[:], r.hash)
+			binary.LittleEndian.PutUint64(n[:], e.hash)
 			bw.Write(n[:])
 		}
 	}
@@ -470,8 +563,8 @@ func (m *writeMemory) snapshot(w io.Writer) error {
 
 func (m *writeMemory) restore(r io.Reader) error {
 	br := bufio.NewReader(r)
-	gens := []map[string]writeRecord{{}, {}}
-	for g := range gens {
+	gens := []*writeGen{newWriteGen(), newWriteGen()}
+	for g, gen := range gens {
 		var n [8]byte
 		if _, err := io.ReadFull(br, n[:]); err != nil {
 			return fmt.Errorf("generation %d count: %w", g, err)
@@ -489,7 +582,13 @@ func (m *writeMemory) restore(r io.Reader) error {
 			if _, err := io.ReadFull(br, rec[:]); err != nil {
 				return fmt.Errorf("generation %d id %d record: %w", g, i, err)
 			}
-			gens[g][string(id)] = writeRecord{index: binary.LittleEndian.Uint64(rec[:8]), hash: binary.LittleEndian.Uint64(rec[8:])}
+			e := writeEntry{id: string(id), writeRecord: writeRecord{index: binary.LittleEndian.Uint64(rec[:8]), hash: binary.LittleEndian.Uint64(rec[8:])}}
+			if _, dup := gen.at[e.id]; dup {
+				// A map held each id once; the log must too, or the
+				// encoding would no longer be the state's.
+				return fmt.Errorf("generation %d id %d: id %q appears twice", g, i, e.id)
+			}
+			gen.add(e)
 		}
 	}
 	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {

@@ -1,8 +1,12 @@
 package vectors
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"math"
+	"runtime"
 	"slices"
 )
 
@@ -46,11 +50,15 @@ import (
 type QueryView struct {
 	s        *Store
 	seq      uint64
+	restores uint64 // the store's Restore count at the pin
 	n        int
 	entities []uint64
 	norms    []float64
 	chunks   [][]float32
 	hook     func(chunk int)
+	// afterBatch runs after each batch of records Digest copies, with
+	// the store's lock released (tests only: Store.afterDigestBatch).
+	afterBatch func(batch int)
 
 	// Written under the store's write lock, read under its read lock.
 	released bool
@@ -77,9 +85,9 @@ func (s *Store) PinQuery() *QueryView {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := len(s.entities)
-	v := &QueryView{s: s, seq: s.seq, n: n,
+	v := &QueryView{s: s, seq: s.seq, restores: s.restores, n: n,
 		entities: s.entities[:n:n], norms: s.norms[:n:n],
-		chunks: slices.Clone(s.chunks), hook: s.afterChunk}
+		chunks: slices.Clone(s.chunks), hook: s.afterChunk, afterBatch: s.afterDigestBatch}
 	if s.views == nil {
 		s.views = make(map[*QueryView]struct{})
 	}
@@ -212,30 +220,118 @@ func (v *QueryView) scoreChunk(c int, unit []float32, h *topK) {
 	s := v.s
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if v.released {
-		panic("vectors: Nearest on a released QueryView")
-	}
-	putSeq, undo := s.putSeq, s.undo
-	if v.detached != nil {
-		putSeq, undo = v.detached.putSeq, v.detached.undo
-	}
-	chunk := v.chunks[c]
-	lo, hi := c*s.perChunk, min(v.n, (c+1)*s.perChunk)
-	for i := lo; i < hi; i++ {
-		off := (i - lo) * s.dim
-		vec, norm := chunk[off:off+s.dim:off+s.dim], v.norms[i]
-		if putSeq[i] > v.seq {
-			e, ok := asOf(undo[i], v.seq)
-			if !ok {
-				panic(fmt.Sprintf("vectors: slot %d written at seq %d after a view pinned at %d, with no undo entry", i, putSeq[i], v.seq))
-			}
-			vec, norm = e.vec, e.norm
-		}
+	book := v.bookLocked()
+	for i := c * s.perChunk; i < min(v.n, (c+1)*s.perChunk); i++ {
+		vec, norm := v.slotLocked(i, book)
 		d := dot(unit, vec)
 		score := float32(float64(d) / norm)
 		// Rounding can push a cosine a hair outside [-1, 1].
 		score = float32(math.Max(-1, math.Min(1, float64(score))))
 		h.offer(Match{Entity: v.entities[i], Score: score})
+	}
+}
+
+// bookLocked returns the bookkeeping that says which of the view's slots
+// were overwritten since its pin: the store's, or the one a Restore
+// handed the view. Called with the store's lock held, and panics on a
+// released view.
+func (v *QueryView) bookLocked() undoBook {
+	s := v.s
+	if v.released {
+		panic("vectors: QueryView read after Release")
+	}
+	if v.detached != nil {
+		return *v.detached
+	}
+	return undoBook{putSeq: s.putSeq, undo: s.undo}
+}
+
+// slotLocked returns slot i's vector and norm as of the view's pin: where
+// they lie, or the undo entry saved when the slot was overwritten after
+// the pin. The vector aliases store memory, valid while the lock is held.
+func (v *QueryView) slotLocked(i int, book undoBook) ([]float32, float64) {
+	s := v.s
+	if book.putSeq[i] > v.seq {
+		e, ok := asOf(book.undo[i], v.seq)
+		if !ok {
+			panic(fmt.Sprintf("vectors: slot %d written at seq %d after a view pinned at %d, with no undo entry", i, book.putSeq[i], v.seq))
+		}
+		return e.vec, e.norm
+	}
+	off := (i % s.perChunk) * s.dim
+	return v.chunks[i/s.perChunk][off : off+s.dim : off+s.dim], v.norms[i]
+}
+
+// Digest returns the digest Store.Digest returned at the view's pin: the
+// SHA-256 of the canonical encoding of every (entity, vector) the view
+// holds. It takes the store's read lock only to copy recordBatch records
+// at a time, and sorts and hashes without it, so Puts go on while a
+// large store is hashed: each waits for at most one batch's copy.
+//
+// The digest of the newest state hashed is remembered (Store.memo): a
+// view of a store that has not changed since returns it without hashing.
+func (v *QueryView) Digest() string {
+	s := v.s
+	s.mu.RLock()
+	m := s.memo
+	s.mu.RUnlock()
+	if m.digest != "" && m.seq == v.seq && m.restores == v.restores {
+		return m.digest
+	}
+	h := sha256.New()
+	if err := v.encode(h); err != nil {
+		// hash.Hash.Write never fails.
+		panic(fmt.Sprintf("vectors: hashing state: %v", err))
+	}
+	d := hex.EncodeToString(h.Sum(nil))
+	s.mu.Lock()
+	if v.restores == s.restores && v.seq >= s.memo.seq {
+		s.memo = digestMemo{seq: v.seq, restores: v.restores, digest: d}
+	}
+	s.mu.Unlock()
+	return d
+}
+
+// digestMemo is the digest of the store's state at (seq, restores);
+// empty digest: none.
+type digestMemo struct {
+	seq, restores uint64
+	digest        string
+}
+
+// encode writes the canonical encoding (see Store.Snapshot) of the store
+// as of the view's pin. The sort reads the pinned entities without the
+// lock: an entity's slot entry is written once, by the append that made
+// it, before the pin, and never again (a Restore replaces the array).
+func (v *QueryView) encode(w io.Writer) error {
+	s := v.s
+	size := recordSize(s.dim)
+	batch := 0
+	return encodeSorted(w, s.dim, v.entities, func(slots []int32, buf []byte) {
+		if batch > 0 {
+			// Hashing is all CPU; yield between batches so that a
+			// goroutine on the apply path gets the processor now rather
+			// than at the next preemption, up to 10 ms later.
+			runtime.Gosched()
+		}
+		v.copyRecords(slots, buf, size)
+		if v.afterBatch != nil {
+			v.afterBatch(batch)
+		}
+		batch++
+	})
+}
+
+// copyRecords encodes the records of slots, as of the pin, into buf,
+// under the store's read lock.
+func (v *QueryView) copyRecords(slots []int32, buf []byte, size int) {
+	s := v.s
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	book := v.bookLocked()
+	for k, i := range slots {
+		vec, _ := v.slotLocked(int(i), book)
+		putRecord(buf[k*size:], v.entities[i], vec)
 	}
 }
 

@@ -102,9 +102,21 @@ type Store struct {
 	views     map[*QueryView]struct{}
 	maxPinned uint64
 	undo      map[int][]undoEntry
+	// restores counts Restores; with seq it names the state: the store
+	// changes only by Put (seq) and Restore, so equal (seq, restores)
+	// means equal contents. memo is the digest of the state so named,
+	// kept by QueryView.Digest so that a digest of an unchanged store
+	// (readers looping on the state machine's digest while only signals
+	// are written) hashes nothing again.
+	restores uint64
+	memo     digestMemo
 	// afterChunk, when set (tests only: SetAfterChunk), runs after each
 	// chunk a query view scans, outside the store's lock.
 	afterChunk func(chunk int)
+	// afterDigestBatch, when set (by this package's tests only), runs
+	// after each batch of records a QueryView's Digest copies, outside
+	// the store's lock.
+	afterDigestBatch func(batch int)
 }
 
 // chunkFloats is the target size of a chunk: 4 MiB of float32s.

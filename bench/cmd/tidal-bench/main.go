@@ -78,6 +78,8 @@ type options struct {
 	sbs         sbsOptions
 	embeddings  bool
 	embed       embedOptions
+	digestAB    bool
+	digest      digestOptions
 }
 
 func main() {
@@ -124,12 +126,23 @@ func main() {
 	flag.IntVar(&o.embed.k, "embed-k", 10, "-embeddings: results per query")
 	flag.StringVar(&o.embed.flags, "embed-flags", "", "-embeddings: extra tidal-server flags")
 	flag.StringVar(&o.embed.server, "embed-server", "", "-embeddings: tidal-server binary (default: built from -repo)")
+	flag.BoolVar(&o.digestAB, "digest", false, "instead: write p99 on one node without and with clients looping on GET /v1/audit/digest, for -digest-baseline and for this tree (see bench/README.md)")
+	flag.StringVar(&o.digest.baseline, "digest-baseline", "", "-digest: the old tidal-server binary to compare with")
+	flag.IntVar(&o.digest.vectors, "digest-vectors", 20000, "-digest: vectors loaded before measuring, one entity each")
+	flag.IntVar(&o.digest.dim, "digest-dim", 1536, "-digest: their dimension (the server's schema must match)")
+	flag.IntVar(&o.digest.clients, "digest-clients", 8, "-digest: concurrent clients loading vectors")
+	flag.Float64Var(&o.digest.rate, "digest-rate", 100, "-digest: open-loop single-event writes per second")
+	flag.DurationVar(&o.digest.duration, "digest-duration", 15*time.Second, "-digest: length of each phase (without, then with digest readers)")
+	flag.IntVar(&o.digest.readers, "digest-readers", 2, "-digest: clients looping on the digest in the second phase")
+	flag.Float64Var(&o.digest.embedRate, "digest-embed-rate", 0, "-digest: untimed embedding overwrites per second in both phases, so the vectors change between digests (0: none; then every digest after the first reuses the vectors' hash)")
+	flag.StringVar(&o.digest.flags, "digest-flags", "--snapshot-every 1000000", "-digest: extra tidal-server flags (the default keeps snapshots out of the measurement)")
 	flag.Parse()
 	if o.quick {
 		o.microCount, o.benchtime = 2, "100ms"
 		o.coarseStage, o.fineStage, o.lagRun = time.Second, 2*time.Second, 5*time.Second
 		o.sbs.rounds, o.sbs.warmup, o.sbs.duration, o.sbs.relayDuration = 1, 500*time.Millisecond, 2*time.Second, 500*time.Millisecond
 		o.embed.vectors, o.embed.queries = min(o.embed.vectors, 2000), min(o.embed.queries, 5)
+		o.digest.vectors, o.digest.duration = min(o.digest.vectors, 2000), min(o.digest.duration, 3*time.Second)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -141,6 +154,8 @@ func main() {
 		run = runSideBySide
 	case o.embeddings:
 		run = runEmbeddings
+	case o.digestAB:
+		run = runDigest
 	}
 	if err := run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "tidal-bench:", err)

@@ -84,7 +84,7 @@ in every tidal binary).`,
 	}
 	root.SetVersionTemplate(buildinfo.Line("tidal-chaos") + "\n")
 	root.AddCommand(newRunCommand(), newAnalyzeCommand(), newReproCommand(), newFaultsCommand(), newPruneCommand())
-	root.AddCommand(newFaultfsCommand())
+	root.AddCommand(newFaultfsCommand(), newShrinkCommand())
 	usage.Install(root)
 	return root
 }
