@@ -45,6 +45,14 @@ func ReadSurvivor(dataDir string, sm StateMachine) (*Survivor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the WAL of %s: %w", dataDir, err)
 	}
+	// Recovery rebuilds the default group alone, and ForceNewCluster sets
+	// the whole WAL aside: on a node hosting other groups too, it would
+	// drop theirs.
+	for g := range rec.Groups {
+		if g != wal.DefaultGroup {
+			return nil, fmt.Errorf("the WAL of %s holds raft group %d besides group %d: recovery rebuilds a node of one group only, and would set the other groups' logs aside", dataDir, g, wal.DefaultGroup)
+		}
+	}
 	s := &Survivor{Commit: rec.HardState.Commit}
 	mem := newMembership()
 	if rec.Snapshot.Index > 0 {

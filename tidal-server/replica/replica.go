@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,8 +124,25 @@ type Config struct {
 	Peers []Member
 	// Join starts a node that an existing cluster added with
 	// /admin/members: it waits to be sent the log instead of bootstrapping.
-	Join    bool
+	Join bool
+	// DataDir is the node's data dir. The replica keeps its snapshots and
+	// its request id epoch in GroupDir(DataDir, group); with no Log it
+	// also opens the node's WAL, <DataDir>/wal, and closes it on Stop.
 	DataDir string
+	// Log, when set, is this replica's group's log in a WAL the node
+	// opened (WAL.Group(id)); the group is Log.ID(). The node owns that
+	// WAL: it opens it once, hands each group its log and its part of
+	// what Open recovered (Recovered), and closes it after every replica
+	// on it has stopped. The replica owns its group's snapshot marks and
+	// compaction. Nil: the replica is group wal.DefaultGroup and opens
+	// <DataDir>/wal itself with the WAL options, as a node of one group
+	// does.
+	Log *wal.GroupLog
+	// Recovered is what the node's wal.Open found for Log's group
+	// (Recovered.Groups[id]); nil for a group with no records. Only read
+	// when Log is set; a shared WAL's recovered state is valid for one
+	// Start per Open.
+	Recovered *wal.GroupRecovered
 	// DialOverrides maps a peer address as the membership advertises it to
 	// the address this node dials instead. The chaos harness routes every
 	// directed link through its own relay this way, for members that exist
@@ -155,8 +173,12 @@ type Config struct {
 	// within this many entries of the leader's commit. Default 1000.
 	PromoteWithin uint64
 
-	WAL          wal.Options
-	Transport    Transport // nil: single node, messages are dropped
+	WAL wal.Options // for the WAL the replica opens itself (no Log)
+	// Transport carries the group's messages: the node's transport for
+	// the default group, or the handle the node's transport gave the
+	// group (peer.Transport.Register). Nil: single node, messages are
+	// dropped.
+	Transport    Transport
 	StateMachine StateMachine
 	Logger       *slog.Logger
 	Metrics      *Metrics
@@ -226,9 +248,13 @@ type Replica struct {
 	metrics *Metrics
 	node    raft.Node
 	storage *raft.MemoryStorage
-	wal     *wal.WAL
-	snaps   *snapStore
-	sm      StateMachine
+	// wal is the group's log; ownWAL the WAL the replica opened itself
+	// (no Config.Log), which Stop closes, else nil.
+	wal    *wal.GroupLog
+	ownWAL *wal.WAL
+	group  uint64
+	snaps  *snapStore
+	sm     StateMachine
 
 	ids *requestIDs
 
@@ -389,37 +415,67 @@ func Start(cfg Config) (*Replica, error) {
 	r.role.Store(raft.StateFollower)
 
 	var err error
-	if r.snaps, err = newSnapStore(filepath.Join(cfg.DataDir, "snap"), cfg.Logger); err != nil {
+	if r.group, err = groupOf(cfg); err != nil {
+		return nil, err
+	}
+	dir := GroupDir(cfg.DataDir, r.group)
+	if r.group != wal.DefaultGroup {
+		// The default group's dir is the data dir, which the server
+		// prepares; another group's is the replica's to prepare.
+		if err := wal.MkdirAllDurable(dir); err != nil {
+			return nil, fmt.Errorf("replica: group %d dir: %w", r.group, err)
+		}
+		if _, err := wal.RemoveTemporaries(dir, cfg.Logger); err != nil {
+			return nil, fmt.Errorf("replica: group %d dir: %w", r.group, err)
+		}
+	}
+	if r.snaps, err = newSnapStore(filepath.Join(dir, "snap"), cfg.Logger); err != nil {
 		return nil, err
 	}
 	// Before raft starts: no id may be handed out from an epoch an earlier
-	// incarnation of this node used (requestid.go).
-	if r.ids, err = openRequestIDs(cfg.DataDir); err != nil {
+	// incarnation of this replica used (requestid.go).
+	if r.ids, err = openRequestIDs(dir); err != nil {
 		return nil, err
 	}
-	walOpts := cfg.WAL
-	if walOpts.Logger == nil {
-		walOpts.Logger = cfg.Logger
+	var rec wal.GroupRecovered
+	if cfg.Log != nil {
+		r.wal = cfg.Log
+		if cfg.Recovered != nil {
+			rec = *cfg.Recovered
+		}
+	} else {
+		walOpts := cfg.WAL
+		if walOpts.Logger == nil {
+			walOpts.Logger = cfg.Logger
+		}
+		w, all, err := wal.Open(filepath.Join(cfg.DataDir, "wal"), walOpts)
+		if err != nil {
+			return nil, err
+		}
+		r.ownWAL, r.wal = w, w.Group(wal.DefaultGroup)
+		rec = wal.GroupRecovered{Snapshot: all.Snapshot, HardState: all.HardState, Entries: all.Entries}
 	}
-	w, rec, err := wal.Open(filepath.Join(cfg.DataDir, "wal"), walOpts)
-	if err != nil {
-		return nil, err
+	// closeWAL undoes what Start opened when it fails: the WAL if it is
+	// the replica's own, nothing if it is the node's.
+	closeWAL := func() {
+		if r.ownWAL != nil {
+			r.ownWAL.Close()
+		}
 	}
-	r.wal = w
 	fresh := rec.Snapshot.Index == 0 && rec.HardState == (wal.HardState{}) && len(rec.Entries) == 0
 
 	if rec.Snapshot.Index > 0 {
 		snap, err := r.snaps.load(rec.Snapshot.Term, rec.Snapshot.Index)
 		if err != nil {
-			w.Close()
+			closeWAL()
 			return nil, err
 		}
 		if err := r.restoreSnapshot(snap); err != nil {
-			w.Close()
+			closeWAL()
 			return nil, err
 		}
 		if err := r.storage.ApplySnapshot(snap); err != nil {
-			w.Close()
+			closeWAL()
 			return nil, fmt.Errorf("replica: load snapshot into raft storage: %w", err)
 		}
 		r.snapHeld.Store(int64(len(snap.GetData()))) // ApplySnapshot keeps a clone: exactly the length
@@ -428,7 +484,7 @@ func Start(cfg Config) (*Replica, error) {
 	if !fresh {
 		hs := rec.HardState
 		if err := r.storage.SetHardState(&raftpb.HardState{Term: proto.Uint64(hs.Term), Vote: proto.Uint64(hs.Vote), Commit: proto.Uint64(hs.Commit)}); err != nil {
-			w.Close()
+			closeWAL()
 			return nil, fmt.Errorf("replica: restore hard state: %w", err)
 		}
 		ents := make([]*raftpb.Entry, len(rec.Entries))
@@ -436,7 +492,7 @@ func Start(cfg Config) (*Replica, error) {
 			ents[i] = fromWALEntry(e)
 		}
 		if err := r.storage.Append(ents); err != nil {
-			w.Close()
+			closeWAL()
 			return nil, fmt.Errorf("replica: restore %d log entries after snapshot %d: %w", len(ents), rec.Snapshot.Index, err)
 		}
 	}
@@ -475,7 +531,7 @@ func Start(cfg Config) (*Replica, error) {
 	switch {
 	case fresh && !cfg.Join:
 		if len(cfg.Peers) == 0 {
-			w.Close()
+			closeWAL()
 			return nil, errors.New("replica: a new cluster needs at least one peer (this node)")
 		}
 		peers := make([]raft.Peer, 0, len(cfg.Peers))
@@ -486,13 +542,13 @@ func Start(cfg Config) (*Replica, error) {
 			peers = append(peers, raft.Peer{ID: p.ID, Context: ctx})
 		}
 		if !found {
-			w.Close()
+			closeWAL()
 			return nil, fmt.Errorf("replica: --peers does not list this node's id %d", cfg.ID)
 		}
-		r.log.Info("bootstrapping new cluster", "id", cfg.ID, "peers", len(peers))
+		r.log.Info("bootstrapping new cluster", "id", cfg.ID, "group", r.group, "peers", len(peers))
 		r.node = raft.StartNode(rc, peers)
 	default:
-		r.log.Info("restarting raft node", "id", cfg.ID, "snapshot", rec.Snapshot.Index,
+		r.log.Info("restarting raft node", "id", cfg.ID, "group", r.group, "snapshot", rec.Snapshot.Index,
 			"entries", len(rec.Entries), "commit", rec.HardState.Commit, "join", cfg.Join && fresh)
 		r.node = raft.RestartNode(rc)
 	}
@@ -985,14 +1041,18 @@ func (r *Replica) releaseHeld() {
 	}
 }
 
-// Stop stops raft and the Ready loop and closes the WAL. Everything
-// acknowledged is already durable, so Stop never needs to flush.
+// Stop stops raft and the Ready loop and closes the WAL if the replica
+// opened it (no Config.Log); a node's shared WAL stays open for its other
+// groups. Everything acknowledged is already durable, so Stop never needs
+// to flush.
 func (r *Replica) Stop() error {
 	var err error
 	r.stopOnce.Do(func() {
 		r.halt(nil)
 		<-r.done
-		err = r.wal.Close()
+		if r.ownWAL != nil {
+			err = r.ownWAL.Close()
+		}
 	})
 	return err
 }
@@ -1015,6 +1075,33 @@ func (r *Replica) Err() error {
 
 // ID is this node's id.
 func (r *Replica) ID() uint64 { return r.cfg.ID }
+
+// Group is the raft group this replica belongs to.
+func (r *Replica) Group() uint64 { return r.group }
+
+// GroupDir is where group keeps its files under a node's data dir: the
+// data dir itself for wal.DefaultGroup (snap/ and request-epoch where a
+// node of one group has always kept them), <dataDir>/groups/<group> for
+// every other group. The WAL, <dataDir>/wal, is the node's, whatever the
+// group.
+func GroupDir(dataDir string, group uint64) string {
+	if group == wal.DefaultGroup {
+		return dataDir
+	}
+	return filepath.Join(dataDir, "groups", strconv.FormatUint(group, 10))
+}
+
+// groupOf is the group cfg runs, checking that a shared log comes with
+// what only the node can give.
+func groupOf(cfg Config) (uint64, error) {
+	if cfg.Log == nil {
+		if cfg.Recovered != nil {
+			return 0, errors.New("replica: Config.Recovered without Config.Log: recovered state is only read for a log the node opened")
+		}
+		return wal.DefaultGroup, nil
+	}
+	return cfg.Log.ID(), nil
+}
 
 // Leader is the leader this node knows of, or 0.
 func (r *Replica) Leader() uint64 { return r.leader.Load() }

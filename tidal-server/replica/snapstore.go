@@ -217,7 +217,32 @@ func CheckDataDirFormat(dataDir string) error {
 	if err := wal.CheckFormat(filepath.Join(dataDir, "wal")); err != nil {
 		return err
 	}
-	s := &snapStore{dir: filepath.Join(dataDir, "snap")}
+	if err := checkSnapDirFormat(filepath.Join(dataDir, "snap")); err != nil {
+		return err
+	}
+	// Every other group's snapshots (GroupDir): a group a newer release
+	// created is refused as the default group's would be.
+	groups, err := os.ReadDir(filepath.Join(dataDir, "groups"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, g := range groups {
+		if !g.IsDir() {
+			continue
+		}
+		if err := checkSnapDirFormat(filepath.Join(dataDir, "groups", g.Name(), "snap")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkSnapDirFormat is CheckDataDirFormat for one group's snapshot dir.
+func checkSnapDirFormat(dir string) error {
+	s := &snapStore{dir: dir}
 	names, err := s.names()
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil

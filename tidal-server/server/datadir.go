@@ -17,8 +17,11 @@ import (
 // A data dir holds
 //
 //	schema.fingerprint   the schema it was created with (this file)
-//	wal/                 the raft log (package wal)
-//	snap/                raft snapshots (package replica)
+//	wal/                 the raft log (package wal), every group's
+//	snap/                group 1's raft snapshots (package replica)
+//	request-epoch        group 1's request id epoch (package replica)
+//	groups/<g>/          any other group's snap/ and request-epoch
+//	                     (replica.GroupDir)
 //
 // Every metadata file is written with wal.WriteFileAtomic and every
 // directory created with wal.MkdirAllDurable, so a crash or an I/O error
