@@ -232,6 +232,15 @@ type Stats struct {
 	CPUPercent float64 `json:"cpu_percent"` // since process start
 	OpenFDs    int32   `json:"open_fds"`
 	Threads    int32   `json:"threads"`
+	// CPUSeconds is the user and system CPU time since the process
+	// started; between two samples it is what the process got.
+	CPUSeconds float64 `json:"cpu_seconds,omitempty"`
+	// RunQueueWaitSeconds is the time the process's live threads spent
+	// runnable but waiting for a CPU, since each started (Linux
+	// schedstat). Between two samples it tells a node that was starved by
+	// the machine's load from one that was idle or blocked: a stall with
+	// little CPU and much waiting here is the environment's.
+	RunQueueWaitSeconds float64 `json:"run_queue_wait_seconds,omitempty"`
 }
 
 // Stats samples the process via gopsutil.
@@ -253,7 +262,44 @@ func (p *Process) Stats() (Stats, error) {
 	if n, err := gp.NumThreads(); err == nil {
 		s.Threads = n
 	}
+	if t, err := gp.Times(); err == nil {
+		s.CPUSeconds = t.User + t.System
+	}
+	if w, err := runQueueWait("/proc", p.PID()); err == nil {
+		s.RunQueueWaitSeconds = w.Seconds()
+	}
 	return s, nil
+}
+
+// runQueueWait sums, over the threads of process pid under procRoot, the
+// time each spent runnable but not running: the second field of
+// task/<tid>/schedstat, in nanoseconds. Threads that already exited are
+// not counted.
+func runQueueWait(procRoot string, pid int) (time.Duration, error) {
+	tasks, err := filepath.Glob(filepath.Join(procRoot, strconv.Itoa(pid), "task", "*", "schedstat"))
+	if err != nil {
+		return 0, err
+	}
+	if len(tasks) == 0 {
+		return 0, fmt.Errorf("run-queue wait of pid %d: no task/*/schedstat under %s", pid, procRoot)
+	}
+	var total time.Duration
+	for _, path := range tasks {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue // the thread exited between the glob and the read
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 2 {
+			return 0, fmt.Errorf("run-queue wait: %s: expected \"<run ns> <wait ns> <slices>\", found %q", path, b)
+		}
+		ns, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("run-queue wait: %s: wait field %q: %w", path, f[1], err)
+		}
+		total += time.Duration(ns)
+	}
+	return total, nil
 }
 
 // Registry records the pids a run started, one file per pid in a

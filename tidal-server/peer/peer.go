@@ -60,7 +60,20 @@ import (
 
 // Options tune the transport. Zero values take the defaults noted.
 type Options struct {
-	QueueSize     int           // messages queued per peer; default 4096
+	QueueSize int // messages queued per peer; default 4096
+
+	// QueueBytes bounds the bytes of the messages queued per peer and not
+	// yet taken into a frame; default 32 MiB. A peer that stops reading
+	// (just restarted and replaying its log, or starved of CPU) blocks its
+	// stream on flow control while raft goes on handing it appends — up
+	// to MaxSizePerMsg each, again on every heartbeat answer while it
+	// probes — and without a byte bound the 4096 slots hold gigabytes that
+	// the node allocates, copies and collects while its other peers wait
+	// for heartbeats. Past the bound messages are dropped and raft told
+	// the peer is unreachable, as for a full queue: it resends from what
+	// the peer acknowledged.
+	QueueBytes int
+
 	BatchMaxCount int           // messages per stream send; default 512
 	BatchMaxBytes int           // bytes per stream send; default 4 MiB
 	ChunkSize     int           // snapshot chunk size; default 1 MiB
@@ -116,6 +129,9 @@ type Options struct {
 func (o *Options) setDefaults() {
 	if o.QueueSize == 0 {
 		o.QueueSize = 4096
+	}
+	if o.QueueBytes == 0 {
+		o.QueueBytes = 32 << 20
 	}
 	if o.BatchMaxCount == 0 {
 		o.BatchMaxCount = 512

@@ -28,6 +28,10 @@ type sender struct {
 	addr  string
 	label string
 	queue chan outMsg
+	// queued is the bytes of the messages in queue (Options.QueueBytes):
+	// added by enqueue before the message goes in, taken off by collect
+	// once it is out.
+	queued atomic.Int64
 	// protocol is the peer protocol the current Messages stream's answer
 	// advertised; 0 until it arrives (treated as older than
 	// groupedProtocol). Written by watch, read by the stream loop and by
@@ -62,17 +66,28 @@ func (s *sender) stop() {
 	<-s.done
 }
 
-// enqueue never blocks: a full queue means the peer is not keeping up, and
-// raft would rather know than wait.
+// enqueue never blocks: a full queue — QueueSize messages, or QueueBytes
+// bytes already waiting — means the peer is not keeping up, and raft would
+// rather know than wait. The byte bound is checked before adding, so one
+// message larger than the bound still goes out to a peer that keeps up.
 func (s *sender) enqueue(m outMsg) {
-	select {
-	case s.queue <- m:
-		s.t.metrics.queueDepth.WithLabelValues(s.label).Set(float64(len(s.queue)))
-	default:
-		s.t.metrics.dropped.WithLabelValues(s.label).Inc()
-		s.t.reportUnreachable(m.group, m.to)
+	n := int64(len(m.data))
+	if s.queued.Load() < int64(s.t.opts.QueueBytes) {
+		s.queued.Add(n)
+		select {
+		case s.queue <- m:
+			s.t.metrics.queueDepth.WithLabelValues(s.label).Set(float64(len(s.queue)))
+			return
+		default:
+			s.queued.Add(-n)
+		}
 	}
+	s.t.metrics.dropped.WithLabelValues(s.label).Inc()
+	s.t.reportUnreachable(m.group, m.to)
 }
+
+// dequeued takes m's bytes off the queue's byte count.
+func (s *sender) dequeued(m outMsg) { s.queued.Add(-int64(len(m.data))) }
 
 // dial makes a connection to the peer: mutual TLS accepting only member
 // s.id when the transport is secured, plaintext otherwise.
@@ -210,6 +225,7 @@ func (s *sender) collect(ctx context.Context, wake <-chan struct{}, batch []outM
 	o := s.t.opts
 	select {
 	case m := <-s.queue:
+		s.dequeued(m)
 		batch = append(batch, m)
 	case <-wake:
 		return batch, nil
@@ -220,6 +236,7 @@ func (s *sender) collect(ctx context.Context, wake <-chan struct{}, batch []outM
 	for len(batch) < o.BatchMaxCount && size < o.BatchMaxBytes {
 		select {
 		case m := <-s.queue:
+			s.dequeued(m)
 			batch = append(batch, m)
 			size += len(m.data)
 		default:

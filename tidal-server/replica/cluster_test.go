@@ -210,6 +210,9 @@ type queued struct {
 	ep *endpoint // the sending incarnation
 	m  replica.Outbound
 	at time.Time // when Send took it
+	// watched: an append on the watched link, counted in appendsPending
+	// until delivered or dropped.
+	watched bool
 }
 
 type snapReport struct {
@@ -243,7 +246,24 @@ type network struct {
 	snapHeld  atomic.Int64 // Sends of a MsgSnap that waited on snapHold
 	delivered atomic.Uint64
 	dropped   atomic.Uint64
+	// watch, once set (watchAppends), is the link whose appends are
+	// counted: bytes sent and not yet delivered or dropped, and the most
+	// there ever were.
+	watch                     link
+	appendsPending, appendMax atomic.Int64
 }
+
+// watchAppends starts counting the bytes of appends on from->to that are
+// in flight in the network (sent, not yet delivered or dropped).
+func (n *network) watchAppends(from, to uint64) {
+	n.mu.Lock()
+	n.watch = link{from, to}
+	n.mu.Unlock()
+}
+
+// appendBytesInFlightMax is the most append bytes the watched link ever
+// held at once.
+func (n *network) appendBytesInFlightMax() int64 { return n.appendMax.Load() }
 
 func newNetwork(seed uint64) *network {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -402,11 +422,20 @@ func (n *network) enqueue(ep *endpoint, m replica.Outbound) {
 		n.wg.Add(1)
 		go n.runLink(l, q)
 	}
+	watched := l == n.watch && isAppend(m.Data)
 	n.mu.Unlock()
+	if watched {
+		now := n.appendsPending.Add(int64(len(m.Data)))
+		for max := n.appendMax.Load(); now > max && !n.appendMax.CompareAndSwap(max, now); max = n.appendMax.Load() {
+		}
+	}
 	select {
-	case q <- queued{ep, m, time.Now()}:
+	case q <- queued{ep: ep, m: m, at: time.Now(), watched: watched}:
 	default:
 		// A full queue drops, as the real transport does; raft retransmits.
+		if watched {
+			n.appendsPending.Add(-int64(len(m.Data)))
+		}
 		n.dropped.Add(1)
 		n.report(ep, m, false)
 	}
@@ -467,6 +496,9 @@ func (n *network) sleep(d time.Duration) bool {
 }
 
 func (n *network) deliver(l link, item queued) {
+	if item.watched {
+		defer n.appendsPending.Add(-int64(len(item.m.Data)))
+	}
 	n.mu.Lock()
 	dst := n.nodes[l.to]
 	drop := n.cut[l] || dst == nil
