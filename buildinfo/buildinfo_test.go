@@ -25,7 +25,7 @@ func TestModifiedCommitIsMarked(t *testing.T) {
 	}
 }
 
-// Regression (issue 9 item 18): built with -buildvcs=false (GOFLAGS on some
+// Regression: built with -buildvcs=false (GOFLAGS on some
 // build machines) a binary has no VCS stamp, and --version said "commit
 // unknown" although the Makefile knew the commit. The commit the Makefile
 // links in is used then; a VCS stamp, when there is one, still wins.

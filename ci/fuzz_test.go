@@ -11,7 +11,7 @@ import (
 	"testing"
 )
 
-// Regression (issue 16 item 7): ci/fuzz retried any failed run whose
+// Regression: ci/fuzz retried any failed run whose
 // output contained "context deadline exceeded" anywhere, so a real
 // failure of a seed corpus entry that mentions a deadline was retried and
 // hidden by a passing second run. Only the fuzz engine's own deadline —

@@ -44,7 +44,7 @@ func rawGoBuilds(fsys fs.FS) ([]string, error) {
 	return found, err
 }
 
-// Regression (issue 9 item 18): the suites, harness tests and benchmarks
+// Regression: the suites, harness tests and benchmarks
 // built their binaries with a plain `go build`, which under
 // GOFLAGS=-buildvcs=false links no commit: their `--version` and start-up
 // log said "commit unknown". Every such build goes through gobuild.Command.

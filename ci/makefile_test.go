@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// Regression (issue 16 item 6): `make unit` runs the packages listed in
+// Regression: `make unit` runs the packages listed in
 // the Makefile's UNIT_PKGS, so a package with tests outside that list is
 // vetted but its tests never run in CI. ci/fuzz_test.go (issue 16 item 7's
 // regression test) was such a package: ./ci was not listed. Every package

@@ -41,7 +41,7 @@ func TestBinary(t *testing.T) {
 		strings.Count(string(version), "\n") != 1 {
 		t.Errorf("--version: expected one line like %q, found %q (%v)", want, version, err)
 	}
-	// Regression (issue 9 item 18): a binary a test builds itself said
+	// Regression: a binary a test builds itself said
 	// "commit unknown" under GOFLAGS=-buildvcs=false; only `make build`
 	// linked the commit in.
 	if head, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil {

@@ -84,7 +84,7 @@ func tlsNode(t *testing.T, dir string, st func(addr string) client.Status) (*htt
 	return srv, &s
 }
 
-// Issue 10 item 3: the admin commands speak TLS (HTTP/2) with --certs-dir,
+// The admin commands speak TLS (HTTP/2) with --certs-dir,
 // presenting client.admin.crt by default; without it, against a TLS node,
 // they say the node serves HTTPS.
 func TestAdminCommandsSpeakTLSWithCertsDir(t *testing.T) {
@@ -134,7 +134,7 @@ func TestAdminCommandsSpeakTLSWithCertsDir(t *testing.T) {
 	}
 }
 
-// Regression (issue 10 item 3): status asked on a follower fetches the
+// Regression: status asked on a follower fetches the
 // leader's progress from the leader's client address; on a secured
 // cluster it must present the same credentials there, or the leader
 // refuses it and progress shows as unknown.

@@ -40,7 +40,7 @@ func walk(cmd *cobra.Command, fn func(*cobra.Command)) {
 	}
 }
 
-// Regression (issue 9 item 18): `members add --help` promised a
+// Regression: `members add --help` promised a
 // --promote-within flag that did not exist. Every --flag any help text
 // names must be a flag of some command.
 func TestHelpNamesOnlyFlagsThatExist(t *testing.T) {
@@ -61,7 +61,7 @@ func TestHelpNamesOnlyFlagsThatExist(t *testing.T) {
 	})
 }
 
-// Regression (issue 9 item 18): required flags were checked by hand and
+// Regression: required flags were checked by hand and
 // not marked, so --help did not say which they were.
 func TestRequiredFlagsAreMarked(t *testing.T) {
 	root := newRootCommand()
@@ -93,7 +93,7 @@ func TestRequiredFlagsAreMarked(t *testing.T) {
 	}
 }
 
-// Regression (issue 9 item 18): tidal-server had no --version.
+// Regression: tidal-server had no --version.
 func TestVersionFlagAndCommand(t *testing.T) {
 	want := buildinfo.Line("tidal-server") + "\n"
 	for _, args := range [][]string{{"--version"}, {"version"}} {
@@ -104,7 +104,7 @@ func TestVersionFlagAndCommand(t *testing.T) {
 	}
 }
 
-// Regression (issue 9 item 7): every exit status of a running node is
+// Regression: every exit status of a running node is
 // listed in the run command's help (and the root's, which runs it).
 func TestRunHelpListsExitStatuses(t *testing.T) {
 	for _, args := range [][]string{{"run", "--help"}, {"--help"}} {
@@ -161,7 +161,7 @@ func flipByte(t *testing.T, dataDir string) {
 	}
 }
 
-// Regression (issue 9 item 6): `wal verify` printed the damage and exited
+// Regression: `wal verify` printed the damage and exited
 // 0; README and its help promise 3.
 func TestWALVerifyExitsThreeOnDamage(t *testing.T) {
 	dataDir := committedWAL(t)
@@ -175,7 +175,7 @@ func TestWALVerifyExitsThreeOnDamage(t *testing.T) {
 	}
 }
 
-// Regression (issue 9 item 6): `wal repair` cut below the commit index the
+// Regression: `wal repair` cut below the commit index the
 // node had recorded, leaving a member that panicked on every start. It now
 // refuses, prints the way out and changes nothing.
 func TestWALRepairRefusesBelowTheCommitIndex(t *testing.T) {
@@ -202,7 +202,7 @@ func TestWALRepairRefusesBelowTheCommitIndex(t *testing.T) {
 	}
 }
 
-// Regression (issue 9 item 18): asked on a follower, status showed MATCH 0
+// Regression: asked on a follower, status showed MATCH 0
 // and unreachable for the leader (a follower knows no progress). It now
 // shows the leader's own view, or "-" when the leader cannot be asked.
 func TestStatusOnAFollowerShowsTheLeadersView(t *testing.T) {
@@ -264,7 +264,7 @@ func TestSecurityFlagsOverrideTheConfigFile(t *testing.T) {
 	}
 }
 
-// Issue 10 item 2: run hands the peer transport a spool under the data dir
+// Run hands the peer transport a spool under the data dir
 // and --max-snapshot-bytes (from the flag, or the --config file, whose
 // absent key keeps the transport's default of 1 GiB).
 func TestPeerOptionsFromTheRunFlags(t *testing.T) {

@@ -4,7 +4,7 @@
 //
 // Without the link flags a binary built under GOFLAGS=-buildvcs=false (set
 // on some build machines) carries no VCS stamp, so its `--version` and its
-// start-up log line said "commit unknown" (issue 9 item 18): a failed
+// start-up log line said "commit unknown": a failed
 // suite's logs then did not say which commit ran.
 package gobuild
 

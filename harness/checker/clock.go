@@ -10,7 +10,7 @@ import (
 	"github.com/tidaldb/tidal/harness/history"
 )
 
-// Clock faults (issue 11 item 2). The nemesis records each moved clock
+// Clock faults. The nemesis records each moved clock
 // (history.FClock, with history.ClockParams); ClockShifts turns the
 // history into one shift per node and fault. The aggregates checker
 // widens the stamps of events a shifted node may have stamped by its

@@ -43,7 +43,7 @@ func clockHistory(t *testing.T, offset time.Duration, plant bool) []history.Op {
 	return h.ops
 }
 
-// Issue 11 item 2: the clock checker passes a node beyond the bound that
+// The clock checker passes a node beyond the bound that
 // refused every write sent to it while shifted, and says false, naming
 // the node and its offset, when it acked one (planted); writes across the
 // fault's edges are not judged. Without a shift beyond the bound it makes
@@ -75,7 +75,7 @@ func TestClockChecker(t *testing.T) {
 	mustValid(t, r, Unknown)
 }
 
-// Issue 11 item 2: a node whose clock a fault moved within the bound
+// A node whose clock a fault moved within the bound
 // keeps taking writes and stamps them with its clock; the aggregates
 // model must allow their timestamps that far off (a 20s offset moves a
 // 72h-decayed score by ~5e-5, far beyond the model's tolerance), and no

@@ -29,7 +29,7 @@ func exitAt(node string, at time.Duration, st ExitStatus, lines ...string) Proce
 	return e
 }
 
-// Issue 11 item 3: a node that fences itself (exit 4) on fsync-error or
+// A node that fences itself (exit 4) on fsync-error or
 // disk-full is doing its job, not crashing.
 func TestNodesFencedDuringFsyncErrorIsExpected(t *testing.T) {
 	for _, kind := range []string{"fsync-error", "disk-full"} {
@@ -100,7 +100,7 @@ func TestNodesCorruptReadRefusalNeedsFileAndOffset(t *testing.T) {
 }
 
 // Power cuts kill through the harness: the exits are asked for, and the
-// node's start after the heal is its own business (issue 11 item 3).
+// node's start after the heal is its own business.
 func TestNodesPowerCutKillsAreExpected(t *testing.T) {
 	h := newHist(t)
 	h.at(time.Second)

@@ -75,7 +75,7 @@ type embeddingRead struct {
 	applied uint64
 }
 
-// Embeddings checks the embeddings workload (issue 9 item 15): every
+// Embeddings checks the embeddings workload: every
 // acknowledged put is visible in each node's final read of its entity
 // (history.GetEmbeddingValue.Local: the per-node reads of
 // workload.FinalReads after heal), or superseded by a put that may have

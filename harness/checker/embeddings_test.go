@@ -130,7 +130,7 @@ func TestEmbeddingsValid(t *testing.T) {
 	mustValid(t, Embeddings(run.ops(t), embNodes), Valid)
 }
 
-// Regression (issue 9 item 15): the embeddings checker says false on a
+// Regression: the embeddings checker says false on a
 // vector dropped from one node, on every vector dropped from every node
 // (a snapshot that lost them: no digest differs), on an older vector
 // left visible after a newer acknowledged put, on a vector nobody wrote,
@@ -170,7 +170,7 @@ func TestEmbeddingsDefects(t *testing.T) {
 	}
 }
 
-// Regression (issue 9 item 15): without the data to decide, the checker
+// Regression: without the data to decide, the checker
 // says unknown, never true: a node's final reads missing, a history from
 // before the per-node final reads, no nodes named; and a vector missing
 // on a node that had not applied as far as the put is lag (unknown), not

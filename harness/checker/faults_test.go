@@ -49,7 +49,7 @@ func TestFaultsEveryKindCycled(t *testing.T) {
 	}
 }
 
-// Regression (issue 16 item 1): a run in which every requested fault
+// Regression: a run in which every requested fault
 // failed to inject was VALID — the nemesis dropped inject's result and no
 // checker looked. Each requested kind needs an invoke that took effect
 // and was healed, else the verdict is unknown, naming the kind.
@@ -84,7 +84,7 @@ func TestFaultsThatNeverTookEffectAreUnknown(t *testing.T) {
 	mustValid(t, Faults(h.ops, nil), Unknown)
 }
 
-// Regression (issue 16 item 1): a heal-all that failed (the standalone
+// Regression: a heal-all that failed (the standalone
 // relay's reset answered 500) must not close the fault windows: the fault
 // took effect but was never healed, and that is unknown, not valid.
 func TestFaultsHealThatFailedLeavesTheWindowOpen(t *testing.T) {

@@ -128,7 +128,7 @@ type FencingDetails struct {
 	Silent []DiskExit `json:"silent,omitempty"`
 }
 
-// Fencing judges what nodes did under disk faults (issue 11 item 3).
+// Fencing judges what nodes did under disk faults.
 //
 // fsync-error: once a sticky fault failing every fsync of the node's WAL
 // has taken effect on node X (the nemesis' ok), X cannot make anything

@@ -75,7 +75,7 @@ func TestFencingFencedNodeIsValid(t *testing.T) {
 	mustValid(t, Nodes(h.ops, ev), Valid)
 }
 
-// The planted defect ignore-fsync-error (issue 11 item 4) as the history
+// The planted defect ignore-fsync-error as the history
 // shows it: n2 keeps acknowledging writes after its fsyncs began to fail.
 func TestFencingNodeThatCarriesOnIsInvalid(t *testing.T) {
 	h := fsyncErrorOnN2(t, true)
@@ -215,7 +215,7 @@ func diskFullOnN2(t *testing.T, params map[string]any, carry bool) *hist {
 	return h
 }
 
-// Regression (issue 11 item 3): a disk-full that leaves no byte, counting
+// Regression: a disk-full that leaves no byte, counting
 // overwrites, fails every WAL append of its node; a node that still
 // acknowledges a write under it carried on after a failed write, and the
 // checker says so (before, disk-full windows were never judged).
@@ -265,7 +265,7 @@ func TestFencingDiskFullFencedNodeIsValidAndCountsENOSPC(t *testing.T) {
 	}
 }
 
-// Regression (issue 11 item 1): a node whose WAL writes and fsyncs are
+// Regression: a node whose WAL writes and fsyncs are
 // stalled must stop acknowledging; one that acks a write invoked under
 // the stall and answered before the heal is named.
 func TestFencingStalledNodeMustNotAck(t *testing.T) {
@@ -301,7 +301,7 @@ func TestFencingStalledNodeMustNotAck(t *testing.T) {
 	}
 }
 
-// Regression (issue 11 item 1): a write sent to a stalled node and held
+// Regression: a write sent to a stalled node and held
 // until the heal released it (answered ok after the heal's invoke) is a
 // write the node did not acknowledge under the fault: it exercises the
 // rule. Before, such writes were not counted, and a stall window in which

@@ -619,7 +619,7 @@ func LedgerWithState(ops []history.Op, audits map[string][]AuditEntry, applied m
 	valid := Valid
 	// "Every acknowledged write survived" holds for none: a run whose
 	// writes were never acknowledged has nothing of durability to vouch
-	// for (issue 16 item 5).
+	// for.
 	if d.Unreplicated.Count > 0 || d.MemoryShort.Count > 0 || d.Acked == 0 {
 		valid = Unknown
 	}

@@ -352,7 +352,7 @@ func TestLedgerAtTellsUnreplicatedFromLost(t *testing.T) {
 	}
 }
 
-// Regression (issue 16 item 5): the ledger said true over a run in which
+// Regression: the ledger said true over a run in which
 // no write was acknowledged ("all 0 acknowledged ids present"): every
 // acked write survived because there were none. It is unknown now, and
 // still invalid when something no client sent, or a failed write, landed.

@@ -78,14 +78,14 @@ type modelAdd struct {
 	exact      bool
 	timed      bool
 	// offLo..offHi bounds the clock offset (ms) of the node that stamped
-	// it, when a clock fault may have moved that node's clock meanwhile
-	// (issue 11 item 2); 0..0 otherwise.
+	// it, when a clock fault may have moved that node's clock meanwhile;
+	// 0..0 otherwise.
 	offLo, offHi int64
 }
 
 // Aggregates checks every ok counter read's aggregates of m.Signal — count,
 // weight sum, decayed score and windowed counts — against a model folded
-// from the adds, independently of the server's code (issue 9 item 16).
+// from the adds, independently of the server's code.
 //
 // Like Counter, an add certainly happened before a read if it was
 // acknowledged before the read was invoked, and possibly if it was invoked

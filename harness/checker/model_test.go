@@ -118,7 +118,7 @@ func violationFields(r Result) string {
 	return strings.Join(fields, ",")
 }
 
-// Regression (issue 9 item 16): a correct node's answer is within the
+// Regression: a correct node's answer is within the
 // model; each planted defect — a count one lower than acked, a decay with
 // the wrong half-life, a window that counts what it must not or misses
 // what it must — is caught, on the aggregate it concerns.
@@ -221,7 +221,7 @@ func TestAggregatesPrunedAhead(t *testing.T) {
 	}
 }
 
-// Regression (issue 9 item 16): without the data it needs the checker
+// Regression: without the data it needs the checker
 // says unknown, never true: a history from before reads recorded their
 // aggregates, adds without a recorded timestamp, a run whose config does
 // not state the signal's schema.

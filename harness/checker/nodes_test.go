@@ -51,7 +51,7 @@ func TestNodesKilledByTheNemesisAndRestartedIsNoCrash(t *testing.T) {
 	}
 }
 
-// Regression (issue 9 item 10): a node that panicked after a restart and
+// Regression: a node that panicked after a restart and
 // stayed down was listed as "not audited" and the verdict was VALID. A
 // process that exits on its own — whatever its code — is a crash, with
 // its exit status and the end of its log in the result.
@@ -163,7 +163,7 @@ func TestNodesWithoutAFinalCheckIsUnknown(t *testing.T) {
 	mustValid(t, Nodes(nil, NodeEvidence{}), Unknown)
 }
 
-// Regression (issue 9 item 11): when a running node's audit could not be
+// Regression: when a running node's audit could not be
 // read, the runner filed it under "down" and the ledger judged the other
 // nodes only. Only nodes removed for good may be left out: 3 nodes with
 // 2 audits is unknown, or invalid when the third crashed.
@@ -197,7 +197,7 @@ func TestLedgerMissingAuditIsNotValid(t *testing.T) {
 	mustValid(t, LedgerCovering(h.ops, nil, nil, Coverage{Nodes: all, Crashed: []string{"n1"}}), Invalid)
 }
 
-// Regression (issue 9 item 11): convergence passed on a single digest.
+// Regression: convergence passed on a single digest.
 func TestConvergenceMissingDigestIsNotValid(t *testing.T) {
 	s := DigestSample{AppliedIndex: 10, Digest: "ab"}
 	all := []string{"n1", "n2", "n3"}

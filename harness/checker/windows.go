@@ -5,7 +5,7 @@ import "github.com/tidaldb/tidal/harness/history"
 // FaultWindowValues is FaultWindows with what the nemesis recorded of each
 // fault: its completion's value when it took effect (that carries what
 // only the effect tells, a partition's grudge), else its invoke's. The
-// report draws per-node lanes from them (issue 11 item 5).
+// report draws per-node lanes from them.
 func FaultWindowValues(ops []history.Op) ([]FaultWindow, []history.FaultValue, error) {
 	windows, of, _, err := faultWindows(ops)
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// Clock control (issue 11 item 2). With Config.ClockControl every node
+// Clock control. With Config.ClockControl every node
 // runs with the test-only --test-clock-offset-file pointing at
 // <node dir>/clock-offset, which the node re-reads every 100ms; the clock
 // nemesis moves a node's clock by rewriting that file. The file lives in

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Issue 11 item 2: what the clock nemesis reads of a cluster: the offset
+// What the clock nemesis reads of a cluster: the offset
 // a node reports in effect, and the bound the nodes run with.
 func TestClockOffsetAndBound(t *testing.T) {
 	metrics := []byte("# HELP tidal_test_clock_offset_seconds TEST ONLY\n# TYPE tidal_test_clock_offset_seconds gauge\ntidal_test_clock_offset_seconds -180\ntidal_clock_in_bounds 0\n")

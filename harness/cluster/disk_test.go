@@ -28,7 +28,7 @@ func dataDirs(dir string, names ...string) []string {
 	return out
 }
 
-// Issue 11 item 2: with DiskFaults every slot's data dir is a faultfs
+// With DiskFaults every slot's data dir is a faultfs
 // mount; a power cut kills the node and loses what was never fsynced;
 // Close unmounts every mount and leaves each one's counters.
 func TestDiskFaultsMountPowerCutAndUnmount(t *testing.T) {
@@ -146,7 +146,7 @@ func nodePID(t *testing.T, c *cluster.Cluster, name string) int {
 	return pid
 }
 
-// A start that fails leaves no mount behind (issue 11 item 2: cleanup
+// A start that fails leaves no mount behind (cleanup
 // after a failed start).
 func TestDiskFaultsUnmountAfterAFailedStart(t *testing.T) {
 	requireFUSE(t)

@@ -10,7 +10,7 @@ import (
 	"github.com/tidaldb/tidal/tidal-server/certs"
 )
 
-// Issue 10 item 6: a secured cluster's material: client certificates and
+// A secured cluster's material: client certificates and
 // tokens for every role, and node certificates that follow the member id
 // in the slot (a slot added back as a new member gets a new one).
 func TestSecurityMaterial(t *testing.T) {

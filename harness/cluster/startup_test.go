@@ -109,7 +109,7 @@ func newStealing(t *testing.T, steals int) *stealingBackend {
 	return &stealingBackend{Backend: be, t: t, victim: "n2", steals: steals, launches: map[string]int{}}
 }
 
-// Regression (issue 9 item 13): New chose ports by opening and closing
+// Regression: New chose ports by opening and closing
 // listeners and started the nodes later; on a busy host another process
 // took one, the node exited at once with "address already in use", and
 // the run waited 60s to say "cluster did not come up". New now waits for
@@ -157,7 +157,7 @@ func TestNewGivesUpWhenPortsKeepBeingTaken(t *testing.T) {
 	}
 }
 
-// Regression (issue 9 item 13): a node that exits during start-up for any
+// Regression: a node that exits during start-up for any
 // other reason fails New at once, quoting the node's own error and naming
 // its log — no retry, no 60s wait for a leader that cannot come.
 func TestNewQuotesANodeThatExitsAtStart(t *testing.T) {
@@ -180,7 +180,7 @@ func TestNewQuotesANodeThatExitsAtStart(t *testing.T) {
 	}
 }
 
-// The harness's nodes get small WAL segments (issue 9 item 19): 64 MiB
+// The harness's nodes get small WAL segments: 64 MiB
 // preallocated per node made every chaos run leave ~230 MB.
 func TestNodesGetSmallWALSegments(t *testing.T) {
 	be := newStealing(t, 0)

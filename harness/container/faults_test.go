@@ -40,7 +40,7 @@ func newFaultCluster(t *testing.T, cfg cluster.Config) *cluster.Cluster {
 	return c
 }
 
-// Clock faults on the docker backend (issue 13, "no clock faults on
+// Clock faults on the docker backend ("no clock faults on
 // docker"): the harness moves a container node's clock by rewriting the
 // offset file in the node's bind-mounted directory on the host, exactly
 // as for a process. Shifted beyond --max-clock-skew, the node reports the
@@ -84,7 +84,7 @@ func TestClockSkewOnContainer(t *testing.T) {
 	}
 }
 
-// Disk faults on the docker backend (issue 13, "no disk faults on
+// Disk faults on the docker backend ("no disk faults on
 // docker"): faultfs is mounted on the host over each node's data dir
 // before its container exists, and the container writes through it (the
 // bind mount of the node directory carries the FUSE mount; the mount

@@ -46,7 +46,7 @@ func TestPlanNode(t *testing.T) {
 		"--peers", "1=127.0.0.1:7101,2=127.0.0.1:7102", "--peer-dial", "127.0.0.1:7102=tcp-relay:40001",
 		"--data-dir", filepath.Join(dir, "data"), "--log-file", filepath.Join(dir, "node.log"),
 		"--schema=" + schema, "--certs-dir", "/no/such/dir",
-		// Regression (issue 13): the node published 0.0.0.0:7071 as its
+		// Regression: the node published 0.0.0.0:7071 as its
 		// client address; it advertises the harness's address.
 		"--advertise-client-addr", "127.0.0.1:7071"}
 	if !reflect.DeepEqual(p.Args, want) {

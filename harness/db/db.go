@@ -1,4 +1,4 @@
-// Package db is the harness's database adapter interface (issue 15),
+// Package db is the harness's database adapter interface,
 // Jepsen's split: a DB sets up a cluster of one database and acts on its
 // nodes (start, kill, pause, wipe, membership, the current leader, its
 // logs), its Workload turns operations into requests and classifies every

@@ -34,7 +34,7 @@ func TestHelperServeMount(t *testing.T) {
 // A harness killed -9 leaves its faultfs mounts behind, dead ("transport
 // endpoint is not connected"); the next run on the store must take them
 // down, and must leave a live mount of another process alone (issue 11
-// item 2: a stale mount from a killed run must not wedge the next run).
+// A stale mount from a killed run must not wedge the next run).
 func TestReapStaleUnmountsDeadMounts(t *testing.T) {
 	requireFUSE(t)
 	root := t.TempDir()
@@ -130,7 +130,7 @@ func TestReapStaleUnmountsDeadMounts(t *testing.T) {
 	}
 }
 
-// Regression (issue 11 item 2): go-fuse left the /dev/fuse descriptor of
+// Regression: go-fuse left the /dev/fuse descriptor of
 // a direct mount without close-on-exec, so every node the harness started
 // inherited every mount's FUSE connection; after the harness was killed
 // the connections stayed open, the killed nodes could not exit, and

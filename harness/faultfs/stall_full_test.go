@@ -16,7 +16,7 @@ import (
 // TestSlowDiskStallReleasesEveryFsyncAtOnce: fsyncs stalled on several
 // files stay blocked while the fault is armed, and one Clear releases all
 // of them, each succeeding and making its file durable.
-// Regression (issue 11 item 1, slow-disk "a stall per operation kind"):
+// Regression (slow-disk "a stall per operation kind"):
 // healing a stall must release every blocked operation at once.
 func TestSlowDiskStallReleasesEveryFsyncAtOnce(t *testing.T) {
 	f, _, mnt := mountForTest(t, Options{})
@@ -64,7 +64,7 @@ func TestSlowDiskStallReleasesEveryFsyncAtOnce(t *testing.T) {
 
 // TestSlowDiskStallBound: a stall with MaxStall releases its operation
 // after the bound with the fault still armed; the next one stalls again.
-// Regression (issue 11 item 1): "block until the fault is cleared, or for
+// Regression: "block until the fault is cleared, or for
 // a bound".
 func TestSlowDiskStallBound(t *testing.T) {
 	f, _, mnt := mountForTest(t, Options{})
@@ -130,7 +130,7 @@ func TestSlowDiskMaxStallNeedsStall(t *testing.T) {
 // TestDiskFullCountOverwrites: with CountOverwrites, writes into space
 // the file already holds (a preallocated WAL segment) use up the quota
 // too, so the fault bites a program that only appends into preallocated
-// space. Regression (issue 11 item 3, "ENOSPC past a quota"): the nemesis'
+// space. Regression ("ENOSPC past a quota"): the nemesis'
 // disk-full with zero free bytes never bit a node whose WAL appended into
 // its preallocated segment for the whole fault window.
 func TestDiskFullCountOverwrites(t *testing.T) {

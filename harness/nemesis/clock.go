@@ -13,7 +13,7 @@ import (
 	"github.com/tidaldb/tidal/harness/history"
 )
 
-// Clock faults (issue 11 item 2) move nodes' clocks through the test-only
+// Clock faults move nodes' clocks through the test-only
 // clock offset of tidal-server (--test-clock-offset-file, written by
 // cluster.SetClockOffset): stamping, the future-ts bound and the clock
 // probes all see the moved clock, as they would a real one that is off.

@@ -41,7 +41,7 @@ func (f *fakeCluster) clockCalls() []string {
 	return out
 }
 
-// Issue 11 item 2: clock-skew draws a minority and one offset class per
+// Clock-skew draws a minority and one offset class per
 // step (within ±20s or beyond ±3m), clock-jump one node ±2h; the offsets
 // are in the schedule (schedule.json round trip) and no other kind draws
 // any; the group "clock" and "all" hold both kinds.
@@ -101,7 +101,7 @@ func TestClockSchedule(t *testing.T) {
 	}
 }
 
-// Issue 11 item 2: a clock fault records its offsets and the bound in the
+// A clock fault records its offsets and the bound in the
 // history (invoke / took effect / heal, like every fault), moves each
 // target's clock, and its heal (or HealAll, for a node killed meanwhile)
 // sets them back.

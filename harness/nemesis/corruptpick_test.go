@@ -77,7 +77,7 @@ func flipCopy(t *testing.T, root string, cr faultfs.CorruptRead) string {
 // for wal-record lies inside a record's body, and tidal-server's WAL,
 // reading it flipped, refuses the log as corruption naming the file and
 // the record's offset — never a torn tail it would cut off and carry on
-// without. Regression (issue 11 item 2): corrupt-read flipped only segment
+// without. Regression: corrupt-read flipped only segment
 // headers.
 func TestPickCorruptRangeInsideAWALRecordBody(t *testing.T) {
 	root := t.TempDir()
@@ -249,7 +249,7 @@ func TestCorruptReadArmsThePickedRangeAndRecordsIt(t *testing.T) {
 
 // disk-full charges overwrites from the moment it is armed, so the next
 // WAL append bites; slow-disk-stall holds one node's writes and fsyncs
-// until the heal. Regression (issue 11 items 1 and 3).
+// until the heal.
 func TestDiskFullAndStallSpecs(t *testing.T) {
 	full := stepFor(t, "disk-full")
 	if df := full.Disk.Faults.DiskFull; df == nil || df.FreeBytes != 0 || !df.CountOverwrites {

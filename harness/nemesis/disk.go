@@ -127,7 +127,6 @@ func diskSpec(kind string, r *rand.Rand) *DiskSpec {
 		// written: the node's next WAL append fails with ENOSPC even into
 		// its preallocated segment (without CountOverwrites the segment
 		// took every append of a fault window, and the fault seldom bit).
-		// Regression (issue 11 item 3).
 		return &DiskSpec{Faults: &faultfs.Faults{DiskFull: &faultfs.DiskFull{FreeBytes: 0, CountOverwrites: true}}}
 	case "slow-disk":
 		lat := time.Duration(20+r.IntN(81)) * time.Millisecond

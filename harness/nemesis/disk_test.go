@@ -165,7 +165,7 @@ func stepFor(t *testing.T, kind string, targets ...string) Step {
 
 // power-cut-all kills every node before it touches any disk (one power
 // loss, not three in a row), records what each disk lost, and its heal
-// starts every node again (issue 11 item 2).
+// starts every node again.
 func TestPowerCutAllKillsEveryNodeFirstAndHealStartsThem(t *testing.T) {
 	ctx := context.Background()
 	f := newFake(t, 3)

@@ -8,8 +8,8 @@ import (
 	"github.com/tidaldb/tidal/harness/history"
 )
 
-// Capability is something a fault needs from the database under test
-// (issue 15). A database adapter (package db) says which it has; a run
+// Capability is something a fault needs from the database under test.
+// A database adapter (package db) says which it has; a run
 // refuses, before anything starts, a fault whose database lacks one of
 // the capabilities the fault needs, and says which and why.
 type Capability string

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// Issue 15 item 1: every kind declares what it needs from a database, and
+// Every kind declares what it needs from a database, and
 // a run refuses a fault its database cannot take, saying why.
 func TestEveryKindRequiresSomething(t *testing.T) {
 	all := Capabilities{DB: "all", Has: []Capability{CapNetwork, CapKill, CapPause, CapLeader, CapTransferLeader, CapMembership, CapDisk, CapStop}}

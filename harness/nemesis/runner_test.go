@@ -509,7 +509,7 @@ func brokenRelay(t *testing.T, nodes []string) cluster.Network {
 	return cluster.NewRemoteNetwork(control.NewClient(srv.URL, srv.Client()), info, nil)
 }
 
-// Regression (issue 16 item 1): a heal-all whose relay reset failed (the
+// Regression: a heal-all whose relay reset failed (the
 // standalone relay answered 500) was recorded ok, closing every fault
 // window although the faults may still have been in force. It must be
 // recorded as not ok, return the error, and leave the windows open.
@@ -555,7 +555,7 @@ func mustKind(t *testing.T, name string) Kind {
 	return k
 }
 
-// Regression (issue 16 item 1): nemesis.Run dropped inject's result, so a
+// Regression: nemesis.Run dropped inject's result, so a
 // schedule none of whose faults took effect ran "fine". Its error must
 // name each kind that never took effect and was healed, Outcomes must
 // count the failures, and the faults checker must say unknown, naming the
@@ -632,7 +632,7 @@ func unreachableRelay(t *testing.T, nodes []string) cluster.Network {
 	return cluster.NewRemoteNetwork(control.NewClient(addr, &http.Client{Timeout: 5 * time.Second}), info, nil)
 }
 
-// Regression (issue 16 item 1, found by the audit): a partition whose
+// Regression (found by the audit): a partition whose
 // control request could not even connect to the relay was recorded info
 // (outcome unknown), so its window stayed open to the end of the run and
 // widened the faults the other checkers blame anomalies on. Nothing was

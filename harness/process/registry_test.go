@@ -81,7 +81,7 @@ func running(pid int) bool {
 	return len(f) > 2 && f[2] != "Z"
 }
 
-// Regression (issue 9 item 12): every run start reaped every pid in
+// Regression: every run start reaped every pid in
 // <store>/pids, so two runs sharing a store killed each other's nodes.
 // Reap now kills only what this run started and what a provably dead run
 // started; a live run's processes, and entries that do not say whose they
@@ -182,7 +182,7 @@ func startHolder(t *testing.T, dir string) *exec.Cmd {
 	return cmd
 }
 
-// Regression (issue 9 item 12): a run must refuse a store another live run
+// Regression: a run must refuse a store another live run
 // holds, naming the holder, and take over one whose holder died.
 func TestRegistryRefusesAStoreALiveRunHolds(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "pids")

@@ -7,7 +7,7 @@ import (
 	"github.com/tidaldb/tidal/harness/history"
 )
 
-// Availability per fault (issue 11 item 5): what each fault cost the
+// Availability per fault: what each fault cost the
 // clients in writes, measured from the history alone.
 //
 //   - Outage: the longest stretch without a successful (ok) write, from

@@ -288,7 +288,7 @@ func lagScale(values []float64, sloMs float64) float64 {
 // lagChart plots each follower's lag with the SLO's p99 bound as a
 // dashed line. A line breaks where the node led or was not sampled for
 // over a second (paused, killed, partitioned from the poller). Each
-// catch-up window the lag checker measured after a heal (issue 11 item 5)
+// catch-up window the lag checker measured after a heal
 // is drawn in the follower's colour, shaded over the plot and as a bar
 // along its foot, so a lag spike the checker allowed is visibly inside
 // one; a follower that never caught up gets a dashed bar to the end.

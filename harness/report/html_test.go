@@ -122,7 +122,7 @@ func TestReportFromSyntheticRun(t *testing.T) {
 	}
 
 	// Three charts, each shading both faults, and the node lanes under
-	// them (issue 11 item 5; lanes_test.go looks inside).
+	// them (lanes_test.go looks inside).
 	svgs := page.all(tag("svg"))
 	if len(svgs) != 4 {
 		t.Fatalf("expected 4 charts (latency, throughput, lag, node lanes), found %d", len(svgs))

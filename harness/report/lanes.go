@@ -14,7 +14,7 @@ import (
 	"github.com/tidaldb/tidal/harness/history"
 )
 
-// Node lanes (issue 11 item 5): under the charts, one row per node on the
+// Node lanes: under the charts, one row per node on the
 // same time axis saying what the nemesis did to it — its process (down,
 // paused, power cut, removed, restarted), its network (isolated, cut from
 // some nodes, slow links), its disk (the disk fault's kind) and its clock

@@ -17,7 +17,7 @@ import (
 )
 
 // laneHistory is a hand-written 3-node history with one fault of every
-// lane kind (issue 11 item 5) and writes every 100ms on n1 that fail from
+// lane kind and writes every 100ms on n1 that fail from
 // 10s to 12.5s:
 //
 //	kill n2 2-4s · pause n3 5-6s · isolate-one n1 7-8s (grudge) ·
@@ -92,7 +92,7 @@ func laneHistory(t *testing.T) []history.Op {
 	return ops
 }
 
-// Issue 11 item 5: each fault lands in its node's row, in the band of
+// Each fault lands in its node's row, in the band of
 // what it acts on, with what a person needs to read it (the clock's
 // offset, the disk fault's kind, whom a partition cut a node from).
 func TestNodeSpans(t *testing.T) {
@@ -128,7 +128,7 @@ func TestNodeSpans(t *testing.T) {
 	}
 }
 
-// Issue 11 item 5: who led when, from the lag samples. A higher term
+// Who led when, from the lag samples. A higher term
 // starts a span, with no leader until one is named in it; a report of an
 // older term (a deposed leader, a node that has not heard yet) changes
 // nothing.
@@ -157,7 +157,7 @@ func TestLeaderSpans(t *testing.T) {
 	}
 }
 
-// Issue 11 item 5: availability per fault. Writes complete every 100ms
+// Availability per fault. Writes complete every 100ms
 // (at .x05) but fail from 10s to 12.5s: the power cut (9-11s) shows the
 // 2.6s from its last ok write (9.905s) to the next (12.505s), which comes
 // 1.495s after its heal; the fsync error (10-13s) the 2.505s from its
@@ -196,7 +196,7 @@ func TestAvailability(t *testing.T) {
 	}
 }
 
-// Issue 11 item 5: the rendered page has the node lanes and the leader
+// The rendered page has the node lanes and the leader
 // lane under the charts, the catch-up windows on the lag chart, and the
 // availability table; every span's tooltip names its fault.
 func TestLanesRendered(t *testing.T) {
@@ -291,7 +291,7 @@ func TestLanesRendered(t *testing.T) {
 	}
 }
 
-// Issue 11 item 2: the clock checker's evidence is shown as a table of
+// The clock checker's evidence is shown as a table of
 // shifts, and a write acked with a clock beyond the bound is listed.
 func TestClockCheckerRendered(t *testing.T) {
 	ops := laneHistory(t)
@@ -325,7 +325,7 @@ func TestClockCheckerRendered(t *testing.T) {
 	}
 }
 
-// Issue 11 item 5: a crash the nodes checker found (an exit nobody asked
+// A crash the nodes checker found (an exit nobody asked
 // for) is marked on that node's row at the time it exited.
 func TestCrashMarkedInLanes(t *testing.T) {
 	spans := crashSpans(crashedRunResults().Results)

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Regression (issue 9 item 19): store/ grew to 1.5 GB with nothing to
+// Regression: store/ grew to 1.5 GB with nothing to
 // prune it. These tests pin `tidal-chaos prune` and the cap at the end of
 // `tidal-chaos run`: the newest N runs of every test stay, and so do the
 // run latest points to and any run whose owner is still running.

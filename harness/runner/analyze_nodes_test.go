@@ -67,7 +67,7 @@ func running(nodes ...string) []checker.NodeFinal {
 	return out
 }
 
-// Regression (issue 9 item 11): when n3's audit could not be read, the
+// Regression: when n3's audit could not be read, the
 // runner filed n3 under "down", the ledger judged n1 and n2 only and
 // convergence passed on their digests: VALID. 3 nodes with 2 audits is
 // unknown — whether the store says why (nodes.json) or not.

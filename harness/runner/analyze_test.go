@@ -62,7 +62,7 @@ func oldStore(t *testing.T, oldConfig bool) *report.Run {
 	return run
 }
 
-// Regression (issue 9 items 15 and 16): `tidal-chaos analyze` of a store
+// Regression: `tidal-chaos analyze` of a store
 // written before the aggregates and embeddings checkers existed lists
 // both in results.json as unknown (the data they need is not there),
 // never true, and does not fail.

@@ -10,7 +10,7 @@ import (
 	"github.com/tidaldb/tidal/harness/nemesis"
 )
 
-// Issue 9 item 19: the harness's nodes get small WAL segments (each node
+// The harness's nodes get small WAL segments (each node
 // preallocated 64 MiB ones, ~230 MB a run), and the size is recorded in
 // the run's config.json so a repro uses the same.
 func TestConfigRecordsWALSegmentSize(t *testing.T) {
@@ -34,7 +34,7 @@ func TestConfigRecordsWALSegmentSize(t *testing.T) {
 	}
 }
 
-// --faultfs (issue 11 item 2): auto mounts exactly when a disk kind is
+// --faultfs: auto mounts exactly when a disk kind is
 // scheduled; off refuses a disk kind; on, and auto with a disk kind,
 // refuse a machine without FUSE, naming why.
 func TestMountFaultFS(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"github.com/tidaldb/tidal/harness/report"
 )
 
-// Regression (issue 16 item 1): the faults checker judged only the kinds
+// Regression: the faults checker judged only the kinds
 // the schedule drew. A run asked for partition-halves and isolate-one
 // whose draws all fell on partition-halves (the chaos suite's verdict
 // spec: seed 1616, 10 s, a fault every 3 s) came out valid although

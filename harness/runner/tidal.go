@@ -21,7 +21,7 @@ import (
 // lag sampler, and the ledger, counter, linearizable, aggregates,
 // embeddings and convergence checkers (lag and availability are the
 // runner's, for every DB: Analyze). Everything the runner did for
-// tidal-server before the adapter interface (issue 15) it still does,
+// tidal-server before the adapter interface it still does,
 // here.
 type tidalDB struct{ cfg Config }
 

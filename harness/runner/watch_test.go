@@ -91,7 +91,7 @@ func waitLogged(t *testing.T, path, want string) {
 	}
 }
 
-// Regression (issue 9 item 10), the planted defect: a real process killed
+// Regression, the planted defect: a real process killed
 // behind the harness's back — not through its handle, as the nemesis
 // kills — is recorded as an exit nobody asked for, and the nodes checker
 // says false; the same kill through the handle is no crash.

@@ -58,7 +58,7 @@ func (f *fakeIngest) stream(_ any, ss grpc.ServerStream) error {
 	}
 }
 
-// Issue 14: with GRPCTargets, signal writes go on the targets' ingest
+// With GRPCTargets, signal writes go on the targets' ingest
 // streams (with the token as metadata), reads stay HTTP, and the run
 // records the protocol.
 func TestGRPCTargetsCarryTheWrites(t *testing.T) {

@@ -73,7 +73,7 @@ const hangGuard = 2 * time.Minute
 // behind, one caught up. The stuck follower's oldest missing entry was
 // committed before sampling began, so its time lag grows with the run.
 //
-// Regression (issue 9 item 17): the sampling ran for a fixed 400ms and the
+// Regression: the sampling ran for a fixed 400ms and the
 // test wanted 5 rounds in it, which a loaded machine (or the race detector)
 // does not always fit; it now ends once the leader has answered the 6th
 // poll, so at least 5 rounds were complete, however long they took.
@@ -111,7 +111,7 @@ func testSampleLag(t *testing.T, delay time.Duration) {
 		t.Errorf("node 2: expected a steady lag of 10 entries, found p50 %d max %d", f2.EntriesP50, f2.EntriesMax)
 	}
 	// Growing, not a figure: how far it grows in 400ms depends on how
-	// often a loaded machine lets the sampler run (issue 9 item 17).
+	// often a loaded machine lets the sampler run.
 	if f2.TimeMax <= 0 || f2.TimeP50 >= f2.TimeMax {
 		t.Errorf("node 2: expected a time lag growing over the run, found p50 %s max %s", f2.TimeP50, f2.TimeMax)
 	}
@@ -123,7 +123,7 @@ func testSampleLag(t *testing.T, delay time.Duration) {
 	}
 }
 
-// Regression (issue 9 item 17): a fixed 150ms, which a loaded machine can
+// Regression: a fixed 150ms, which a loaded machine can
 // spend on the first round alone, is now "until the second poll of a".
 func TestSampleLagWithoutLeader(t *testing.T) {
 	for _, speed := range machineSpeeds {

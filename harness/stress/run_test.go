@@ -164,7 +164,7 @@ func TestRateIsOffered(t *testing.T) {
 	// handling (never advances them), so only lower bounds are checked,
 	// widened by the worst dispatch delay the generator itself measured
 	// (a stalled generator that catches up sends late ops together): the
-	// test checks the schedule, not the machine's speed (issue 9 item 17).
+	// test checks the schedule, not the machine's speed.
 	slack := s.DispatchDelay.Max + 100*time.Millisecond
 	span := arrivals[len(arrivals)-1].Sub(arrivals[0])
 	half := arrivals[len(arrivals)/2].Sub(arrivals[0])
@@ -277,7 +277,7 @@ func TestTimeoutIsNotTransport(t *testing.T) {
 // certain load stops after the configured run of failing stages and
 // reports the knee below them.
 //
-// Regression (issue 9 item 17): the server used to be fast below a
+// Regression: the server used to be fast below a
 // concurrency and slow above it, judged against a p99 bound, so on a
 // loaded machine even the first stage missed the bound and no knee was
 // found. The server now fails by count — every request after the first two
@@ -317,7 +317,7 @@ func TestRampStopsAfterFailures(t *testing.T) {
 	}
 }
 
-// Regression (issue 16 item 4): ops that completed while a stage's backlog
+// Regression: ops that completed while a stage's backlog
 // drained were divided by the stage's duration alone, so past saturation
 // "achieved" equalled "offered" (a committed bench result: 400 offered,
 // 400 achieved, p99 1.2 s). Here the server holds every request until all
@@ -368,7 +368,7 @@ func TestAchievedCountsTheDrain(t *testing.T) {
 	}
 }
 
-// Regression (issue 16 item 4): timeouts, 503s and 504s were left out of
+// Regression: timeouts, 503s and 504s were left out of
 // every latency histogram, so a stage whose failures were slow showed the
 // p99 of its fast successes and passed. A tenth of the ops here get a 503
 // after 500ms: their latency is reported (FailedLatency, AllLatency) and

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Issue 10 item 3: with TLS the generator speaks HTTP/2 (or HTTP/1.1 when
+// With TLS the generator speaks HTTP/2 (or HTTP/1.1 when
 // asked) to https:// targets given as host:port, sends the token, and
 // records which protocol it used.
 func TestTLSTargets(t *testing.T) {

@@ -70,7 +70,7 @@ type workload struct {
 	// allocation instead of re-encoding 1536 floats.
 	vectors [][]byte
 	// binaryVectors: vectors are raw little-endian float32s sent as
-	// application/octet-stream with the id in the query (issue 14).
+	// application/octet-stream with the id in the query.
 	binaryVectors bool
 }
 

@@ -173,7 +173,7 @@ func BenchmarkSend(b *testing.B) {
 	})
 }
 
-// --binary-vectors (issue 14, build item 2): the put's body is 1536
+// --binary-vectors: the put's body is 1536
 // little-endian float32s of a unit vector, the id in the query.
 func TestEmbeddingBodyBinary(t *testing.T) {
 	w := testWorkload(t, Config{EmbeddingDim: 1536, Seed: 7, BinaryVectors: true})

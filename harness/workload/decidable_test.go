@@ -239,7 +239,7 @@ func pendingPerKey(ops []history.Op) map[uint64]int {
 // 30s each), key slots at most 7 (every key decided in milliseconds).
 const undecidablePending = 20
 
-// Regression (issue 9 item 14): with the fixed handful of keys the
+// Regression: with the fixed handful of keys the
 // generator used to draw from, a long faulty run piles dozens of info adds
 // on every key, past what porcupine can search (the verdict of a correct
 // build came out unknown); with key slots that retire a key after a
@@ -316,7 +316,7 @@ func TestLinearizableDecidableUnderFaults(t *testing.T) {
 	}
 }
 
-// Regression (issue 9 item 14): the decidable workload still lets the
+// Regression: the decidable workload still lets the
 // checker say false: a final read that returns a value an earlier read
 // saw, below what acknowledged adds since made it (a stale read), makes
 // its key illegal.

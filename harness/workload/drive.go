@@ -51,7 +51,7 @@ func Drive(issue context.Context, rate float64, steps []func(), shed func()) {
 // runtime timer, and a loaded machine runs that timer late, while a
 // generator that woke late itself finds every op due since "ready" and
 // offers them in a burst. That is how TestOpenLoopSheds saw 104 ops
-// offered in a 500ms run at 200/s (issue 11, flake).
+// offered in a 500ms run at 200/s (flake).
 func schedule(issue context.Context, jobs chan<- struct{}, rate float64, shed func()) {
 	start := time.Now()
 	end, bounded := issue.Deadline()

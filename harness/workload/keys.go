@@ -7,7 +7,7 @@ import (
 )
 
 // keySlots hands counter keys to workers so that the linearizability
-// search of every key stays small (issue 9 item 14).
+// search of every key stays small.
 //
 // There are Keys slots; worker i always works on slot i mod Keys, which
 // bounds how many workers ever share a key. A slot holds one key at a

@@ -6,7 +6,7 @@ import (
 	"github.com/tidaldb/tidal/harness/history"
 )
 
-// Regression (issue 9 item 14): a key slot moves to a fresh key after
+// Regression: a key slot moves to a fresh key after
 // OpsPerKey ops or InfosPerKey info adds (info reads do not count), and
 // workers share a slot's key only with the workers of the same slot.
 func TestKeySlots(t *testing.T) {

@@ -280,7 +280,7 @@ type lateContext struct {
 
 func (c lateContext) Deadline() (time.Time, bool) { return c.deadline, true }
 
-// TestScheduleStopsAtDeadline pins the TestOpenLoopSheds flake (issue 11):
+// TestScheduleStopsAtDeadline pins the TestOpenLoopSheds flake:
 // the open-loop generator offered ops due after the run's deadline while
 // the context's own timer had not fired yet, up to 104 in a run allowed
 // 100. With a context that never says it is done, the generator must
@@ -389,7 +389,7 @@ func TestLeaderOnly(t *testing.T) {
 // TestFinalReads answers the first read of every path on every node 504
 // and the next one with a value. Every counter key handed out ends with an
 // ok linearizable read; every embedding entity ends with an ok local read
-// from each node (issue 9 item 15: the final reads per node come from each
+// from each node (the final reads per node come from each
 // node); infos retire the reading process; keys and entities that never
 // read ok are named in the error.
 func TestFinalReads(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"github.com/tidaldb/tidal/harness/workload"
 )
 
-// The embeddings and aggregates checkers (issue 9 items 15 and 16) were
+// The embeddings and aggregates checkers were
 // shown saying false on synthetic histories only. Each defect here is
 // caught by one of them on a real cluster; each run is also made against
 // the normal build, with the same seed, schedule and workload, and must

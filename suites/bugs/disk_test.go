@@ -16,7 +16,7 @@ import (
 	"github.com/tidaldb/tidal/harness/workload"
 )
 
-// The WAL's planted defects (issue 11 item 4) need faults that reach the
+// The WAL's planted defects need faults that reach the
 // disk: faultfs under every node's data dir, power cuts that drop what was
 // not fsynced, fsyncs that fail. Each is run against the tidalbugs build
 // and must come out INVALID through its checker, and the very same

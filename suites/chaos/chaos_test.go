@@ -47,7 +47,7 @@ func chaosRun(ctx context.Context, cfg runner.Config, opts ...func(*runner.Optio
 	report.Summary(&out, o.Results, o.Run)
 	GinkgoWriter.Println(out.String())
 	if !cfg.Insecure {
-		// Issue 10 item 6: every chaos run is on the secured plane.
+		// Every chaos run is on the secured plane.
 		Expect(startLinesSecured(o.Run.NodesDir(), cfg.Nodes)).To(Succeed(), "run store: %s", o.Run.Dir())
 	}
 	DeferCleanup(func() {

@@ -11,7 +11,7 @@ import (
 	"github.com/tidaldb/tidal/harness/workload"
 )
 
-// Clock faults (issue 11 item 2), one scenario per kind on 3 nodes. The
+// Clock faults, one scenario per kind on 3 nodes. The
 // counter workload's aggregates are judged against offsets the history
 // records; the clock checker judges that a node beyond --max-clock-skew
 // acked no write while shifted. Seed 1104 draws clock-skew both beyond

@@ -19,7 +19,7 @@ import (
 	"github.com/tidaldb/tidal/harness/workload"
 )
 
-// Disk faults (issue 11): the nodes' data dirs are faultfs mounts, and
+// Disk faults: the nodes' data dirs are faultfs mounts, and
 // the nemesis cuts power under them or fails their disks. Every spec
 // needs FUSE (/dev/fuse, root or fusermount3); CI has it.
 
@@ -225,7 +225,7 @@ var _ = Describe("disk faults through faultfs: no acknowledged write is lost, a 
 	}, SpecTimeout(3*time.Minute))
 })
 
-// corrupt-read inside snapshot payloads (issue 11 item 2): the same
+// corrupt-read inside snapshot payloads: the same
 // corrupt-read run with snapshots every 1000 entries and every fault's
 // pick forced to the newest snapshot (a WAL record when there is none
 // yet): the node restarted on it refuses it, naming the file and offset,

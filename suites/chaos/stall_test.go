@@ -16,7 +16,7 @@ import (
 	"github.com/tidaldb/tidal/tidal-server/client"
 )
 
-// A stalled disk under the leader (issue 11 item 1), driven directly
+// A stalled disk under the leader, driven directly
 // rather than through a run: a chaos run's closed-loop clients each send
 // every third write to the stalled node and wait there, so the run shows
 // the cluster's writes stop, not whether the others could go on. Here

@@ -142,7 +142,7 @@ func flagValue(args []string, name string) string {
 }
 
 var _ = Describe("verdicts are earned", Label("verdicts"), func() {
-	// Regression (issue 16 item 1): a run whose every fault failed to
+	// Regression: a run whose every fault failed to
 	// inject came out VALID. It must be UNKNOWN, naming each kind, and the
 	// checks every chaos spec makes must reject it.
 	injectionAlwaysFails := func(ctx SpecContext, test string, relay func(*runner.Options)) {
@@ -184,7 +184,7 @@ var _ = Describe("verdicts are earned", Label("verdicts"), func() {
 		injectionAlwaysFails(ctx, "injection-refused", withWedgedRelay)
 	}, SpecTimeout(4*time.Minute))
 
-	// Regression (issue 9 item 10): a node that went down behind the
+	// Regression: a node that went down behind the
 	// harness's back was "not audited" and the verdict was VALID. It must
 	// be INVALID, with the node, its exit status and the end of its log in
 	// results.json and report.html.

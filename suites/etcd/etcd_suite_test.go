@@ -1,4 +1,4 @@
-// The etcd suite (issue 15): the harness run against etcd, a database no
+// The etcd suite: the harness run against etcd, a database no
 // one here wrote, one fault family per spec. Its specs assert that the
 // harness ran and judged — the faults took effect, every checker gave a
 // verdict, the store and report exist — not that etcd is correct: what

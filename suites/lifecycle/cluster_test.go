@@ -121,7 +121,7 @@ func waitFor(desc string, timeout time.Duration, cond func() bool) {
 }
 
 var _ = Describe("a 3-node cluster through its lifecycle", func() {
-	// Regression (issue 9 item 9): SIGTERM on a leader stopped raft with
+	// Regression: SIGTERM on a leader stopped raft with
 	// writes in flight through it; they ended as 504 (5 in one SIGTERM).
 	It("hands leadership off before a leader drains: no write sent to the other nodes ends as 504", func(ctx SpecContext) {
 		c, _ := newCluster("handoff", 3)
@@ -175,7 +175,7 @@ var _ = Describe("a 3-node cluster through its lifecycle", func() {
 		expectNoAckedLoss(ctx, c, w)
 	}, SpecTimeout(5*time.Minute))
 
-	// Regression (issue 9 item 9): a rolling restart (SIGTERM, start, wait
+	// Regression: a rolling restart (SIGTERM, start, wait
 	// ready; node by node) ended 12 writes as 504.
 	It("rolls through a restart of every node without a 504 among writes to the nodes not restarting", func(ctx SpecContext) {
 		c, _ := newCluster("rolling", 3)
@@ -245,7 +245,7 @@ var _ = Describe("a 3-node cluster through its lifecycle", func() {
 		expectNoAckedLoss(ctx, c, w)
 	}, SpecTimeout(5*time.Minute))
 
-	// Regression (issue 9 item 6): `wal verify` exited 0 on corruption,
+	// Regression: `wal verify` exited 0 on corruption,
 	// and `wal repair` cut below the commit index, leaving a member that
 	// panicked on every start (tocommit(N) is out of range [lastIndex(M)]).
 	It("exits 3 from `wal verify` on damage, refuses a repair below the commit index, and the documented way out loses nothing", func(ctx SpecContext) {
@@ -341,7 +341,7 @@ var _ = Describe("a 3-node cluster through its lifecycle", func() {
 		Expect(string(logText)).NotTo(ContainSubstring("out of range"))
 	}, SpecTimeout(5*time.Minute))
 
-	// Regression (issue 9 item 20): a node that applied its own removal
+	// Regression: a node that applied its own removal
 	// logged at ERROR and exited 0, like a crash report and a clean stop.
 	It("stops a removed node with exit status 5 and no error in its log", func(ctx SpecContext) {
 		c, _ := newCluster("removed-exit", 3)
@@ -373,7 +373,7 @@ var _ = Describe("a 3-node cluster through its lifecycle", func() {
 		Expect(string(log)).NotTo(ContainSubstring("level=ERROR"))
 	}, SpecTimeout(3*time.Minute))
 
-	// Regression (issue 9 item 18): `status` showed an empty CLIENT column
+	// Regression: `status` showed an empty CLIENT column
 	// for nodes started from --peers, and, asked on a follower, MATCH 0
 	// and unreachable for the leader.
 	It("shows every member's client address, and the leader's view of replication when asked on a follower", func(ctx SpecContext) {

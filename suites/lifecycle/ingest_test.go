@@ -12,7 +12,7 @@ import (
 	"github.com/tidaldb/tidal/tidal-server/client"
 )
 
-// Issue 14: the gRPC ingest stream (--grpc-addr) on 3 real processes,
+// The gRPC ingest stream (--grpc-addr) on 3 real processes,
 // secured as the harness runs them (TLS, the writer's client
 // certificate): writes from many goroutines share one stream per node,
 // and every write acknowledged on a stream is on every node afterwards,

@@ -33,7 +33,7 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// The peer plane under attack (issue 10 item 2), on real processes: a
+// The peer plane under attack, on real processes: a
 // 3-node cluster made as README's "A secure cluster" makes it (the
 // tidal-server certs CLI, one certs directory per node, the CA key kept
 // apart), and a forger that speaks the peer plane's gRPC with a raw
@@ -421,7 +421,7 @@ func vmRSS(pid int) (int64, error) {
 }
 
 var _ = Describe("the peer plane of a secured cluster under a forger", Label("lifecycle"), func() {
-	// Issue 10 item 2: the handshake refuses a client without a
+	// The handshake refuses a client without a
 	// certificate, with one from another CA, or in plaintext; their
 	// forged heartbeat at term 1000 and forged append reach no raft.
 	It("refuses peers without a certificate, with another CA's, and in plaintext; nothing moves", func() {
@@ -458,7 +458,7 @@ var _ = Describe("the peer plane of a secured cluster under a forger", Label("li
 		c.expectWorks(w)
 	})
 
-	// Issue 10 item 2: member 2's valid certificate claiming to be the
+	// Member 2's valid certificate claiming to be the
 	// leader: its append (term = current term, at the last index,
 	// committing the entry it carries) is dropped as sender_mismatch and
 	// never applied. The control spec below shows the same message applied
@@ -497,7 +497,7 @@ var _ = Describe("the peer plane of a secured cluster under a forger", Label("li
 		}).WithTimeout(30*time.Second).Should(Succeed(), "the forged append was not applied on member %d: the forgery itself is wrong, so the secured spec proves nothing", target.id)
 	})
 
-	// Issue 10 item 2: a certificate the cluster's CA issued for id 9,
+	// A certificate the cluster's CA issued for id 9,
 	// never a member, floods every node with heartbeats and appends at
 	// term 1000 for 10s: nothing moves, writes keep committing, the drops
 	// are counted as not_member and logged a few times, not per message.
@@ -566,7 +566,7 @@ var _ = Describe("the peer plane of a secured cluster under a forger", Label("li
 		c.expectAbsent("forged-flood")
 	})
 
-	// Issue 10 item 2: after `members remove`, the removed member's
+	// After `members remove`, the removed member's
 	// (still valid) certificate is refused as removed_member.
 	It("drops a removed member's messages as removed_member", func() {
 		c := newPeerCluster("peer-removed", true, nil, nil)
@@ -577,7 +577,7 @@ var _ = Describe("the peer plane of a secured cluster under a forger", Label("li
 		out, code := tidalServer("members", "remove", fmt.Sprint(gone.id), "--addr", leader.clientAddr, "--certs-dir", c.clients)
 		Expect(code).To(Equal(0), "members remove %d:\n%s", gone.id, out)
 		// The removed node exits 5 once it applies its removal, or once a
-		// member tells it (issue 12 item 4); the operator may stop it
+		// member tells it; the operator may stop it
 		// first.
 		gone.proc.cmd.Process.Signal(syscall.SIGTERM)
 		Expect(gone.proc.waitExit(60*time.Second)).To(BeElementOf(0, 5), "the removed member's exit status")
@@ -587,7 +587,7 @@ var _ = Describe("the peer plane of a secured cluster under a forger", Label("li
 			removed := c.metric(m, dropsOf("removed_member"))
 			f := newForger(m.peerAddr, gone.certs(), false)
 			// Each stream is ended with the answer that tells the removed
-			// member so (issue 12 item 4), after its first message.
+			// member so, after its first message.
 			for _, msg := range []*raftpb.Message{heartbeatMsg(gone.id, m.id, settled.Term+5), appendMsg(gone.id, m.id, settled.Term+5, settled.Commit, "forged-removed")} {
 				Expect(f.send(msg)).To(MatchError(ContainSubstring(fmt.Sprintf("member %d was removed from the cluster", gone.id))))
 			}
@@ -598,7 +598,7 @@ var _ = Describe("the peer plane of a secured cluster under a forger", Label("li
 		c.expectWorks(w)
 	})
 
-	// Issue 10 item 2: a member's certificate streaming a 400 MiB snapshot
+	// A member's certificate streaming a 400 MiB snapshot
 	// (generated as it goes, never held) at a node capped at 64 MiB: the
 	// stream is cut, the node's memory stays far below the stream's size,
 	// and nothing is left in its spool.
@@ -677,7 +677,7 @@ var _ = Describe("the peer plane of a secured cluster under a forger", Label("li
 })
 
 var _ = Describe("a node whose clock is off", Label("lifecycle"), func() {
-	// Issue 10 item 5: a node whose offset to a majority of the voters
+	// A node whose offset to a majority of the voters
 	// exceeds --max-clock-skew (1m by default) refuses writes with the
 	// reason, says so in /readyz and its log; the others take writes; the
 	// node restarted with its clock right takes writes again.

@@ -22,7 +22,7 @@ import (
 )
 
 var _ = Describe("the README", func() {
-	// Regression (issue 9 item 20): the walkthrough wrote n1/…n4/,
+	// Regression: the walkthrough wrote n1/…n4/,
 	// tidal.backup and restored/ into the checkout, and its last line
 	// (kill %1 %2 %3 %4) failed because node 4 had stopped itself. It must
 	// run as written, every command succeeding, and leave the checkout as
@@ -40,7 +40,7 @@ var _ = Describe("the README", func() {
 		Expect(checkoutStatus(root)).To(Equal(before), "the walkthrough left files in the checkout")
 	}, SpecTimeout(10*time.Minute))
 
-	// Regression (issue 9 item 20): the API examples wrote vec.bin into
+	// Regression: the API examples wrote vec.bin into
 	// the checkout. Every example must work against a node started with no
 	// flags (here: the same node on free ports, its data dir in a
 	// temporary directory), answer what the README says it answers, and

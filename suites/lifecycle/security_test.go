@@ -173,7 +173,7 @@ var routeRequests = map[string][][3]string{
 }
 
 var _ = Describe("a node with --certs-dir and --tokens", Label("lifecycle"), func() {
-	// Issue 10 item 3: the 401/403 matrix, every route of the policy
+	// The 401/403 matrix, every route of the policy
 	// against every role, by certificate and by token, on a real node.
 	It("answers every route 401 without credentials, 403 below its role, and serves it at or above, over HTTP/2", func() {
 		s := startSecuredNode("authz-matrix")
@@ -223,7 +223,7 @@ var _ = Describe("a node with --certs-dir and --tokens", Label("lifecycle"), fun
 		s.stop()
 	})
 
-	// Issue 10 item 3: writes and reads over HTTP/2, with a client
+	// Writes and reads over HTTP/2, with a client
 	// certificate and with a token; a 204 over HTTP/2 carries no body
 	// (DESIGN.md's lesson: HTTP/2 resets a 204 that has one).
 	It("takes writes and serves reads over HTTP/2 with a certificate and with a token; its 204s have no body", func() {
@@ -265,7 +265,7 @@ var _ = Describe("a node with --certs-dir and --tokens", Label("lifecycle"), fun
 		s.stop()
 	})
 
-	// Issue 10 item 1: SIGHUP re-reads the tokens file; a file that does
+	// SIGHUP re-reads the tokens file; a file that does
 	// not parse is reported and the tokens in use stay.
 	It("reloads its tokens on SIGHUP: a new token works, a removed one gets 401, a broken file keeps the old set", func() {
 		s := startSecuredNode("token-reload")
@@ -293,7 +293,7 @@ var _ = Describe("a node with --certs-dir and --tokens", Label("lifecycle"), fun
 })
 
 var _ = Describe("a node's exposure", Label("lifecycle"), func() {
-	// Issue 10 item 1: without --certs-dir a node binds loopback only.
+	// Without --certs-dir a node binds loopback only.
 	It("refuses to bind 0.0.0.0 without --certs-dir or --insecure, naming the flag, and writes nothing", func() {
 		dir := specDir("no-0000")
 		for _, flag := range []string{"--client-addr", "--peer-addr"} {
@@ -314,7 +314,7 @@ var _ = Describe("a node's exposure", Label("lifecycle"), func() {
 		}
 	})
 
-	// Issue 10 item 1: loopback development stays as easy as before, and
+	// Loopback development stays as easy as before, and
 	// the node says it runs without authentication; --insecure is warned.
 	It("serves loopback without credentials and says so; --insecure is logged as a warning", func() {
 		dir := specDir("loopback-insecure")
@@ -329,7 +329,7 @@ var _ = Describe("a node's exposure", Label("lifecycle"), func() {
 		n.stop()
 	})
 
-	// Issue 10 item 1: the member id is bound to the node certificate.
+	// The member id is bound to the node certificate.
 	It("refuses a node certificate made for member 2 when started as --id 1, naming both", func() {
 		dir := specDir("wrong-member")
 		certsDir := filepath.Join(dir, "certs")

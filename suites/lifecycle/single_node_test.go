@@ -135,7 +135,7 @@ var _ = Describe("a single node", func() {
 			defer close(done)
 			w.Run(load, 8, func(int) (string, *client.Client) { return "n1", cl })
 		}()
-		// Regression (issue 16 item 5): this spec used to write for 2s
+		// Regression: this spec used to write for 2s
 		// and never look at what was acked, so an empty WAL passed. Kill
 		// once writes are acknowledged, with more in flight.
 		Eventually(func() int { return len(w.Acked()) }).WithTimeout(60*time.Second).WithPolling(50*time.Millisecond).Should(BeNumerically(">=", 200), "expected writes acknowledged before the kill")

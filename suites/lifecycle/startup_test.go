@@ -140,7 +140,7 @@ func runArgs(id int, clientAddr, peerAddr, dataDir string, extra ...string) []st
 }
 
 var _ = Describe("starting a node", func() {
-	// Regression (issue 9 item 8): a node whose client port was busy
+	// Regression: a node whose client port was busy
 	// wrote a one-member cluster into its data dir before failing.
 	It("binds every listener before writing, so a busy port leaves the data dir untouched", func() {
 		dir := specDir("busy-port")
@@ -160,7 +160,7 @@ var _ = Describe("starting a node", func() {
 		}
 	})
 
-	// Regression (issue 9 item 8): restarted with a three-node --peers, a
+	// Regression: restarted with a three-node --peers, a
 	// data dir holding a one-member cluster ran as that cluster, answered
 	// /readyz and served stale reads.
 	It("refuses --peers that disagree with the membership in the data dir, naming both", func() {
@@ -186,7 +186,7 @@ var _ = Describe("starting a node", func() {
 		third.stop()
 	})
 
-	// Regression (issue 9 item 5): schema.fingerprint was written in place
+	// Regression: schema.fingerprint was written in place
 	// without fsync; an I/O error (or a crash) left it empty and the node
 	// refused to start ever after.
 	It("starts after an I/O error cut the schema fingerprint write short", func() {
@@ -207,7 +207,7 @@ var _ = Describe("starting a node", func() {
 		Expect(strings.TrimSpace(string(got))).To(HavePrefix("dim="))
 	})
 
-	// Regression (issue 9 item 5): temporary files of interrupted writes
+	// Regression: temporary files of interrupted writes
 	// (snapshots, metadata) survived every restart.
 	It("removes the temporary files interrupted writes left, logging each, and logs its build", func() {
 		dir := specDir("stale-tmp")
@@ -237,7 +237,7 @@ var _ = Describe("starting a node", func() {
 			Expect(string(log)).To(MatchRegexp(`removed a temporary file.*`+regexp.QuoteMeta(f)), "the log should name %s", f)
 		}
 
-		// Issue 9 item 18: the start-up line names the build, as --version does.
+		// The start-up line names the build, as --version does.
 		version, err := exec.Command(bins.TidalServer, "--version").Output()
 		Expect(err).NotTo(HaveOccurred())
 		line := strings.TrimSpace(string(version))
@@ -249,7 +249,7 @@ var _ = Describe("starting a node", func() {
 		Expect(string(log)).To(ContainSubstring(fmt.Sprintf(`"tidal-server started" build=%q`, build)))
 	})
 
-	// Regression (issue 9 item 7): a node that fenced itself after a
+	// Regression: a node that fenced itself after a
 	// failed write exited 0, like a clean SIGTERM.
 	It("exits with status 4 when it fences itself after a failed write", func() {
 		dir := specDir("fence-exit")

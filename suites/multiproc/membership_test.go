@@ -22,7 +22,7 @@ import (
 const followerLag = 1500 * time.Millisecond
 
 var _ = Describe("membership changes", func() {
-	// Regression (issue 9 item 1): a follower that has not yet applied the
+	// Regression: a follower that has not yet applied the
 	// add and the remove of id 4 accepts a request to add 4 again, and the
 	// change reaches the log. Every node used to turn it into an empty
 	// ConfChangeV2 at apply, which raft reads as "leave joint config": all

@@ -1,6 +1,6 @@
 package multiproc
 
-// Bounded resources and clocks (issue 10 items 4 and 5) on real processes:
+// Bounded resources and clocks on real processes:
 // slow and trickled bodies are cut at their deadline with the node's
 // memory bounded, open-loop overload from thousands of connections is
 // answered with 503s rather than 504s, and event timestamps too far ahead
@@ -345,7 +345,7 @@ func raiseFileLimit() uint64 {
 }
 
 var _ = Describe("bounded resources", func() {
-	// Regression (issue 10 item 4): 60 connections each trickling a 7 MiB
+	// Regression: 60 connections each trickling a 7 MiB
 	// body took a node from 166 MB to 909 MB, and slow bodies never timed
 	// out. The same attack on a secured node (TLS, HTTP/1.1, as a writer:
 	// the role that may send bodies) holds a TLS session per connection
@@ -426,7 +426,7 @@ var _ = Describe("bounded resources", func() {
 		}, SpecTimeout(3*time.Minute))
 	}
 
-	// Regression (issue 10 item 4): with admission by count alone, 6,000
+	// Regression: with admission by count alone, 6,000
 	// connections of overload ended in 3,000+ 504s (outcome unknown) a run
 	// instead of 503s: writes queued past their deadline.
 	// The same on a secured cluster: every connection a TLS session
@@ -590,7 +590,7 @@ var _ = Describe("bounded clocks", func() {
 		Expect(ae.Field).To(Equal(field), "found %v", err)
 	}
 
-	// Regression (issue 10 item 5): one event 48 h ahead was accepted and
+	// Regression: one event 48 h ahead was accepted and
 	// emptied its entity's 1h and 24h windows on every node.
 	It("refuses an event too far ahead of the node's clock and accepts late ones", func(ctx SpecContext) {
 		n := startSingleNode("clock-ahead")

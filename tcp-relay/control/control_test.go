@@ -179,7 +179,7 @@ func TestBadInput(t *testing.T) {
 		{"GET", "/nope", ``, 404, ""},
 		{"POST", "/relays", `{"name":"` + strings.Repeat("x", maxBody) + `"}`, 413, "body"},
 	}
-	// Regression (issue 9 item 18): tcp-relay answered 400 "bad_request"
+	// Regression: tcp-relay answered 400 "bad_request"
 	// where tidal-server answers "invalid_argument"; both binaries now
 	// speak one vocabulary, with "field" always present as the server's is.
 	codes := map[int]string{400: api.CodeInvalid, 404: api.CodeNotFound, 409: api.CodeConflict, 413: api.CodeTooLarge}
@@ -314,7 +314,7 @@ func TestErrorCodesAreTidalServers(t *testing.T) {
 }
 
 // TestResetAfterCloseFails: Reset on a server whose relays were closed
-// under it reports it instead of answering success (issue 16 item 2).
+// under it reports it instead of answering success.
 func TestResetAfterCloseFails(t *testing.T) {
 	s := NewServer(nil)
 	up := echoServer(t)

@@ -11,7 +11,7 @@ import (
 	"github.com/tidaldb/tidal/tcp-relay/relay"
 )
 
-// Issue 14: a fault changes nothing after its API call returns — no byte
+// A fault changes nothing after its API call returns — no byte
 // moves once the call has answered. Through the HTTP API, on connections
 // busy with small messages and a bulk stream: once AddFault(blackhole)
 // has answered, the relay's byte counters (bytes it wrote) stay where

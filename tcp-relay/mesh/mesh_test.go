@@ -320,7 +320,7 @@ func TestLinkFaults(t *testing.T) {
 	}
 }
 
-// Regression (issue 16 item 2): Reset after Close drove RemoveAll into
+// Regression: Reset after Close drove RemoveAll into
 // unbounded recursion on the closed relays (a stack overflow that took
 // the process down). It reports the closed relays instead, and records
 // no reset that did not happen.

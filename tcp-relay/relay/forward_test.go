@@ -14,7 +14,7 @@ import (
 // returned less than its buffer; the poller merges an edge arriving while
 // it wakes the reader into that wake-up, and the read returns the data
 // without the FIN behind it, so the FIN was never seen and the
-// connection hung (issue 14 item 2; found by TestChurnUnderLoad and
+// connection hung (found by TestChurnUnderLoad and
 // TestHeldByteSurvivesRemovalThenClientClose).
 func TestFINBehindDataIsForwarded(t *testing.T) {
 	s := startServer(t, false)
@@ -69,7 +69,7 @@ func busyConns(t *testing.T, r *Relay, n int) (stop func()) {
 	}
 }
 
-// Issue 14 item 2: a fault changes nothing after its call returns — no
+// A fault changes nothing after its call returns — no
 // byte moves once the call has answered. A pump that had checked the
 // fault set and was about to write when Apply swapped it used to write
 // after Apply returned. The hook holds a pump in exactly that window

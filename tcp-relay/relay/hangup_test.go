@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// Regression (issue 16 item 2): RemoveAll answered every error from Apply
+// Regression: RemoveAll answered every error from Apply
 // by calling itself, so on a closed relay (Apply: ErrClosed) it recursed
 // until the stack overflowed — reachable through Mesh.Reset and the
 // nemesis's HealAll after Close. It returns the error now.
@@ -80,7 +80,7 @@ func connectAndLeave(t *testing.T, r *Relay, n int) {
 		func() string { return fmt.Sprintf("%d connections total", r.Stats().ConnectionsTotal-before) })
 }
 
-// Regression (issue 16 item 3): a blackholed relay never noticed a client
+// Regression: a blackholed relay never noticed a client
 // that went away — 200 clients that connected and closed under a two-way
 // blackhole left 400 goroutines, 400 relay sockets and 200 upstream
 // connections until the fault was removed. The held direction now watches
@@ -131,7 +131,7 @@ func TestBlackholeReleasesClientsThatLeave(t *testing.T) {
 // A downstream-only blackhole: the client's request and FIN go through,
 // the server answers and closes, the answer is held. Once both ends have
 // hung up nobody waits on anything, so the connection is released; the
-// client gets a reset, never the held answer (issue 16 item 3).
+// client gets a reset, never the held answer.
 func TestDownstreamBlackholeReleasesWhenBothEndsLeft(t *testing.T) {
 	s := startServer(t, false) // echo: answers, then closes on the client's FIN
 	r := startRelay(t, s.addr())

@@ -44,7 +44,7 @@ func TestFaultActsOnNextByte(t *testing.T) {
 	}
 }
 
-// Regression (issue 14 item 1): TestFaultActsOnNextByte lost the held
+// Regression: TestFaultActsOnNextByte lost the held
 // byte about once in 150 runs. The held pump checked that its fault set
 // was current, then looked for a hang-up: a RemoveAll that returned and a
 // client close right after, both between those two steps, made it see a

@@ -374,7 +374,7 @@ func (p *pump) waitHeld(wake time.Time) (release bool) {
 		// only before looking: a fault removed (Apply returned) and the
 		// client closing right after, between the check above and the
 		// poll, would otherwise release the connection and drop bytes
-		// the removal had freed (issue 14 item 1: TestFaultActsOnNextByte
+		// the removal had freed (TestFaultActsOnNextByte
 		// lost the held byte about once in 150 runs). Apply stores the
 		// new set before it returns, and the client closed after that, so
 		// a hang-up the poll sees is ordered after the store and this

@@ -33,7 +33,7 @@ import (
 // packed proposals (replica/pack.go) commit every write queued at once in
 // one raft entry, so the writes in a deep queue do not cost one after the
 // other and a cost per write learnt at a shallow depth, multiplied by a
-// deep one, overstates the wait many times over (issue 14: 256 writes on
+// deep one, overstates the wait many times over (256 writes on
 // one ingest stream shed up to 1.3% of writes that would have committed in
 // milliseconds). The rate is completions over busy time (time with a
 // write queued; idle time teaches nothing, a quiet node is not a slow

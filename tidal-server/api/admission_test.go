@@ -57,7 +57,7 @@ func wantShed(t *testing.T, err error, stalled bool) *errExpectedWait {
 	return ew
 }
 
-// Regression (issue 10 item 4): admission was a count alone (4096), so
+// Regression: admission was a count alone (4096), so
 // under overload writes queued until they outlived the write timeout and
 // ended as 504 (outcome unknown). The queue now estimates a newcomer's
 // wait from recent commit latency and depth and sheds it up front.
@@ -230,7 +230,7 @@ func (s *packSim) closedLoopRounds(rounds int) {
 	}
 }
 
-// Regression (issue 14, admission over the stream; issue 10 item 4 kept):
+// Regression (admission over the stream; issue 10 item 4 kept):
 // the estimate was depth x a cost per write learnt as latency/(depth at
 // admission + 1), which assumes the writes ahead commit one after the
 // other. With packed proposals 256 queued writes commit together in

@@ -109,7 +109,7 @@ func processCPU() time.Duration {
 
 // BenchmarkDecodeVector decodes one 1536-dim vector as the JSON an
 // embedding put carries (5 significant digits, as tidal-stress sends) and
-// as application/octet-stream (issue 14, build item 2).
+// as application/octet-stream.
 func BenchmarkDecodeVector(b *testing.B) {
 	const dim = 1536
 	var js bytes.Buffer

@@ -20,7 +20,7 @@ func le(v ...float32) string {
 	return string(b)
 }
 
-// A binary vector (issue 14, build item 2) stores exactly what the same
+// A binary vector stores exactly what the same
 // vector in JSON stores, and queries the same way.
 func TestBinaryVectorsMatchJSON(t *testing.T) {
 	vec := []float32{1, 2.5, -3, 4}

@@ -156,7 +156,7 @@ func (h *handler) readJSONBody(w http.ResponseWriter, r *http.Request) (body []b
 }
 
 // Media types of request bodies. A vector may also come as raw
-// little-endian float32s (issue 14, build item 2): decoding 1,536 JSON
+// little-endian float32s: decoding 1,536 JSON
 // numbers was 29% of a node's CPU on embedding writes.
 const (
 	mediaJSON   = "application/json"

@@ -110,7 +110,7 @@ func errorCodeOf(t *testing.T, body []byte) (code, field, message string) {
 	return b.Error.Code, b.Error.Field, b.Error.Message
 }
 
-// Regression (issue 10 item 4): bodies were read with io.ReadAll whatever
+// Regression: bodies were read with io.ReadAll whatever
 // else was in flight, so 60 connections each trickling a 7 MiB body took
 // a node from 166 MB to 909 MB. Now every body is charged to a byte budget
 // before it is read; one that does not fit is refused with 503 and
@@ -233,7 +233,7 @@ func TestUndeclaredLengthIsChargedAsItArrives(t *testing.T) {
 	}
 }
 
-// Regression (issue 10 item 4): a body sent slowly was waited for forever.
+// Regression: a body sent slowly was waited for forever.
 // Now a body must average MinBodyRate once BodyRateGrace has passed; a
 // slower one is cut with 408 and its connection closed.
 func TestSlowBodyIsCutByTheMinimumRate(t *testing.T) {
@@ -262,7 +262,7 @@ func TestSlowBodyIsCutByTheMinimumRate(t *testing.T) {
 	e.wantNothingWritten()
 }
 
-// Regression (issue 10 item 4): the minimum rate alone lets a client that
+// Regression: the minimum rate alone lets a client that
 // sent most of its body quickly stall on the rest for as long as its
 // credit lasts (7 MiB at 64 KiB/s is nearly two minutes); the overall
 // deadline cuts it.

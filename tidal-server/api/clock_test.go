@@ -14,7 +14,7 @@ func signalAt(id string, ts int64) string {
 	return fmt.Sprintf(`{"id":%q,"entity":1,"signal":"view","ts":%d}`, id, ts)
 }
 
-// Regression (issue 10 item 5): one event with a ts 48 h ahead was
+// Regression: one event with a ts 48 h ahead was
 // accepted and emptied its entity's 1h and 24h windows on every node (the
 // ledger prunes window buckets relative to a key's newest event). An
 // event more than MaxClockSkew ahead of the stamping node's clock is now
@@ -114,7 +114,7 @@ type recorded struct {
 	rec  *httptest.ResponseRecorder
 }
 
-// Regression (issue 10 item 4): latency buckets stopped at 3.3s, below
+// Regression: latency buckets stopped at 3.3s, below
 // the 5s write timeout, so every request that ran into a deadline landed
 // in +Inf and the histogram could not say what timeouts cost. Buckets now
 // reach past twice the longest timeout, and at least 30s.

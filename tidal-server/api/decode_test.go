@@ -8,7 +8,7 @@ import (
 	"github.com/tidaldb/tidal/tidal-server/ledger"
 )
 
-// Event ids are substrings of one copy of the body (issue 14, build item
+// Event ids are substrings of one copy of the body (build item
 // 2): a 100-event batch decodes with a fixed handful of allocations, not
 // one per id, and ids with escapes still come out decoded.
 func TestDecodeSignalsIDsShareOneString(t *testing.T) {

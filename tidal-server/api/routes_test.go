@@ -330,7 +330,7 @@ func TestAdmin(t *testing.T) {
 	wantError(t, e.do("DELETE", "/admin/members/9", "", ""), http.StatusNotFound, CodeNotFound, "")
 	e.fake.adminErr = &replica.MembershipError{Msg: "node 2 was removed; ids are never reused"}
 	wantError(t, e.post("/admin/members", `{"id":2,"peer_addr":"127.0.0.1:7081"}`), http.StatusConflict, CodeConflict, "")
-	// Regression (issue 9 item 1): refused at apply, after the change
+	// Regression: refused at apply, after the change
 	// reached the log (a follower that had not applied the removal took the
 	// request): still 409, naming the id.
 	e.fake.adminErr = fmt.Errorf("add member: %w", &replica.MembershipError{Msg: "member id 2 was removed earlier; ids are never reused (the change reached the log and was applied as a no-op)"})
@@ -339,7 +339,7 @@ func TestAdmin(t *testing.T) {
 	if !strings.Contains(rec.Body.String(), "member id 2") {
 		t.Errorf("409 for a re-added removed id does not name it: %s", rec.Body)
 	}
-	// Regression (issue 9 item 2): a change raft dropped because another
+	// Regression: a change raft dropped because another
 	// was pending is certainly not made: 503 with Retry-After, at once,
 	// for both kinds of change — not 504 after the write timeout.
 	// So is one a leader without a quorum refused before proposing it.

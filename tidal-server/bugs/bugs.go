@@ -56,24 +56,23 @@ const (
 	// StateMachine.snapshotLocked). A node that restores one — its own
 	// after a restart, or the leader's when it catches up by snapshot —
 	// loses every vector put before the snapshot's index, while its
-	// ledger and embedding write ids are whole (issue 9 item 15).
+	// ledger and embedding write ids are whole.
 	DropVectorsInSnapshot
 	// WindowOffByOneBucket evaluates every windowed count one bucket
 	// late: it counts the bucket that has just expired and not the one
 	// holding the read's time (hook: ledger's windowCount). Every node
 	// computes the same wrong count, so only a model of the aggregates
-	// sees it (issue 9 item 16).
+	// sees it.
 	WindowOffByOneBucket
 	// DecayWrongHalfLife decays every score with the schema's half-life
 	// read as minutes where it says hours (72h decays as 72m; hook:
-	// ledger.New). Deterministic, so every node agrees on the wrong score
-	// (issue 9 item 16).
+	// ledger.New). Deterministic, so every node agrees on the wrong score.
 	DecayWrongHalfLife
 	// IgnoreEmbeddingOverwrite acknowledges a put to an entity that
 	// already has a vector, remembers its write id, and keeps the old
 	// vector (hook: server's StateMachine.applyEmbedding). Every node
 	// applies the same log the same way, so their digests agree: only
-	// reading the vectors back shows it (issue 9 item 15).
+	// reading the vectors back shows it.
 	IgnoreEmbeddingOverwrite
 	// VoteBeforeSync answers a vote (MsgVoteResp) as soon as the term and
 	// vote it grants are staged in the WAL, before they are synced, and

@@ -22,7 +22,7 @@ func TestParseNamesEveryDefectAndRefusesUnknownOnes(t *testing.T) {
 		}
 		seen[d] = true
 	}
-	// The checkers' own defects (issue 9 items 15 and 16).
+	// The checkers' own defects.
 	got, err = parse("drop-vectors-in-snapshot,window-off-by-one-bucket,decay-wrong-half-life,ignore-embedding-overwrite")
 	if err != nil {
 		t.Fatal(err)

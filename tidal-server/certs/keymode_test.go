@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// Regression (issue 13, container helper's note: the k8s key permission
+// Regression (container helper's note: the k8s key permission
 // problem): Kubernetes projects a Secret with defaultMode 0400 and the
 // pod's fsGroup as a root-owned file of mode 0440 whose group is the
 // fsGroup. The loader refused every group-readable key, so a pod could

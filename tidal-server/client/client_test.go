@@ -762,7 +762,7 @@ func TestKeepAliveReuse(t *testing.T) {
 	}
 }
 
-// WithBinaryVectors (issue 14, build item 2) sends the vector as raw
+// WithBinaryVectors sends the vector as raw
 // little-endian float32s with the id (or k) in the query.
 func TestBinaryVectors(t *testing.T) {
 	vec := []float32{0.1, -2.5e-8, 3.4028235e38, 1.0000001}

@@ -50,7 +50,7 @@ func selfSignedClientCert(t *testing.T, cn string) tls.Certificate {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
-// Issue 10 item 3: the client speaks TLS with HTTP/2 when the node offers
+// The client speaks TLS with HTTP/2 when the node offers
 // it, presents its client certificate and sends its bearer token.
 func TestTLSUsesHTTP2ClientCertAndToken(t *testing.T) {
 	var (
@@ -87,7 +87,7 @@ func TestTLSUsesHTTP2ClientCertAndToken(t *testing.T) {
 	}
 }
 
-// Issue 10 item 3: a client without TLS that reaches a node serving
+// A client without TLS that reaches a node serving
 // HTTPS is told so in those words (net/http's server answers a bare 400),
 // and is not retried: the next attempt would meet the same port.
 func TestPlainHTTPToTLSNodeSaysSo(t *testing.T) {
@@ -106,7 +106,7 @@ func TestPlainHTTPToTLSNodeSaysSo(t *testing.T) {
 	}
 }
 
-// Issue 10 item 3: a TLS client that reaches a plaintext node is told the
+// A TLS client that reaches a plaintext node is told the
 // node does not serve TLS; no request was delivered, nothing is retried.
 func TestTLSClientToPlainNodeSaysSo(t *testing.T) {
 	var hits int

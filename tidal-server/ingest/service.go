@@ -1,4 +1,4 @@
-// Package ingest is tidal-server's gRPC ingest stream (issue 14):
+// Package ingest is tidal-server's gRPC ingest stream:
 // tidal.v1.Ingest/Stream, a bidirectional stream on which a client sends
 // write requests, each carrying one or more events and a client-chosen
 // request id, and the node answers each, in completion order, with its
@@ -366,7 +366,7 @@ var refusedAtOpen = metadata.Pairs(RefusedAtOpenTrailer, "1")
 // goroutine writes its own answer (SendMsg under a lock only queues it for
 // gRPC's writer, which coalesces answers sent together into one system
 // call). A write's path thus crosses no goroutine of this service besides
-// its own (issue 14: one hand-off in and one out fewer than a dispatch
+// its own (one hand-off in and one out fewer than a dispatch
 // loop and a sender goroutine cost).
 func (s *Service) serveStream(_ any, ss grpc.ServerStream) error {
 	cred, err := s.authenticate(ss.Context())

@@ -111,7 +111,7 @@ func BenchmarkSnapshot(b *testing.B) {
 }
 
 // BenchmarkCapture is the part of BenchmarkSnapshot's ledger that a
-// periodic snapshot now costs the apply path (issue 14): the capture,
+// periodic snapshot now costs the apply path: the capture,
 // without the encoding.
 func BenchmarkCapture(b *testing.B) {
 	l, _ := loadedLedger(b, 500000)

@@ -2,7 +2,7 @@ package ledger
 
 import "fmt"
 
-// The entity state's layout (issue 14, build item 2). Before, a fold
+// The entity state's layout. Before, a fold
 // followed five dependent pointers — entity map → entityState → cells
 // slice → cell → buckets — each a likely cache miss over 100,000 random
 // entities, and every new entity or key allocated two to three objects
@@ -91,7 +91,7 @@ func (l *Ledger) entitySlot(id uint64) int {
 	return int(s)
 }
 
-// Cells and window records live in fixed-size chunks (issue 14, wave 5):
+// Cells and window records live in fixed-size chunks (wave 5):
 // one growing slice of every cell was copied whole each time it grew
 // (append's 1.25× steps past 256 elements), and while a node met new
 // entities that copying — memmove and the page faults of each new array —
@@ -119,7 +119,7 @@ func (l *Ledger) cellAt(slot, si int) *cell {
 	return &l.cells[slot>>cellChunkShift][(slot&cellChunkMask)*len(l.sigs)+si]
 }
 
-// A window's buckets are held in its record (issue 14, wave 5): up to
+// A window's buckets are held in its record (wave 5): up to
 // inlineBuckets of them inline, more in a region of the spill arena the
 // record names. Before, every window of every present cell had its own
 // small bucket array behind a slice header (two dependent cache misses

@@ -10,7 +10,7 @@ import (
 // audits and snapshots walk them without sorting, and the index finds an
 // id's slot.
 //
-// Layout (issue 14, build item 2): nothing here holds a pointer per id, so
+// Layout: nothing here holds a pointer per id, so
 // the garbage collector scans a generation of 500,000 ids as a few dozen
 // objects instead of 500,000 strings and a map of string keys, and an
 // insert allocates nothing.

@@ -75,7 +75,7 @@ func TestStateBytesUnchangedByLayout(t *testing.T) {
 }
 
 // TestCellsKeepTheirAddressAsEntitiesArrive pins the chunked cell storage
-// (issue 14, wave 5): adding entities never moves the cells already held.
+// (wave 5): adding entities never moves the cells already held.
 // Before, all cells were one slice that append copied whole as it grew
 // (a quarter of a follower's CPU while a node met new entities), and a
 // cell's address changed with each copy.

@@ -2,7 +2,7 @@ package ledger
 
 import "hash/maphash"
 
-// Touching a batch's memory ahead of use (issue 14, build item 2).
+// Touching a batch's memory ahead of use.
 //
 // Profiles of 100-event batches on 3 nodes put apply at 30% of the
 // leader's CPU and 60% of a follower's, nearly all of it waiting on

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// The staged prefetch of large batches (issue 14, build item 2) only
+// The staged prefetch of large batches only
 // reads, and the hash table that finds a large batch's in-batch duplicates
 // finds what a linear scan finds: a history of batches with retries,
 // in-batch duplicates, conflicts and invalid events, applied with both and

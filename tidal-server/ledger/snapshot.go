@@ -55,7 +55,7 @@ func (l *Ledger) Digest() string {
 
 // Captured is the ledger's state at one instant, taken by Capture and
 // encoded later by its Snapshot, without the ledger's lock, while Apply
-// goes on (issue 14: a snapshot encoded on the apply path stopped every
+// goes on (a snapshot encoded on the apply path stopped every
 // write's acknowledgement for as long as the encoding took, hundreds of
 // milliseconds for a few hundred thousand remembered ids).
 //

@@ -193,7 +193,7 @@ func TestDigestDeterminism(t *testing.T) {
 // memory), exactly the bytes a snapshot taken at the capture would have
 // had — through entities added after it, buckets and cells changed in
 // place, generations rotating, and ids long enough that a chunk's arena
-// outgrows its first allocation and moves (issue 14: snapshots are
+// outgrows its first allocation and moves (snapshots are
 // encoded off the apply path from a capture).
 func TestCaptureIsTheStateAtCapture(t *testing.T) {
 	for _, idsPerGen := range []int{50, 3000} {
@@ -265,7 +265,7 @@ func TestCaptureIsTheStateAtCapture(t *testing.T) {
 // Digest captures, and a capture of a few entities that cloned every
 // cell, window-record and spill chunk in full (over a megabyte) made the
 // reference test 70× slower under -race when the chunked layout and the
-// off-apply capture met (issue 14, wave 5).
+// off-apply capture met (wave 5).
 func TestCaptureCopiesOnlyWhatIsUsed(t *testing.T) {
 	l := New(DefaultSchema(), Options{IDsPerGeneration: 50})
 	ts := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()

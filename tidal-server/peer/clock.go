@@ -57,7 +57,7 @@ func (c *clocks) add(id uint64, p clockProbe) clockProbe {
 		// One of the two clocks stepped since the best probe: the older
 		// probes measured a clock that is gone. Keeping the one with the
 		// smallest round trip would report the old offset for up to
-		// clockWindow probes after a jump (issue 11 item 2).
+		// clockWindow probes after a jump.
 		ps = nil
 	}
 	ps = append(ps, p)

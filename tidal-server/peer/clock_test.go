@@ -72,7 +72,7 @@ func TestClockKeepsTightestSample(t *testing.T) {
 	}
 }
 
-// Issue 11 item 2: a clock that steps (a jump, or the clock nemesis
+// A clock that steps (a jump, or the clock nemesis
 // moving the test offset) makes every earlier probe wrong. The tightest
 // probe of the window must not outlive the step: the first probe after it
 // that cannot be true of the same offset replaces the window.

@@ -39,7 +39,7 @@ func (h *captureHandler) snapshot() []string {
 
 // Refusals are logged on transitions: the first, a running count at most
 // once per interval however many come, and the end of the episode once
-// refusals stop; never one line each. Regression (issue 10 item 2): the
+// refusals stop; never one line each. Regression: the
 // count was logged every 1000th refusal, so a non-member's flood of 65,000
 // messages a second wrote 65 lines a second.
 func TestDropLogOnTransitions(t *testing.T) {

@@ -19,7 +19,7 @@ func (v viewInbound) MemberStatus(id uint64) (current, removed bool) {
 	return v.current[id], v.removed[id]
 }
 
-// Issue 10 item 2: the transport a server builds (Factory) admits by the
+// The transport a server builds (Factory) admits by the
 // server's replicated membership, not by its address book: the book has
 // no entry for a member without an address, and a removed member listed
 // in --peers is seeded into it again at every restart.

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Regression (issue 14, peer plane's write system calls): gRPC's bandwidth
+// Regression (peer plane's write system calls): gRPC's bandwidth
 // estimator, on by default, answered nearly every DATA frame a peer
 // connection received with a PING of its own (and the other side with a
 // PING ack): on a leader under single-event writes half of the peer

@@ -74,7 +74,7 @@ func checkHeaderAgrees(t *testing.T, b []byte) {
 	}
 }
 
-// Issue 10 item 2: the sender checked is the sender raft sees.
+// The sender checked is the sender raft sees.
 func TestHeaderMatchesProto(t *testing.T) {
 	corpus := headerCorpus(t)
 	for _, b := range corpus {

@@ -287,7 +287,7 @@ func sendMessages(ctx context.Context, conn *grpc.ClientConn, msgs ...[]byte) er
 }
 
 // expectToldRemoved checks that a stream carrying a removed member's
-// message was ended with the answer that tells it so (issue 12 item 4).
+// message was ended with the answer that tells it so.
 func expectToldRemoved(t *testing.T, err error, id uint64) {
 	t.Helper()
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), fmt.Sprintf("member %d was removed", id)) {

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Issue 10 item 2: over mutual TLS, two transports deliver raft messages
+// Over mutual TLS, two transports deliver raft messages
 // both ways, each side learning the other's member id from its
 // certificate.
 func TestTLSDeliversBetweenMembers(t *testing.T) {
@@ -33,7 +33,7 @@ func TestTLSDeliversBetweenMembers(t *testing.T) {
 	}
 }
 
-// Issue 10 item 2: the dialer accepts only the member it meant to reach.
+// The dialer accepts only the member it meant to reach.
 // Member 1 is told member 2 lives at member 3's address: its handshake
 // refuses member 3's certificate and member 3 receives nothing.
 func TestTLSDialerRefusesTheWrongMember(t *testing.T) {
@@ -99,7 +99,7 @@ func TestTLSRefusesUnauthenticatedClients(t *testing.T) {
 	}
 }
 
-// Issue 10 item 2: a valid certificate of member 2 claiming to be member
+// A valid certificate of member 2 claiming to be member
 // 1 is dropped (sender_mismatch); the same connection's honest messages
 // pass, so the check is on the message, not the link.
 func TestTLSDropsMessagesClaimingAnotherMember(t *testing.T) {
@@ -193,7 +193,7 @@ func TestUnknownMemberAdmittedOnceVouchedFor(t *testing.T) {
 	}
 }
 
-// Issue 10 item 2: in insecure (loopback development) mode, From is taken
+// In insecure (loopback development) mode, From is taken
 // at its word, but non-members, a message to another node and one
 // claiming to be this node are still dropped; members get through.
 func TestInsecureDropsNonMembers(t *testing.T) {
@@ -266,7 +266,7 @@ func outbound(t *testing.T, m *raftpb.Message) []replicaOutbound {
 	return []replicaOutbound{{To: m.GetTo(), Snapshot: m.GetType() == raftpb.MsgSnap, Data: marshal(t, m)}}
 }
 
-// Regression (issue 13, found by the e2e suite: POST /admin/transfer-leader
+// Regression (found by the e2e suite: POST /admin/transfer-leader
 // asked of a follower of a TLS cluster timed out with 504): raft's
 // follower forwards a leadership transfer request to the leader as
 // MsgTransferLeader whose From names the transferee, not the follower

@@ -98,7 +98,7 @@ func spoolFiles(t *testing.T, dir string) []string {
 	return files
 }
 
-// Regression (issue 10 item 2: a forged 400 MiB snapshot stream raised a
+// Regression (a forged 400 MiB snapshot stream raised a
 // node's memory by ~450 MB): a snapshot is written to disk as it
 // arrives. With 32 MiB streamed and the stream still open, the receiving
 // process's live heap has not grown by anything like 32 MiB; once the
@@ -145,7 +145,7 @@ func TestSnapshotSpooledToDiskNotMemory(t *testing.T) {
 	eventually(t, "the spool emptied", func() bool { return len(spoolFiles(t, spool)) == 0 })
 }
 
-// Regression (issue 10 item 2): a snapshot stream past MaxSnapshotBytes
+// Regression: a snapshot stream past MaxSnapshotBytes
 // is cut with ResourceExhausted and counted; the 64 MiB a sender tries
 // to push through an 8 MiB cap neither reaches raft nor stays in memory
 // or on disk.
@@ -186,7 +186,7 @@ func TestSnapshotStreamPastCapIsCut(t *testing.T) {
 	eventually(t, "the spool emptied", func() bool { return len(spoolFiles(t, spool)) == 0 })
 }
 
-// Issue 10 item 2: a snapshot is admitted like any message, on its
+// A snapshot is admitted like any message, on its
 // header read back from the spool: member 2 sending a MsgSnap as member
 // 1 is refused, and under TLS a certificate naming a non-member is
 // refused before anything is spooled.
@@ -250,7 +250,7 @@ func TestSnapshotBetweenTransports(t *testing.T) {
 	}
 }
 
-// Issue 10 item 2: spool files an earlier run left behind (a crash in
+// Spool files an earlier run left behind (a crash in
 // the middle of a snapshot) are removed at start; other files are not
 // touched.
 func TestStaleSpoolFilesRemovedAtStart(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 // replicas (real WAL, real fdatasync) over the in-process transport, so the
 // network costs nothing and what is left is raft, the WAL's group commit
 // and apply. Proposals go to the leader; "clients" is the number of
-// concurrent proposers; "pack" is Config.PackProposals (issue 14, build
+// concurrent proposers; "pack" is Config.PackProposals (build
 // item 2). Reports writes/s, latency percentiles and the process's CPU per
 // write (all three replicas run in this process).
 func BenchmarkPropose(b *testing.B) {

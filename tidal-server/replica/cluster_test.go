@@ -74,7 +74,7 @@ func (s *listSM) Apply(index, term uint64, data []byte) any {
 }
 
 // ApplyBatch makes listSM a replica.BatchStateMachine, so every replica
-// test runs the batched apply path (issue 14, build item 2) for runs of
+// test runs the batched apply path for runs of
 // entries and the single-entry path for the rest.
 func (s *listSM) ApplyBatch(entries []replica.AppEntry) []any {
 	s.mu.Lock()

@@ -21,7 +21,7 @@ func memberIDs(ms []replica.Member) []uint64 {
 
 // StoredMembers reads a stopped node's membership from its snapshot and
 // the conf changes logged after it, the same table the node rebuilds on
-// start (issue 9 item 8: what --peers is checked against).
+// start (what --peers is checked against).
 func TestStoredMembersFollowsSnapshotAndLog(t *testing.T) {
 	c := newCluster(t, 3, nil)
 	lead := c.waitLeader()
@@ -78,7 +78,7 @@ func TestStoredMembersFollowsSnapshotAndLog(t *testing.T) {
 	}
 }
 
-// Regression (issue 9 item 18): nodes bootstrapped from --peers know only
+// Regression: nodes bootstrapped from --peers know only
 // peer addresses; a voter publishes its client address into the
 // replicated table, and every node sees it.
 func TestPublishMemberRecordsAddressesEverywhere(t *testing.T) {

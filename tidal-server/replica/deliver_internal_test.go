@@ -42,7 +42,7 @@ func (t *recordingTransport) RemovePeer(uint64)      {}
 
 // A follower's acknowledgement of a durable append goes to the leader
 // without waiting for raft's goroutine to take the local response
-// (issue 14: the leader commits on it). Before the fix, deliver stepped
+// (the leader commits on it). Before the fix, deliver stepped
 // the local response first and this test saw no send while the step was
 // held.
 func TestDeliverSendsPeersBeforeSteppingLocal(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"github.com/tidaldb/tidal/tidal-server/replica"
 )
 
-// Issue 12 item 2: an entry whose envelope no entry format of this build
+// An entry whose envelope no entry format of this build
 // defines (a newer release wrote it) stops the node with an
 // *EntryFormatError naming its index, on every start, instead of being
 // skipped: a skipped entry is a replica that diverged from those that
@@ -47,7 +47,7 @@ func TestUnreadableEntryFormatStopsTheNode(t *testing.T) {
 // A malformed packed entry (envelope 3 of entry format 2, known to this
 // build, but cut short: cannot be written by a node, only by a bug) is
 // skipped on every node alike, and the log goes on; a well-formed one
-// proposed raw is applied command by command (issue 14 item 2).
+// proposed raw is applied command by command.
 func TestMalformedPackedEntryIsSkippedEverywhere(t *testing.T) {
 	c := newCluster(t, 3, nil)
 	leader := c.waitLeader()

@@ -12,14 +12,14 @@ import (
 	"github.com/tidaldb/tidal/tidal-server/replica"
 )
 
-// Regression (issue 9 item 9): raft drops every proposal forwarded to a
+// Regression: raft drops every proposal forwarded to a
 // leader while it transfers leadership, so writes taken by the other nodes
 // during a hand-off waited out their deadline and ended as 504 (unknown
 // outcome). The leader now holds them and steps them once the transfer
 // ends, which forwards them to the new leader: each is applied once.
 func TestProposalsForwardedDuringATransferAreKept(t *testing.T) {
 	t.Run("asked of the leader", func(t *testing.T) { testProposalsKeptDuringTransfer(t, false) })
-	// Regression (issue 9 item 9): asked of a follower, the transfer
+	// Regression: asked of a follower, the transfer
 	// reaches the leader's raft as a message; the leader's replica did not
 	// know of it and raft dropped the proposals forwarded meanwhile.
 	t.Run("asked of a follower", func(t *testing.T) { testProposalsKeptDuringTransfer(t, true) })

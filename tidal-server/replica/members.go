@@ -144,7 +144,7 @@ func (r *Replica) Voters() []uint64 {
 // never reused, so the word of any member is final: a removed node that
 // was down or cut off while its removal committed would otherwise never
 // learn of it (the leader no longer sends to it) and run on, campaigning
-// in vain (issue 12 item 4; etcd answers such a member 410 "member
+// in vain (etcd answers such a member 410 "member
 // removed"). The replica stops as if it had applied the removal itself:
 // ErrRemoved, and tidal-server exits 5.
 func (r *Replica) ReportRemoved(by uint64) {

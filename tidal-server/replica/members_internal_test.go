@@ -7,7 +7,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// Regression (issue 9 item 1): what apply refuses, identically on every
+// Regression: what apply refuses, identically on every
 // node, whatever the proposer's own (possibly lagging) table said. A
 // promotion racing the removal of its learner is the AddNode row.
 func TestMembershipRefusesAtApply(t *testing.T) {
@@ -54,7 +54,7 @@ func (a advertised) PeerEntryFormat(id uint64) (uint32, bool) {
 	return f, ok
 }
 
-// Issue 12 item 2: the minimum-entry-format rule. A format may be proposed
+// The minimum-entry-format rule. A format may be proposed
 // only when every current member advertised that it reads it; a member
 // that advertised nothing (not heard from yet, or a release before the
 // handshake) counts as format 1; removed members do not count.
@@ -92,7 +92,7 @@ func TestClusterEntryFormat(t *testing.T) {
 	}
 }
 
-// Issue 12 item 4: only a current member's word that this node was removed
+// Only a current member's word that this node was removed
 // counts, and never this node's own; a node that already knows is not
 // stopped twice. (That the word stops a running node is pinned with real
 // processes: suites/lifecycle "a removed member".)

@@ -13,7 +13,7 @@ import (
 	"github.com/tidaldb/tidal/tidal-server/wal"
 )
 
-// Regression (issue 9 item 1): a log that holds an empty ConfChangeV2
+// Regression: a log that holds an empty ConfChangeV2
 // outside a joint config — raft's "leave the joint config", which it panics
 // on when there is none — must not crash the node at that index on every
 // restart. The node applies it as the no-op it is and keeps serving.
@@ -51,7 +51,7 @@ func TestRestartOverEmptyConfChangeInLog(t *testing.T) {
 	}
 }
 
-// Regression (issue 9 item 2): a membership change proposed on a leader
+// Regression: a membership change proposed on a leader
 // that has lost its quorum (before CheckQuorum deposes it) could not
 // commit, nor could the empty entry raft logs for a change it drops; the
 // caller waited out its whole deadline for ErrUnknownOutcome (504). A

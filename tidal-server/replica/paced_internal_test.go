@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// The snapshot encoder pauses after every `every` bytes (issue 14: a
+// The snapshot encoder pauses after every `every` bytes (a
 // busy encoder kept the Ready loop's ticker from firing during GC), and
 // passes every byte through unchanged.
 func TestPacedBufferPausesEveryNBytes(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Packed proposals (issue 14, build item 2). With Config.PackProposals,
+// Packed proposals. With Config.PackProposals,
 // proposals made on this node while another is being handed to raft are
 // packed into one raft entry: one log entry, one WAL record, one
 // replication message and one raft step for all of them, instead of one

@@ -64,7 +64,7 @@ func quorumHeard(voters []uint64, self uint64, lastHeard func(uint64) (uint64, b
 // leaderLacksQuorum reports whether this node leads and has not heard from
 // a quorum of voters for an election timeout: raft's CheckQuorum will
 // depose it within one more, and a change proposed now could not commit
-// before then (issue 9 item 2). The window is the one CheckQuorum uses, so
+// before then. The window is the one CheckQuorum uses, so
 // a healthy follower, heard at every heartbeat, is never judged silent. In
 // a joint configuration it claims nothing.
 func (r *Replica) leaderLacksQuorum() bool {

@@ -296,7 +296,7 @@ func (r *Replica) syncLoop() {
 // addressed to this node back into raft. Peers first: on a follower the
 // acknowledgement of a durable append (MsgAppResp) is what the leader
 // waits for to commit, and stepping first would put a rendezvous with
-// raft's goroutine in front of it (issue 14). Both only ever go out after
+// raft's goroutine in front of it. Both only ever go out after
 // the write they acknowledge is durable, so their order does not matter
 // to raft.
 func (r *Replica) deliver(resps []*raftpb.Message) bool {
@@ -381,7 +381,7 @@ func (r *Replica) send(msgs []*raftpb.Message) {
 		if m.GetType() == raftpb.MsgSnap {
 			// Marshalling a snapshot copies all its data (131 MB for
 			// 20,000 vectors of 1536): never on the Ready loop, whose
-			// ticks and heartbeats would wait for it (issue 14). The
+			// ticks and heartbeats would wait for it. The
 			// transport streams it on its own connection, so it never
 			// was ordered with the messages around it.
 			r.snapSends.Add(1)

@@ -11,7 +11,7 @@ import (
 	"github.com/tidaldb/tidal/tidal-server/replica"
 )
 
-// Regression (issue 9 item 3): the Ready loop wrote and fsynced every
+// Regression: the Ready loop wrote and fsynced every
 // snapshot received from the leader itself, so a large snapshot on a slow
 // disk stopped it: no ticks, no heartbeat responses, no leader changes seen,
 // nothing sent. Now the snapshot is written off the loop, which keeps taking
@@ -90,7 +90,7 @@ func TestReadyLoopKeepsDrainingWhileReceivedSnapshotIsWritten(t *testing.T) {
 	c.waitConverged()
 }
 
-// Regression (issue 9 item 3): the Ready loop ran learner promotion rounds
+// Regression: the Ready loop ran learner promotion rounds
 // itself, and a round proposes a conf change and waits for its outcome —
 // up to a tick when raft holds the proposal back, up to promoteWait for the
 // outcome, which the blocked loop itself would have to deliver. A promotion
@@ -145,7 +145,7 @@ func TestReadyLoopKeepsDrainingWhileLearnerPromotionWaits(t *testing.T) {
 	c.waitConverged(1, 2)
 }
 
-// Regression (issue 14, embeddings): the state was encoded into memory on
+// Regression: the state was encoded into memory on
 // the apply goroutine, so while a large snapshot (131 MB of vectors) was
 // encoded nothing was applied — no write completed — and the encoding's
 // allocations stalled the whole process past an election timeout. Now the

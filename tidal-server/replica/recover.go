@@ -18,7 +18,7 @@ import (
 
 // Survivor is what a stopped node's data dir holds, as ForceNewCluster
 // (and its dry run) reads it: the basis of a new cluster after the
-// quorum was lost (issue 12 item 3).
+// quorum was lost.
 type Survivor struct {
 	// SnapshotIndex is the newest snapshot's index (0: none).
 	SnapshotIndex uint64

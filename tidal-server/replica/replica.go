@@ -57,7 +57,7 @@ type StateMachine interface {
 }
 
 // SnapshotCapturer is a StateMachine that can take its state quickly and
-// encode it later (issue 14). CaptureSnapshot is called on the apply
+// encode it later. CaptureSnapshot is called on the apply
 // goroutine, so what it captures is exactly the applied prefix; the
 // function it returns is called on the snapshot goroutine while entries
 // go on being applied, and must write the bytes Snapshot would have
@@ -71,7 +71,7 @@ type SnapshotCapturer interface {
 }
 
 // BatchStateMachine is a StateMachine that can apply several consecutive
-// committed entries in one call (issue 14, build item 2: one lock and one
+// committed entries in one call (one lock and one
 // pass per raft Ready instead of per entry). ApplyBatch must leave the
 // state exactly as calling Apply on each entry in order would, and
 // return one result per entry, in order. The replica hands it every run

@@ -177,7 +177,7 @@ func TestBatchedApplyHandsEachProposerItsOwnResult(t *testing.T) {
 	nd.sm.mu.Unlock()
 }
 
-// With PackProposals (issue 14, build item 2) concurrent proposals share
+// With PackProposals concurrent proposals share
 // raft entries; each proposer still gets its own command's result and
 // index, every node applies the same commands in the same order, and
 // nothing is applied twice or lost.
@@ -1067,7 +1067,7 @@ func TestStopAnswersPendingProposals(t *testing.T) {
 		errc <- err
 	}()
 	// Raft has it once it is in the leader's durable log. (Item 17 of
-	// issue 9: this was a 30ms sleep.)
+	// This was a 30ms sleep.)
 	waitFor(t, 30*time.Second, "the pending proposal to reach the leader's log", func() (bool, string) {
 		got := durableIndex(c, lead)
 		return got > before, fmt.Sprintf("durable index %d, %d before the proposal", got, before)
@@ -1134,7 +1134,7 @@ func TestSnapshotOnDemand(t *testing.T) {
 	c.nodes[1].r = nil
 }
 
-// Regression (issue 12 item 4, a make test flake of TestRemoveMember): a
+// Regression (a make test flake of TestRemoveMember): a
 // node that never heard its removal commit (the leader stops sending to it
 // once it applies the removal) learns it from the first member it reaches,
 // which refuses it as removed, and stops with ErrRemoved instead of

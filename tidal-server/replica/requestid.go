@@ -26,7 +26,7 @@ import (
 // every start, before the first id is handed out, and whenever the counter
 // runs out. Nothing here reads a clock: a clock stepped back across a
 // restart once let a new proposal take the id of an old one still in the
-// log, and the old entry's apply acknowledged the new write (issue 9).
+// log, and the old entry's apply acknowledged the new write.
 //
 // Data dirs written before the epoch file existed used ids seeded from the
 // wall clock in nanoseconds (about 2^60.6 in 2025); epochs start at 1, so

@@ -33,7 +33,7 @@ func proposalIDs(t *testing.T, dir string, origin uint64) (ids []uint64, payload
 	return ids, payloads
 }
 
-// Regression (issue 9 item 4): request ids were a counter seeded from the
+// Regression: request ids were a counter seeded from the
 // wall clock at start. A clock stepped back across a restart let a new
 // proposal take the id of an old one still in the log, and applying the old
 // entry would then wake the new waiter: a false ack. Ids must grow across

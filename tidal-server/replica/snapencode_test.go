@@ -48,7 +48,7 @@ func (s *slowEncodeSM) CaptureSnapshot() (func(io.Writer) error, error) {
 	}, nil
 }
 
-// Regression (issue 14): the apply goroutine encoded every periodic
+// Regression: the apply goroutine encoded every periodic
 // snapshot itself, so while the state was being encoded — hundreds of
 // milliseconds for a few hundred thousand remembered event ids — no entry
 // was applied and no write acknowledged: the p99.9 of single-event writes
@@ -163,7 +163,7 @@ func TestStaggeredMembersSnapshotAtDifferentIndexes(t *testing.T) {
 	}
 }
 
-// Issue 14: a MsgSnap is marshalled (a copy of the whole snapshot: 131 MB
+// A MsgSnap is marshalled (a copy of the whole snapshot: 131 MB
 // for 20,000 vectors of 1536) and handed to the transport off the Ready
 // loop, so however long that takes, the leader keeps ticking,
 // heartbeating and committing. Here the transport holds every MsgSnap

@@ -2,7 +2,7 @@ package replica
 
 import "math/bits"
 
-// Snapshot points (issue 14, p99.9 at 64 clients). Without staggering,
+// Snapshot points (p99.9 at 64 clients). Without staggering,
 // every member of a cluster applies the same log and reaches
 // "SnapshotEvery entries since the last snapshot" at the same index, so
 // all of them capture and encode at once; on a small box that takes CPU

@@ -11,7 +11,7 @@ import (
 	"github.com/tidaldb/tidal/tidal-server/vectors"
 )
 
-// The planted defect drop-vectors-in-snapshot (issue 9 item 15), shown
+// The planted defect drop-vectors-in-snapshot, shown
 // switched off (the state machine's real snapshot) and on, so a hook that
 // silently does nothing fails here rather than passing the bugs suite by
 // luck. Run with `go test -tags tidalbugs -run Planted ./tidal-server/server/`.

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Clock admission (issue 10 item 5; docs/ARCHITECTURE.md, "Bounded
+// Clock admission (docs/ARCHITECTURE.md, "Bounded
 // clocks"). The node that takes a write stamps it with its clock, so a
 // node whose clock is far off would fold wrong times into every replica.
 // Nodes measure their offsets to each other over the peer plane; a node
@@ -145,7 +145,7 @@ type clockGuard struct {
 	inBounds prometheus.Gauge
 	started  time.Time
 
-	// Steps of this node's own clock (issue 11 item 2). clock is the
+	// Steps of this node's own clock. clock is the
 	// node's wall clock as it stamps (time.Now, or the test clock);
 	// drift() is how far it has moved against the monotonic clock since
 	// ref. check() keeps lastDrift and when the drift last stepped.
@@ -201,7 +201,7 @@ func (g *clockGuard) drift() time.Duration {
 // healthy is api.Options.ClockHealthy: cheap, it reads the last verdict,
 // and refuses at once if this node's clock has stepped by more than half
 // the bound since that verdict: a node whose clock jumps must not stamp
-// writes with it until its offsets are measured again (issue 11 item 2),
+// writes with it until its offsets are measured again,
 // which takes a probe round (a second or two). Half the bound: a smaller
 // step leaves a node that was within the bound within 1.5 bounds, and
 // the next verdict catches it.

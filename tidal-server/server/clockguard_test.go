@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Issue 10 item 5: the decision behind clock admission. A node is out of
+// The decision behind clock admission. A node is out of
 // bounds only when a majority of the voters is certainly (offset less its
 // uncertainty) beyond --max-clock-skew by fresh readings; in bounds when a
 // majority (itself included) is not; otherwise undecided.
@@ -96,7 +96,7 @@ func (l *syncLog) count(s string) int {
 	return strings.Count(l.b.String(), s)
 }
 
-// Issue 10 item 5: the guard refuses from start until the readings decide,
+// The guard refuses from start until the readings decide,
 // refuses while a majority says the clock is off (holding that verdict
 // while the readings go stale), resumes once a majority is within, and
 // logs each transition once, not each check.
@@ -159,7 +159,7 @@ func TestClockGuardTransitions(t *testing.T) {
 	expect("stale again, still in bounds", true, "")
 }
 
-// Issue 10 item 5: a node whose peers never answer a clock probe (an
+// A node whose peers never answer a clock probe (an
 // older binary mid-upgrade) takes writes once the start grace ends; one
 // whose first readings decide takes them at once.
 func TestClockGuardStartGrace(t *testing.T) {
@@ -187,7 +187,7 @@ func TestClockGuardStartGrace(t *testing.T) {
 	}
 }
 
-// Issue 11 item 2: a node whose own clock steps (clock-jump) must not
+// A node whose own clock steps (clock-jump) must not
 // stamp a single write with the new clock on the strength of offsets
 // measured with the old one. It refuses at once, before any check runs;
 // readings taken before the step no longer count; once readings taken

@@ -137,7 +137,7 @@ func decodeSignalsInto(dst []ledger.Event, b []byte, names []string) ([]ledger.E
 	}
 	all := string(b)
 	// The names are constants: building what+" length" here allocated
-	// twice per event on every node's apply path (issue 14, wave 4
+	// twice per event on every node's apply path (wave 4
 	// profile: 4% of a follower's CPU).
 	sub := func(what, whatLength string) string {
 		n := d.u16(whatLength)

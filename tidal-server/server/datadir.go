@@ -35,7 +35,7 @@ func prepareDataDir(dir string, schema ledger.Schema, log *slog.Logger) error {
 		return fmt.Errorf("data dir: %w", err)
 	}
 	// Before anything is written: a data dir a newer release wrote is
-	// refused as it is (issue 12 item 2).
+	// refused as it is.
 	if err := replica.CheckDataDirFormat(dir); err != nil {
 		return err
 	}

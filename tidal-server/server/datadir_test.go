@@ -93,7 +93,7 @@ func TestComparePeersNamesVoters(t *testing.T) {
 	}
 }
 
-// Regression (issue 9 item 5): the schema fingerprint is written through
+// Regression: the schema fingerprint is written through
 // a temporary file (none is left behind), and an empty fingerprint left by
 // an older version is reported as such, with the way out.
 func TestSchemaFingerprintWrittenAtomically(t *testing.T) {

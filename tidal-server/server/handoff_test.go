@@ -26,7 +26,7 @@ func TestHandOffTargetIsTheMostCaughtUpReachableVoter(t *testing.T) {
 	}
 }
 
-// Regression (issue 9 item 9): after a hand-off the old leader waits until
+// Regression: after a hand-off the old leader waits until
 // members other than the new leader stop sending to it; the inbound proxy
 // tells their messages apart from the new leader's.
 func TestInboundProxyNotesMessagesFromOthersThanTheNewLeader(t *testing.T) {

@@ -62,7 +62,7 @@ func TestReadTimeoutDoesNotCancelAHandlerThatReadItsBody(t *testing.T) {
 	}
 }
 
-// Issue 10 item 4: a body that does not arrive within --http-read-timeout
+// A body that does not arrive within --http-read-timeout
 // is cut off.
 func TestReadTimeoutCutsASlowBody(t *testing.T) {
 	got := make(chan error, 1)

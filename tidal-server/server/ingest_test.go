@@ -9,7 +9,7 @@ import (
 	"github.com/tidaldb/tidal/tidal-server/client"
 )
 
-// Issue 14: with --grpc-addr and --certs-dir the node serves the ingest
+// With --grpc-addr and --certs-dir the node serves the ingest
 // stream over TLS with the client plane's roles; a write on it is applied
 // (readable over HTTP) and acknowledged with its log position.
 func TestNodeServesTheIngestStreamSecured(t *testing.T) {

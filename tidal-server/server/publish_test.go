@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Regression (issue 13: a node in a container reported its client address
+// Regression (a node in a container reported its client address
 // as 0.0.0.0:port, so `status` could not reach the leader through it): a
 // node publishes --advertise-client-addr, not its listener's address.
 func TestAdvertisedClientAddrIsPublished(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 )
 
 // RecoverOptions are what `tidal-server recover --force-new-cluster`
-// takes (issue 12 item 3).
+// takes.
 type RecoverOptions struct {
 	DataDir string
 	// ID is the survivor's member id; it keeps it in the new cluster.

@@ -15,7 +15,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// Issue 12 item 3: what recover --force-new-cluster keeps is exactly the
+// What recover --force-new-cluster keeps is exactly the
 // survivor's state: its snapshot and its log replayed give the digest the
 // node itself had (here a one-node cluster, where everything it logged it
 // applied), and the recovered data dir starts as a one-member cluster

@@ -43,7 +43,7 @@ func routesWithoutTheirRule(p *auth.Policy, patterns []string) []string {
 	return out
 }
 
-// Issue 10 item 3: the lifecycle suite's 401/403 matrix walks the
+// The lifecycle suite's 401/403 matrix walks the
 // policy's rules; this ties them to the API's own route table, so a
 // route added to the API without its rule (it would need admin by the
 // fail-closed default: a new read route refused to readers) fails here,

@@ -120,7 +120,7 @@ func get(t *testing.T, hc *http.Client, url, token string) (*http.Response, stri
 	return resp, string(body)
 }
 
-// Issue 10 item 1: without --certs-dir a node binds loopback only; an
+// Without --certs-dir a node binds loopback only; an
 // address on every interface or a routable IP is refused before anything
 // is bound or written, naming the flag and the ways out.
 func TestPlaintextRefusesNonLoopbackAddresses(t *testing.T) {
@@ -129,7 +129,7 @@ func TestPlaintextRefusesNonLoopbackAddresses(t *testing.T) {
 		{":0", "127.0.0.1:0", "--client-addr"},
 		{"192.0.2.1:7070", "127.0.0.1:0", "--client-addr"},
 		{"127.0.0.1:0", "0.0.0.0:0", "--peer-addr"},
-		{"127.0.0.1:0", "127.0.0.1:0", "--grpc-addr"}, // the ingest stream on 0.0.0.0 (issue 14)
+		{"127.0.0.1:0", "127.0.0.1:0", "--grpc-addr"}, // the ingest stream on 0.0.0.0
 	} {
 		data := filepath.Join(t.TempDir(), "data")
 		cfg := Config{ID: 1, ClientAddr: tc.client, PeerAddr: tc.peer, DataDir: data, Transport: nopTransport}
@@ -167,7 +167,7 @@ func TestCertsWithoutPeerTLSKeepThePeerPlaneOnLoopback(t *testing.T) {
 	}
 }
 
-// Issue 10 item 1: a node certificate for another member is refused,
+// A node certificate for another member is refused,
 // naming both ids.
 func TestNodeCertForAnotherMemberRefused(t *testing.T) {
 	dir := makeCerts(t, 2)
@@ -177,7 +177,7 @@ func TestNodeCertForAnotherMemberRefused(t *testing.T) {
 	}
 }
 
-// Issue 10 items 1, 3: with --certs-dir the client plane is TLS with
+// With --certs-dir the client plane is TLS with
 // HTTP/2, every route asks for credentials (probes open by default), and
 // roles decide.
 func TestCertsDirServesH2WithAuthentication(t *testing.T) {
@@ -206,7 +206,7 @@ func TestCertsDirServesH2WithAuthentication(t *testing.T) {
 	}
 }
 
-// Issue 10 item 1: insecure loopback mode with no tokens has no
+// Insecure loopback mode with no tokens has no
 // authentication, and says so; with a tokens file every request needs a
 // token even without TLS.
 func TestLoopbackAuthIsOffWithoutTokensAndOnWithThem(t *testing.T) {
@@ -233,7 +233,7 @@ func TestLoopbackAuthIsOffWithoutTokensAndOnWithThem(t *testing.T) {
 	}
 }
 
-// Issue 10 item 1: Reload (SIGHUP) re-reads the tokens file: a new token
+// Reload (SIGHUP) re-reads the tokens file: a new token
 // works, a removed one gets 401, and a file that does not parse keeps the
 // set in use.
 func TestReloadTokens(t *testing.T) {
@@ -304,7 +304,7 @@ func (nopSender) Send([]replica.Outbound) {}
 func (nopSender) SetPeer(uint64, string)  {}
 func (nopSender) RemovePeer(uint64)       {}
 
-// Regression (issue 10 item 6): the start-up line names both planes, so
+// Regression: the start-up line names both planes, so
 // a run's node logs show that it ran secured (the chaos smoke spec reads
 // it); it used to describe the client plane only, and a peer plane left
 // plaintext under --certs-dir said so in a warning alone.

@@ -55,7 +55,7 @@ func testSchema() ledger.Schema {
 	return s
 }
 
-// ApplyBatch (issue 14, build item 2: one lock per Ready) leaves exactly
+// ApplyBatch (one lock per Ready) leaves exactly
 // the state, and returns exactly the results, that Apply entry by entry
 // does.
 func TestApplyBatchMatchesApply(t *testing.T) {
@@ -172,7 +172,7 @@ func BenchmarkApplyEntries(b *testing.B) {
 
 var _ replica.SnapshotCapturer = (*StateMachine)(nil)
 
-// CaptureSnapshot (issue 14: snapshots encoded off the apply path) takes
+// CaptureSnapshot (snapshots encoded off the apply path) takes
 // the state at the capture: its encoder, run while later commands are
 // applied and again after them, writes the bytes Snapshot wrote at the
 // capture, and a state machine restored from them has the digest of the

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Issue 11 item 2: the test clock's offset file. Read at start (a node
+// The test clock's offset file. Read at start (a node
 // started while shifted stamps shifted from the first write), re-read by
 // poll; missing or empty means --test-clock-offset; bad contents keep the
 // offset in effect; the gauge shows the offset in effect.

@@ -76,7 +76,7 @@ func BenchmarkPut(b *testing.B) {
 // scans (10,000 × 1536 float32s, far beyond the caches) with about the
 // cheapest loop that touches them all (integer adds over 8-byte words, four
 // independent sums): the memory-read bound an exact scan is held against
-// (issue 14: compare its MB/s with BenchmarkNearest's, run alternately).
+// (compare its MB/s with BenchmarkNearest's, run alternately).
 func BenchmarkScanBandwidth(b *testing.B) {
 	const n, dim = 10_000, 1536
 	buf := make([]uint64, n*dim/2)

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// Vectors spread over several chunks (issue 14, build item 2: the store
+// Vectors spread over several chunks (the store
 // grows by chunks, never by copying) read back, replace in place, rank and
 // survive a snapshot exactly as in one arena. At MaxDim a chunk holds 16
 // vectors, so 40 entities span three chunks.

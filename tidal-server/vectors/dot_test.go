@@ -21,7 +21,7 @@ func dotReference(a, b []float32) float32 {
 	return acc[0]
 }
 
-// The vectorised dot product (issue 14, embeddings) returns bit for bit
+// The vectorised dot product returns bit for bit
 // what the plain summation order gives, at every length, with and without
 // AVX2, so a query's scores do not depend on the CPU's features.
 func TestDotBitIdenticalToItsSummationOrder(t *testing.T) {

@@ -4,7 +4,7 @@ package vectors
 // AVX2, four 32-byte loads per step) and nothing else, so timing it over
 // a buffer far larger than the caches gives one core's memory-read rate
 // as the scan can get it: the bound tidal-bench -embeddings reports query
-// latency against (issue 14). A plain Go loop reads 8 bytes per
+// latency against. A plain Go loop reads 8 bytes per
 // instruction and measured below the scan itself.
 func ReadProbe(buf []float32) float32 {
 	var acc [32]float32

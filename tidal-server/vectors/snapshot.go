@@ -56,7 +56,7 @@ func (s *Store) Digest() string {
 }
 
 // View is the store's state frozen at one moment, to be encoded later
-// without holding the store's lock (issue 14: a 100,000-vector store is
+// without holding the store's lock (a 100,000-vector store is
 // 614 MB; encoding it on the apply goroutine stalled every node). Freeze
 // costs one slice header per chunk; the store copies a chunk only when a
 // Put overwrites a vector in it while a View may still read it. A View is

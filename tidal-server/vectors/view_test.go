@@ -8,7 +8,7 @@ import (
 
 // A View encodes exactly what Snapshot wrote at the moment of Freeze,
 // whatever Puts come after it: overwrites in frozen chunks (copy-on-write),
-// appends into the frozen last chunk and new chunks (issue 14: snapshots
+// appends into the frozen last chunk and new chunks (snapshots
 // are encoded off the apply goroutine from a View).
 func TestViewIsFrozenAgainstLaterPuts(t *testing.T) {
 	const dim = MaxDim // 16 vectors per chunk

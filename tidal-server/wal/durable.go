@@ -30,7 +30,7 @@ func WriteFileAtomic(path string, data []byte) error {
 // bounds the dirty data a large file leaves for the final sync: on one
 // file system a single fdatasync of 131 MB made the WAL's own fdatasyncs
 // (and with them every acknowledgement) wait behind it for seconds
-// (issue 14, snapshots of the vector store).
+// (snapshots of the vector store).
 func WriteFileAtomicPieces(path string, pieces [][]byte, syncEvery int) error {
 	return writeFileAtomicPieces(osFS{}, path, pieces, syncEvery)
 }

@@ -95,7 +95,7 @@ func (f *recordingFile) Datasync() error {
 // indexOf returns the position of op in ops, or -1.
 func indexOf(ops []string, op string) int { return slices.Index(ops, op) }
 
-// Regression (issue 9 item 5): a metadata file is written to a temporary
+// Regression: a metadata file is written to a temporary
 // name, synced, renamed and its directory synced — in that order — so a
 // crash can never leave it empty or half-written.
 func TestWriteFileAtomicIsTmpSyncRenameSyncDir(t *testing.T) {
@@ -115,7 +115,7 @@ func TestWriteFileAtomicIsTmpSyncRenameSyncDir(t *testing.T) {
 	}
 }
 
-// Regression (issue 9 item 5): when the write cannot be made durable the
+// Regression: when the write cannot be made durable the
 // old content stays and no temporary file is left behind.
 func TestWriteFileAtomicFailureKeepsOldContent(t *testing.T) {
 	root := t.TempDir()
@@ -136,7 +136,7 @@ func TestWriteFileAtomicFailureKeepsOldContent(t *testing.T) {
 	}
 }
 
-// Regression (issue 9 item 5): a WAL directory created by Open is made
+// Regression: a WAL directory created by Open is made
 // durable in its parent (the data dir) before anything is written in it.
 func TestOpenSyncsTheParentOfANewWALDirectory(t *testing.T) {
 	root := t.TempDir()
@@ -160,7 +160,7 @@ func TestOpenSyncsTheParentOfANewWALDirectory(t *testing.T) {
 	}
 }
 
-// Regression (issue 9 item 5): even when the WAL directory already exists
+// Regression: even when the WAL directory already exists
 // (an earlier run made it and may have crashed before syncing), Open syncs
 // its parent.
 func TestOpenSyncsTheParentOfAnExistingWALDirectory(t *testing.T) {
@@ -179,7 +179,7 @@ func TestOpenSyncsTheParentOfAnExistingWALDirectory(t *testing.T) {
 	}
 }
 
-// Regression (issue 9 item 5): leftover temporary files are removed at
+// Regression: leftover temporary files are removed at
 // start with a log line naming each, and the removal is made durable.
 func TestOpenRemovesAndLogsLeftoverTemporaries(t *testing.T) {
 	dir := t.TempDir()
@@ -221,7 +221,7 @@ func TestMkdirAllDurableRefusesAFile(t *testing.T) {
 }
 
 // A file written in pieces is their concatenation, synced after every
-// syncEvery bytes and once more at the end, then renamed (issue 14: a
+// syncEvery bytes and once more at the end, then renamed (a
 // 131 MB snapshot synced once held the WAL's fdatasyncs behind it).
 func TestWriteFileAtomicPiecesSyncsInPieces(t *testing.T) {
 	root := t.TempDir()

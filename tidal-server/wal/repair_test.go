@@ -41,7 +41,7 @@ func damage(t *testing.T, dir string, seq uint64, i int) int64 {
 	return rec.offset
 }
 
-// Regression (issue 9 item 6): repair used to cut below the commit index a
+// Regression: repair used to cut below the commit index a
 // node had recorded; raft on that node then panicked on every start
 // ("tocommit(N) is out of range [lastIndex(M)]"). Repair now refuses and
 // changes nothing.

@@ -19,7 +19,7 @@ import (
 	"github.com/tidaldb/tidal/tidal-server/vectors"
 )
 
-// The embeddings mode (issue 14: "puts/s and nearest-query latency over
+// The embeddings mode ("puts/s and nearest-query latency over
 // 100,000 vectors reported against the memory-bandwidth bound of an exact
 // scan"). It starts a fresh cluster, loads -embed-vectors vectors of the
 // schema's dimension through the API as application/octet-stream (so JSON

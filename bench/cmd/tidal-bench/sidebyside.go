@@ -62,7 +62,7 @@ type sbsOptions struct {
 	grpcStreams      int
 	// tlsAB measures this build twice: plaintext in etcd's place and
 	// secured (--certs-dir on every node, storeload over TLS with a
-	// writer certificate) in tidal's: the cost of TLS (issue 10).
+	// writer certificate) in tidal's: the cost of TLS.
 	// Both are written with protocol (-tls-ab -protocol grpc: the stream
 	// in plaintext against the stream over TLS). tlsHTTP1 keeps the
 	// secured HTTP clients on HTTP/1.1.

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Regression (issue 16 item 8): relay-cpu reported the sender's write
+// Regression: relay-cpu reported the sender's write
 // rate — bytes accepted into its socket buffer over its own write loop —
 // as the path's throughput, so bytes still queued in the sender's, the
 // relay's and the sink's buffers when the loop ended counted as moved.

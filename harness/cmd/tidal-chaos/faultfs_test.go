@@ -116,7 +116,7 @@ func TestFaultfsCLI(t *testing.T) {
 		}
 	}
 	// The stall's bound and the quota that counts overwrites reach the
-	// mount (issue 11 items 1 and 3).
+	// mount.
 	if o, err := runCLI(t, "faultfs", "set", "slow-disk", "--ops", "fsync", "--stall", "--max-stall", "5s", "--control", control); err != nil {
 		t.Fatalf("set slow-disk: %v\n%s", err, o)
 	}

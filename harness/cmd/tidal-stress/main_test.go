@@ -15,7 +15,7 @@ import (
 	"github.com/tidaldb/tidal/buildinfo"
 )
 
-// --version prints the one line every tidal binary prints (issue 9 item 18).
+// --version prints the one line every tidal binary prints.
 func TestVersion(t *testing.T) {
 	var out bytes.Buffer
 	cmd := newCommand()
@@ -29,8 +29,7 @@ func TestVersion(t *testing.T) {
 	}
 }
 
-// The table and the JSON carry the drain and the failed ops' latency
-// (issue 16 item 4).
+// The table and the JSON carry the drain and the failed ops' latency.
 func TestOutputReportsDrainAndFailures(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)

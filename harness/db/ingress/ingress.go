@@ -1,6 +1,6 @@
 // Package ingress lets a database whose nodes all dial one advertised
 // address per peer still send every peer link through its own relay of
-// the mesh (issue 15).
+// the mesh.
 //
 // tidal-server is told, per node, which relay to dial for each peer
 // (--peer-dial). Most databases are not: etcd's members share one

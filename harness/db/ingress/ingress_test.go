@@ -52,7 +52,7 @@ func upstream(t *testing.T, tag string) string {
 	return ln.Addr().String()
 }
 
-// Issue 15 item 2: a connection goes through the relay of the node whose
+// A connection goes through the relay of the node whose
 // process dialed it, found from the socket's owner in /proc.
 func TestRoutesByDialingProcess(t *testing.T) {
 	viaN1, viaN2 := upstream(t, "relay-n1"), upstream(t, "relay-n2")
