@@ -18,8 +18,8 @@ var Version = "dev"
 // Commit is the commit the Makefile built from (-X ...buildinfo.Commit=,
 // from `git rev-parse`). It names the commit when the binary carries no VCS
 // stamp: Go embeds none under GOFLAGS=-buildvcs=false, which some build
-// machines set, and `--version` then said "commit unknown" (issue 9 item
-// 18). A VCS stamp, when present, wins: it also knows about local changes.
+// machines set, and `--version` then said "commit unknown". A VCS stamp,
+// when present, wins: it also knows about local changes.
 var Commit = ""
 
 // Info is what a binary knows about its own build.

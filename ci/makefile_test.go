@@ -11,8 +11,8 @@ import (
 
 // Regression: `make unit` runs the packages listed in
 // the Makefile's UNIT_PKGS, so a package with tests outside that list is
-// vetted but its tests never run in CI. ci/fuzz_test.go (issue 16 item 7's
-// regression test) was such a package: ./ci was not listed. Every package
+// vetted but its tests never run in CI. ci/fuzz_test.go (a regression
+// test) was such a package: ./ci was not listed. Every package
 // of the module with a _test.go file must be under a UNIT_PKGS pattern or
 // under suites/ (run by ginkgo in `make suites` / `make chaos`).
 func TestMakeUnitRunsEveryPackageWithTests(t *testing.T) {

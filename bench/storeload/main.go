@@ -71,7 +71,7 @@ type options struct {
 	grpcStreams   int
 	// certsDir, when set, makes the tidal writes TLS: trust
 	// certsDir/ca.crt and present client.<certName>.crt (a secured
-	// cluster, issue 10), over HTTPS or on the ingest stream; http1 keeps
+	// cluster), over HTTPS or on the ingest stream; http1 keeps
 	// HTTPS on HTTP/1.1, one connection per worker, instead of HTTP/2's
 	// one multiplexed one (the stream is always HTTP/2).
 	certsDir string

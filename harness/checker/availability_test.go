@@ -69,8 +69,8 @@ func judge(t *testing.T, ops []history.Op, slo AvailabilitySLO) Result {
 	return Availability(ops, windows, slo)
 }
 
-// Regression (docs/findings.md, etcd campaign run 4; wave 4 "etcd runs
-// have no availability check"): a cluster that stopped serving at 10 s
+// Regression (docs/findings.md, etcd campaign run 4: etcd runs had no
+// availability check): a cluster that stopped serving at 10 s
 // while partitions came and went every 4 s (held 3.5 s) served nothing
 // for the rest of the run, and the run was VALID. Each gap between faults
 // is short, but they add up to more fault-free time than a recovery takes.

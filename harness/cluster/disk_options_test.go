@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// Issue 13 (no disk faults on docker): faultfs under a container's node
+// Disk faults run on docker too: faultfs under a container's node
 // directory allows other users exactly when the container runs as another
 // user than the harness (a root harness runs its containers as uid
 // 65532); a process node needs no such option; any other backend is

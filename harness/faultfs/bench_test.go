@@ -97,7 +97,7 @@ func BenchmarkAppendFdatasync(b *testing.B) {
 // BenchmarkWALSave: tidal's own WAL (~100-byte entries, real fdatasync,
 // group commit) from 1 and 16 concurrent appenders, directly on the
 // backing disk and through faultfs, side by side: what the mount costs
-// the load a chaos run can reach (issue 11 item 1's closing note).
+// the load a chaos run can reach.
 // Reports appends/s and appends per fsync (the group-commit factor,
 // which must not fall through the mount).
 func BenchmarkWALSave(b *testing.B) {

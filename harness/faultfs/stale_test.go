@@ -33,8 +33,8 @@ func TestHelperServeMount(t *testing.T) {
 
 // A harness killed -9 leaves its faultfs mounts behind, dead ("transport
 // endpoint is not connected"); the next run on the store must take them
-// down, and must leave a live mount of another process alone (issue 11
-// A stale mount from a killed run must not wedge the next run).
+// down, and must leave a live mount of another process alone: a stale
+// mount from a killed run must not wedge the next run.
 func TestReapStaleUnmountsDeadMounts(t *testing.T) {
 	requireFUSE(t)
 	root := t.TempDir()

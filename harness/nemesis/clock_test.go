@@ -153,7 +153,7 @@ func TestClockFaultRecordedAndHealed(t *testing.T) {
 	}
 }
 
-// Issue 11 item 2, against real processes: clock-jump moves one node's
+// Against real processes: clock-jump moves one node's
 // clock through its offset file; from the moment it took effect that node
 // refuses writes (503 naming its clock) while the others take them; after
 // the heal it takes writes again once it has measured its peers anew.

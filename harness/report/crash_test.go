@@ -32,7 +32,7 @@ func crashedRunResults() checker.Results {
 	return checker.NewResults(nodes, faults)
 }
 
-// Issue 9 item 10 and issue 16 item 1: report.html shows the crashed node
+// report.html shows the crashed node
 // with its exit status and the end of its log, and each requested fault
 // kind with what became of it — fresh and read back from results.json.
 func TestReportShowsCrashedNodesAndFaultKinds(t *testing.T) {

@@ -71,7 +71,7 @@ func TestMountFaultFS(t *testing.T) {
 		t.Errorf("ParseNemesis without FUSE: expected power-cut-all refused, found %v", err)
 	}
 	nemesis.DiskSupport = func() error { return nil }
-	// Issue 13 (no disk faults on docker): faultfs is mounted on the host
+	// Disk faults run on docker too: faultfs is mounted on the host
 	// under each container's bind-mounted node directory, so the docker
 	// backend takes the disk kinds as the process backend does.
 	cfg.Backend = BackendDocker

@@ -23,7 +23,7 @@ import (
 //
 // pickKey is how an op chooses its counter key: the workload's key slots,
 // or the fixed handful of keys chosen at random per op that the generator
-// used before issue 9 item 14.
+// used before key slots.
 type simRun struct {
 	workers  int
 	duration time.Duration

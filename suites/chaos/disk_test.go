@@ -94,7 +94,7 @@ type nemesisDiskParams struct {
 }
 
 // expectDiskFaultBit checks that the disk faults of kind did what they
-// are for at least once in the run (issue 11 items 1-3): disk-full
+// are for at least once in the run: disk-full
 // returned ENOSPC, slow-disk-stall held operations, corrupt-read flipped
 // bytes the node read back (from a range the nemesis picked and
 // recorded); the fencing checker judged them (it is in expectValid).

@@ -12,9 +12,8 @@ import (
 )
 
 // securedPlanes is what a node started with the harness's certificates
-// and tokens says about itself on its start-up line (issue 10 item 6:
-// every chaos run talks TLS h2 with certificates and tokens, on both
-// planes).
+// and tokens says about itself on its start-up line: every chaos run
+// talks TLS h2 with certificates and tokens, on both planes.
 const securedPlanes = "client plane: TLS (h2, http/1.1); peer plane: mutual TLS; authentication: client certificates and"
 
 // startLinesSecured reads every node.log under nodesDir and checks that

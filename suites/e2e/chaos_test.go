@@ -39,7 +39,7 @@ var _ = Describe("the chaos harness on the container backend", func() {
 		})
 	}, SpecTimeout(10*time.Minute))
 
-	// Issue 13 ("no disk/clock faults on docker"): faultfs is mounted on
+	// Disk and clock faults must run on docker too: faultfs is mounted on
 	// the host under each container's bind-mounted node directory, and the
 	// clock offset file sits in that directory, so the disk and clock
 	// kinds run on containers as on processes. A power cut freezes the

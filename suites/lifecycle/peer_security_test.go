@@ -722,7 +722,7 @@ var _ = Describe("a node whose clock is off", Label("lifecycle"), func() {
 		c.expectWorks(w)
 	})
 
-	// Issue 10 item 5: "resumes when it is back in bounds" without a
+	// A skewed node "resumes when it is back in bounds" without a
 	// restart: the same process, its (test-only) offset file moved from
 	// 5m back to 0s, takes writes again and is ready, and says so once.
 	It("refuses writes while its offset file says 5m, and takes them again in the same process once it says 0s", func() {

@@ -127,7 +127,7 @@ var _ = Describe("README's secure cluster", Label("lifecycle"), func() {
 		Expect(missingOutputs("1.1 2 204\n", want[:1])).To(HaveLen(1), "a pattern matches a whole line")
 	})
 
-	// Issue 10, Tests: "curl examples in the README that work verbatim
+	// Requirement: "curl examples in the README that work verbatim
 	// with the generated certs". The block runs as written in a directory
 	// whose bin/ holds the suite's binaries, with three changes, each for
 	// a shared machine: its ports move to free ones; `make build` is not

@@ -15,7 +15,7 @@ import (
 	"github.com/tidaldb/tidal/tidal-server/client"
 )
 
-// Issue 12 item 3: `tidal-server recover --force-new-cluster` after losing
+// `tidal-server recover --force-new-cluster` after losing
 // a quorum, with the loss it states measured against what was
 // acknowledged.
 var _ = Describe("recover --force-new-cluster", func() {

@@ -288,9 +288,9 @@ func TestMeshRoutes(t *testing.T) {
 	}
 }
 
-// TestErrorCodesAreTidalServers pins the shared vocabulary (issue 9 item
-// 18): every code tcp-relay can answer is tidal-server's code for the same
-// condition, constant for constant.
+// TestErrorCodesAreTidalServers pins the shared vocabulary: every code
+// tcp-relay can answer is tidal-server's code for the same condition,
+// constant for constant.
 func TestErrorCodesAreTidalServers(t *testing.T) {
 	for ours, theirs := range map[string]string{
 		CodeInvalid: api.CodeInvalid, CodeNotFound: api.CodeNotFound, CodeConflict: api.CodeConflict,

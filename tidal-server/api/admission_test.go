@@ -230,7 +230,8 @@ func (s *packSim) closedLoopRounds(rounds int) {
 	}
 }
 
-// Regression (admission over the stream; issue 10 item 4 kept):
+// Regression (admission over the stream; admitted writes still meet
+// their deadline):
 // the estimate was depth x a cost per write learnt as latency/(depth at
 // admission + 1), which assumes the writes ahead commit one after the
 // other. With packed proposals 256 queued writes commit together in
@@ -264,7 +265,7 @@ func TestWriteQueueAdmitsADeepQueueThatDrainsInPacks(t *testing.T) {
 }
 
 // TestWriteQueueShedsWhenTheDrainCannotMeetTheDeadline is the other side
-// of the packing fix (issue 10 item 4 kept): open-loop writes arrive at
+// of the packing fix: open-loop writes arrive at
 // 500/s at a node that completes 100/s (an entry of 10 every 100ms), for
 // 10s. The queue must shed the excess, and every write it admits must
 // complete within the write timeout (2 x max wait): an admitted write

@@ -43,7 +43,7 @@ type Options struct {
 	// batch reusing a remembered id with another payload is then refused
 	// by apply instead, with the same 409 on every node, its log position
 	// consumed): the pre-check repeats apply's id lookups, a cache miss
-	// or two per event on the write path (wave 5). Apply is
+	// or two per event on the write path. Apply is
 	// authoritative either way. --skip-early-id-check.
 	SkipEarlyCheck bool
 

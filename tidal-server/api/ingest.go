@@ -11,7 +11,7 @@ import (
 )
 
 // Ingest is POST /v1/signals' write path after the body, for the gRPC
-// ingest stream (package ingest, issue 14): the same validation rules,
+// ingest stream (package ingest): the same validation rules,
 // stamping, early id check, admission (the HTTP handler's write queue and
 // byte budget, shared) and proposal, so that a write sent either way is
 // the same write. NewWithIngest returns it beside the HTTP handler.

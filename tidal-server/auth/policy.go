@@ -24,7 +24,7 @@ type Policy struct {
 	list  []Rule
 }
 
-// DefaultRules is the client plane's route table (DESIGN.md, issue 10):
+// DefaultRules is the client plane's route table (DESIGN.md):
 //
 //	open     GET /healthz, /readyz, /metrics (unless openProbes is false: then reader)
 //	reader   GET /v1/entities/{entity}, /v1/top, /v1/events/{id...},

@@ -7,7 +7,7 @@ import (
 )
 
 // defaultRoutes is every route of the client API (DESIGN.md) with the
-// role issue 10 gives it; 0 means open.
+// role it needs; 0 means open.
 var defaultRoutes = []struct {
 	method, path string
 	need         Role

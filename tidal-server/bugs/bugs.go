@@ -47,9 +47,9 @@ const (
 	// as if it had succeeded, instead of fencing (hook: wal's commit).
 	IgnoreFsyncError
 	// NeverFsync never calls the group commit's fdatasync at all and
-	// answers every write as durable (hook: wal's commit): the WAL of
-	// issue 11's "Done when", which kill -9 cannot tell from a correct
-	// one and a power cut of every node must.
+	// answers every write as durable (hook: wal's commit): a WAL which
+	// kill -9 cannot tell from a correct one and a power cut of every
+	// node must.
 	NeverFsync
 	// DropVectorsInSnapshot writes every state snapshot with an empty
 	// vector store in place of the node's own (hook: server's

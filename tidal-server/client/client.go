@@ -97,7 +97,7 @@ func WithHTTPClient(hc *http.Client) Option {
 // WithBinaryVectors sends embedding puts and nearest queries as raw
 // little-endian float32s (application/octet-stream, the write id and k in
 // the query) instead of JSON: cheaper for both ends at high dimensions.
-// The server accepts both; servers before issue 14 answer 415.
+// The server accepts both; servers without the binary encoding answer 415.
 func WithBinaryVectors() Option {
 	return func(c *Client) { c.binaryVec = true }
 }

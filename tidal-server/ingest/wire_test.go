@@ -123,7 +123,7 @@ func FuzzDecodeRequest(f *testing.F) {
 }
 
 // TestDecodeEventsAllocatesTwice pins that a request's ids are substrings
-// of one copy of its events (wave 5), as the HTTP API's are: a
+// of one copy of its events, as the HTTP API's are: a
 // 100-event request allocates the events slice and that one string, where
 // it allocated a string per id before (102 allocations).
 func TestDecodeEventsAllocatesTwice(t *testing.T) {

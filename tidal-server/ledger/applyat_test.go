@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// Commands packed into one entry (ApplyAt, issue 14 build item 2) leave
+// Commands packed into one entry (ApplyAt) leave
 // exactly the state one Apply of their concatenation leaves, when none is
 // refused: same digest, same event locations.
 func TestApplyAtMatchesOneBatch(t *testing.T) {

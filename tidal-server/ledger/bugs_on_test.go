@@ -10,7 +10,7 @@ import (
 	"github.com/tidaldb/tidal/tidal-server/bugs"
 )
 
-// The planted aggregate defects of issue 9 item 16, each shown switched
+// The planted aggregate defects, each shown switched
 // off (the ledger's real computation) and on, so a hook that silently does
 // nothing fails here rather than passing the bugs suite by luck. Run with
 // `go test -tags tidalbugs -run Planted ./tidal-server/ledger/`.

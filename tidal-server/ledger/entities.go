@@ -91,7 +91,7 @@ func (l *Ledger) entitySlot(id uint64) int {
 	return int(s)
 }
 
-// Cells and window records live in fixed-size chunks (wave 5):
+// Cells and window records live in fixed-size chunks:
 // one growing slice of every cell was copied whole each time it grew
 // (append's 1.25× steps past 256 elements), and while a node met new
 // entities that copying — memmove and the page faults of each new array —
@@ -119,7 +119,7 @@ func (l *Ledger) cellAt(slot, si int) *cell {
 	return &l.cells[slot>>cellChunkShift][(slot&cellChunkMask)*len(l.sigs)+si]
 }
 
-// A window's buckets are held in its record (wave 5): up to
+// A window's buckets are held in its record: up to
 // inlineBuckets of them inline, more in a region of the spill arena the
 // record names. Before, every window of every present cell had its own
 // small bucket array behind a slice header (two dependent cache misses

@@ -42,7 +42,7 @@ func goldenHistory(seed uint64) *Ledger {
 
 // TestStateBytesUnchangedByLayout pins the canonical encoding (snapshot
 // bytes and digest) of seeded histories to the values the ledger produced
-// before issue 14's layout change (map of entity pointers, map-indexed id
+// before the chunked layout (map of entity pointers, map-indexed id
 // memory; commit 023c0e2): the in-memory layout may change, the
 // replicated state and its snapshot format must not, or replicas running
 // different builds would report different digests for the same log.
@@ -74,8 +74,8 @@ func TestStateBytesUnchangedByLayout(t *testing.T) {
 	}
 }
 
-// TestCellsKeepTheirAddressAsEntitiesArrive pins the chunked cell storage
-// (wave 5): adding entities never moves the cells already held.
+// TestCellsKeepTheirAddressAsEntitiesArrive pins the chunked cell storage:
+// adding entities never moves the cells already held.
 // Before, all cells were one slice that append copied whole as it grew
 // (a quarter of a follower's CPU while a node met new entities), and a
 // cell's address changed with each copy.

@@ -265,7 +265,7 @@ func TestCaptureIsTheStateAtCapture(t *testing.T) {
 // Digest captures, and a capture of a few entities that cloned every
 // cell, window-record and spill chunk in full (over a megabyte) made the
 // reference test 70× slower under -race when the chunked layout and the
-// off-apply capture met (wave 5).
+// off-apply capture met.
 func TestCaptureCopiesOnlyWhatIsUsed(t *testing.T) {
 	l := New(DefaultSchema(), Options{IDsPerGeneration: 50})
 	ts := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// Issue 14 (peer plane): many raft messages travel in one stream message
+// Many raft messages travel in one stream message
 // (a batch), and admission stays per message. Member 2's certificate sends
 // member 3 one batch mixing its own heartbeats with a forged From, a
 // message for another member and bytes that are no raft message: only
@@ -48,7 +48,7 @@ func TestBatchAdmitsEachMessageAndKeepsOrder(t *testing.T) {
 	}
 }
 
-// Issue 14 (peer plane): the sender coalesces what is queued for a peer
+// The sender coalesces what is queued for a peer
 // into batches; messages handed over in many Send calls of different
 // sizes arrive in the order they were sent, none lost.
 func TestSenderKeepsOrderAcrossBatches(t *testing.T) {

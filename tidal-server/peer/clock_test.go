@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Issue 10 item 5 (peer half): each node measures its clock offset to
+// Each node measures its clock offset to
 // each peer. Member 1 runs 3s ahead (the test-only ClockOffset); member 2
 // sees +3s and member 1 sees -3s, each within the uncertainty the probe
 // itself reports (half its round trip), whatever the machine's speed.

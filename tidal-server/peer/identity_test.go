@@ -62,7 +62,7 @@ func TestTLSDialerRefusesTheWrongMember(t *testing.T) {
 	}
 }
 
-// Issue 10 item 2 (and the issue's probes): clients without a certificate,
+// Clients without a certificate,
 // with a certificate of another CA, or speaking plaintext are refused by
 // the handshake; nothing they send reaches raft.
 func TestTLSRefusesUnauthenticatedClients(t *testing.T) {
@@ -124,7 +124,7 @@ func TestTLSDropsMessagesClaimingAnotherMember(t *testing.T) {
 	}
 }
 
-// Issue 10 item 2 (the issue's forged-heartbeat probe): a forged
+// The forged-heartbeat probe: a forged
 // high-term heartbeat from a certificate of the cluster's CA naming a
 // member that is not in the cluster never reaches raft, even after the
 // node asked its members about that id; nor does one from a removed

@@ -207,8 +207,7 @@ func (r *Replica) applyConfChange(e *raftpb.Entry) error {
 	// node, since the table is replicated state. (Replacing the whole change
 	// by an empty ConfChangeV2 — what this did before — means "leave the
 	// joint config" to raft, which panics outside one; the entry stays in
-	// the log, so every node panicked at that index on every restart:
-	// issue 9 item 1.)
+	// the log, so every node panicked at that index on every restart.)
 	var refused []string
 	for _, ch := range cc.GetChanges() {
 		if why := r.members.refuse(ch.GetType(), ch.GetNodeId()); why != "" {

@@ -17,9 +17,9 @@ import (
 // replicas (real WAL, real fdatasync) over the in-process transport, so the
 // network costs nothing and what is left is raft, the WAL's group commit
 // and apply. Proposals go to the leader; "clients" is the number of
-// concurrent proposers; "pack" is Config.PackProposals (build
-// item 2). Reports writes/s, latency percentiles and the process's CPU per
-// write (all three replicas run in this process).
+// concurrent proposers; "pack" is Config.PackProposals. Reports writes/s,
+// latency percentiles and the process's CPU per write (all three replicas
+// run in this process).
 func BenchmarkPropose(b *testing.B) {
 	for _, pack := range []bool{false, true} {
 		for _, clients := range []int{1, 16, 64} {

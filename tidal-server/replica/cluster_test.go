@@ -202,7 +202,7 @@ type linkFaults struct {
 	// dropAppends drops log replication (MsgApp, MsgSnap) and delivers the
 	// rest: the receiver keeps hearing the leader's heartbeats, so it keeps
 	// its leader and forwards proposals to it, but it falls behind — the
-	// lagging follower of issue 9, without depending on timing.
+	// lagging follower, without depending on timing.
 	dropAppends bool
 }
 

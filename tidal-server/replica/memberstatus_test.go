@@ -9,10 +9,10 @@ import (
 	"github.com/tidaldb/tidal/tidal-server/replica"
 )
 
-// MemberStatus is the peer transport's view of who may send (issue 10
-// item 2): voters and learners of the applied table are current, removed
-// ids removed, the rest unknown; a node whose table is still empty (a
-// --join node before its first snapshot) takes its --peers as current.
+// MemberStatus is the peer transport's view of who may send: voters and
+// learners of the applied table are current, removed ids removed, the
+// rest unknown; a node whose table is still empty (a --join node before
+// its first snapshot) takes its --peers as current.
 func TestMemberStatus(t *testing.T) {
 	c := newCluster(t, 3, nil)
 	lead := c.waitLeader()

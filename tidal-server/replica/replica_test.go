@@ -126,10 +126,10 @@ func TestProposeOnEveryNodeAppliesInSameOrder(t *testing.T) {
 	}
 }
 
-// Concurrent proposals are applied in runs (ApplyBatch, issue 14 build
-// item 2); each proposer must still get its own entry's result. listSM's
-// result is the entry's position in its list, so a result handed to the
-// wrong waiter shows as a mismatch with where the payload landed.
+// Concurrent proposals are applied in runs (ApplyBatch); each proposer
+// must still get its own entry's result. listSM's result is the entry's
+// position in its list, so a result handed to the wrong waiter shows as a
+// mismatch with where the payload landed.
 func TestBatchedApplyHandsEachProposerItsOwnResult(t *testing.T) {
 	c := newCluster(t, 1, nil)
 	c.waitLeader()
@@ -589,8 +589,8 @@ func TestAddLearnerPromotedAfterCatchUp(t *testing.T) {
 		return "absent"
 	}
 	// Several promotion rounds pass on the leader while node 4 is down.
-	// (Item 17 of issue 9: this was a sleep, which a loaded machine can
-	// outrun with no round at all.)
+	// (Counted, not slept: a loaded machine can outrun a sleep with no
+	// round at all.)
 	waitPromotionRounds(t, c, 3)
 	if r := roleOf(4); r != "learner" {
 		t.Fatalf("node 4, added but never started, is %q on the leader; expected learner", r)
@@ -1066,8 +1066,8 @@ func TestStopAnswersPendingProposals(t *testing.T) {
 		_, err := c.propose(lead, "pending", 60*time.Second)
 		errc <- err
 	}()
-	// Raft has it once it is in the leader's durable log. (Item 17 of
-	// This was a 30ms sleep.)
+	// Raft has it once it is in the leader's durable log (waited for,
+	// not slept: a loaded machine can outrun a sleep).
 	waitFor(t, 30*time.Second, "the pending proposal to reach the leader's log", func() (bool, string) {
 		got := durableIndex(c, lead)
 		return got > before, fmt.Sprintf("durable index %d, %d before the proposal", got, before)

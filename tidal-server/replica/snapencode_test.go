@@ -134,8 +134,8 @@ func snapshotIndexes(t *testing.T, logs string) map[uint64][]uint64 {
 	return out
 }
 
-// Issue 14 (p99.9 at 64 clients): members that apply the same log all
-// snapshotted at the same index, so all three encoded at once. Staggered,
+// Members that apply the same log all snapshotted at the same index, so
+// all three encoded at once (it showed in p99.9 at 64 clients). Staggered,
 // no two members snapshot at the same index. (Unstaggered, the replica's
 // default, this fails: every member snapshots at 40, 80 and 120.)
 func TestStaggeredMembersSnapshotAtDifferentIndexes(t *testing.T) {

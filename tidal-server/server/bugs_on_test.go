@@ -19,7 +19,7 @@ import (
 // restoredThroughSnapshot applies one embedding put and one signal event,
 // snapshots the state and restores it into a fresh state machine, and
 // returns what the restored one holds. viaView takes the snapshot the way
-// the replica does (CaptureSnapshot, then its encoder; issue 14).
+// the replica does (CaptureSnapshot, then its encoder).
 func restoredThroughSnapshot(t *testing.T, viaView bool) (vectorKept bool, events uint64, digestsEqual bool) {
 	t.Helper()
 	sm := NewStateMachine(testSchema(), ledger.Options{})

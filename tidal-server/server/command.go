@@ -137,8 +137,8 @@ func decodeSignalsInto(dst []ledger.Event, b []byte, names []string) ([]ledger.E
 	}
 	all := string(b)
 	// The names are constants: building what+" length" here allocated
-	// twice per event on every node's apply path (wave 4
-	// profile: 4% of a follower's CPU).
+	// twice per event on every node's apply path (4% of a follower's
+	// CPU in a profile).
 	sub := func(what, whatLength string) string {
 		n := d.u16(whatLength)
 		if !d.need(n, what) {

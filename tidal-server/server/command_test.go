@@ -7,7 +7,7 @@ import (
 	"github.com/tidaldb/tidal/tidal-server/ledger"
 )
 
-// Regression (wave 4 profile): decoding a signals command on the
+// Regression (found by profiling): decoding a signals command on the
 // apply path allocates one string for the whole command, not one per
 // field name per event (what+" length" was built for every id and signal).
 func TestDecodeSignalsIntoAllocatesOnce(t *testing.T) {

@@ -98,8 +98,8 @@ func (s *Server) awaitOthersFollow(ctx context.Context, leader uint64) {
 // election timeout, and a new leader starts with them all clear; each is
 // set again by the follower's next response, a heartbeat later. A
 // SIGTERM landing in that window found "no reachable voter", drained as
-// leader, and its writes in flight ended 504 (issue 16 follow-up: the
-// lifecycle suite's rolling restart). A voter that is really down stays
+// leader, and its writes in flight ended 504 (seen in the lifecycle
+// suite's rolling restart). A voter that is really down stays
 // unreachable, and the wait ends with ctx.
 func awaitHandOffTarget(ctx context.Context, status func() replica.Status, poll time.Duration) (st replica.Status, id, match uint64, ok bool) {
 	t := time.NewTicker(max(poll, time.Millisecond))

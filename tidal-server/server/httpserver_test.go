@@ -31,7 +31,7 @@ func serveHTTP(t *testing.T, cfg Config, h http.Handler) string {
 	return lis.Addr().String()
 }
 
-// Issue 10 item 4: --http-read-timeout bounds reading a request, not the
+// --http-read-timeout bounds reading a request, not the
 // work after it: a handler that read its body and works past the read
 // deadline (a write waiting for its commit) keeps its context, or a known
 // outcome would end as an unknown one. net/http lifts the connection's

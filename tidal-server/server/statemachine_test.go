@@ -142,7 +142,7 @@ func TestPackedEntryCommands(t *testing.T) {
 
 // BenchmarkApplyEntries applies single-event signal entries one by one
 // (Apply) and in runs of 64 (ApplyBatch, what the replica hands over per
-// Ready under load; issue 14, build item 2).
+// Ready under load).
 func BenchmarkApplyEntries(b *testing.B) {
 	cmds := make([][]byte, 1<<16)
 	for i := range cmds {

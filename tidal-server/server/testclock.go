@@ -14,9 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// TEST ONLY: a node's clock shifted by an offset (issue 10 item 5 made it
-// fixed, --test-clock-offset; issue 11 item 2 lets the harness's clock
-// nemesis change it at run time, --test-clock-offset-file).
+// TEST ONLY: a node's clock shifted by an offset, either fixed
+// (--test-clock-offset) or changed at run time by the harness's clock
+// nemesis (--test-clock-offset-file).
 //
 // The run-time control is a file the node polls, not an API: a file in
 // the node's own directory can be written only by whoever already runs

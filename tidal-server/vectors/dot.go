@@ -8,7 +8,7 @@ package vectors
 // multiply-add), and then a fixed pairwise tree over the 32 sums. On amd64
 // with AVX2 the 32 sums are four 8-lane registers (dot_amd64.s: an exact
 // scan of 100,000 × 1536 vectors was 7× the memory-read bound with the
-// scalar loop, issue 14); elsewhere dotBlocks computes the same sums in
+// scalar loop); elsewhere dotBlocks computes the same sums in
 // the same order, so a query's scores do not depend on which of the two
 // ran.
 func dot(a, b []float32) float32 {

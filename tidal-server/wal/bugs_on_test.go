@@ -13,7 +13,7 @@ import (
 	"github.com/tidaldb/tidal/tidal-server/bugs"
 )
 
-// The planted WAL defects of issue 11 item 4, each shown switched off (the
+// The planted WAL defects, each shown switched off (the
 // WAL's real behaviour) and on (the defect), so a hook that silently does
 // nothing fails here rather than passing the chaos suite by luck. Run with
 // `go test -tags tidalbugs ./tidal-server/wal/`.
@@ -166,7 +166,8 @@ func TestPlantedAckBeforeFsyncStillFencesOnEIO(t *testing.T) {
 }
 
 // never-fsync: the group commit answers Save without one fdatasync of the
-// segment (the WAL of issue 11's "Done when"); switched off, every Save
+// segment (a WAL only a power cut can tell from a correct one); switched
+// off, every Save
 // that asks for durability is followed by one.
 func TestPlantedNeverFsyncNeverSyncsTheSegment(t *testing.T) {
 	datasyncs := func() int {

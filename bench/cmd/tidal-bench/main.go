@@ -43,7 +43,7 @@ type workload struct {
 	Flags       []string      // tidal-stress flags that make the workload
 	Start       float64       // ops/s of the first coarse stage
 	SLO         time.Duration // p99 the knee must meet
-	// Target is issue 6's goal for the knee: Unit "ops/s" or "events/s".
+	// Target is the project's goal for the knee: Unit "ops/s" or "events/s".
 	Target     float64
 	TargetUnit string
 }
@@ -57,7 +57,7 @@ var workloads = []workload{
 		Start: 200, SLO: 100 * time.Millisecond, Target: 3000, TargetUnit: "events/s"},
 }
 
-// lagTarget is issue 6's follower-lag goal at 80% of the single-event knee.
+// lagTarget is the project's follower-lag goal at 80% of the single-event knee.
 const lagTarget = 50 * time.Millisecond
 
 // options are the command line.

@@ -239,7 +239,7 @@ func sideBySideSummary(r *sideBySide) string {
 		case r.Config.TLSHTTP1:
 			proto = "TLS 1.3 with HTTP/1.1 (one keep-alive connection per client, as in plaintext)"
 		}
-		p("- **Plaintext against TLS, one build** (issue 10): the \"plaintext\" columns below are this build without `--certs-dir` (%s), the \"TLS\" columns the same build with `--certs-dir` on every node: mutual TLS between the nodes, and to the clients %s presenting a writer certificate (the JSON keeps the etcd and tidal slots: etcd is plaintext, tidal is TLS)\n", plain, proto)
+		p("- **Plaintext against TLS, one build**: the \"plaintext\" columns below are this build without `--certs-dir` (%s), the \"TLS\" columns the same build with `--certs-dir` on every node: mutual TLS between the nodes, and to the clients %s presenting a writer certificate (the JSON keeps the etcd and tidal slots: etcd is plaintext, tidal is TLS)\n", plain, proto)
 	} else if r.Config.Baseline != "" {
 		p("- **A/B of two tidal-server builds**: every \"etcd\" column below is the baseline build %s, every \"tidal\" column this commit\n", r.Config.Baseline)
 	} else if r.EtcdVersion != "" {

@@ -192,7 +192,7 @@ func TestSideBySideSummaryOfTLSAB(t *testing.T) {
 		md := sideBySideSummary(r)
 		store := md[strings.Index(md, "## Replicated writes"):]
 		want := []string{
-			"**Plaintext against TLS, one build** (issue 10)",
+			"**Plaintext against TLS, one build**:",
 			"## Replicated writes: tidal-server in plaintext and with TLS",
 			"ratio = TLS / plaintext",
 			"| clients | plaintext writes/s | TLS writes/s | ratio | p50 plaintext / TLS |",

@@ -112,9 +112,8 @@ type sinkReport struct {
 // delivered is the throughput of a run: the bytes the sink received after
 // the warm-up's, over the time from the start of the sender's measured
 // window to the last byte's arrival — what went through the path, not
-// what the sender managed to write into its socket buffer (issue 16 item
-// 8). Warm-up bytes still in flight when the window opens make it err low,
-// never high.
+// what the sender managed to write into its socket buffer. Warm-up bytes
+// still in flight when the window opens make it err low, never high.
 func delivered(start time.Time, sink sinkReport, warmup int64) (bytes int64, rate float64) {
 	bytes = sink.Bytes - warmup
 	if secs := sink.Last.Sub(start).Seconds(); bytes > 0 && secs > 0 {

@@ -28,7 +28,7 @@ func watchRun(t *testing.T, files map[string]string) *report.Run {
 	return run
 }
 
-// Issue 15 item 3 (watch): the watch checker says true of watchers that
+// The watch checker says true of watchers that
 // saw every append once in order across a reconnect, and false of a gap,
 // a duplicate, an event out of order and a phantom.
 func TestCheckWatch(t *testing.T) {
