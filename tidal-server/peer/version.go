@@ -77,15 +77,10 @@ type versions struct {
 // handshake.
 var legacyVersions = versions{protocol: 1, protocolMin: 1, entryFormat: 1}
 
-// testProtocolBump raises this process's protocol and its minimum: TEST
-// ONLY (SetTestNewerProtocol).
+// testProtocolBump raises this process's protocol and its minimum: set
+// only by SetTestNewerProtocol (a tidalbugs build's hooks_tidalbugs.go)
+// and this package's tests.
 var testProtocolBump uint32
-
-// SetTestNewerProtocol makes this process speak a protocol one above
-// ProtocolVersion that no longer talks to ProtocolVersion, standing for a
-// future incompatible release. TEST ONLY (tidal-server's hidden
-// --test-newer-format).
-func SetTestNewerProtocol() { testProtocolBump = 1 }
 
 func ownVersions() versions {
 	return versions{
