@@ -6,4 +6,4 @@ package peer
 // ProtocolVersion that no longer talks to ProtocolVersion, standing for a
 // future incompatible release. It exists only in a tidalbugs build
 // (tidal-server's hidden --test-newer-format).
-func SetTestNewerProtocol() { testProtocolBump = 1 }
+func SetTestNewerProtocol() { testProtocolBump.Store(1) }

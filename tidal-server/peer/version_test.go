@@ -174,19 +174,47 @@ func TestSnapshotStreamRefusesIncompatibleProtocol(t *testing.T) {
 }
 
 // Regression: newer protocol refuses this one. SetTestNewerProtocol (a
-// tidalbugs build's; here its testProtocolBump = 1) stands for a future release that no longer talks to this one, so its
-// minimum must be above ProtocolVersion whatever ProtocolVersion is; a
+// tidalbugs build's; here testProtocolBump.Store(1)) stands for a future
+// release that no longer talks to this one, so its minimum must be above ProtocolVersion whatever ProtocolVersion is; a
 // minimum computed from MinProtocolVersion alone fell to ProtocolVersion
 // once the protocol moved past 2, and the "incompatible" node talked.
 func TestNewerTestProtocolRefusesThisRelease(t *testing.T) {
 	this := ownVersions()
-	testProtocolBump = 1
-	defer func() { testProtocolBump = 0 }()
+	testProtocolBump.Store(1)
+	defer testProtocolBump.Store(0)
 	newer := ownVersions()
 	if why := compatible(newer, this); why == "" {
 		t.Fatalf("a node with the protocol bump (%+v) talks to this release (%+v); expected refused", newer, this)
 	}
 	if why := compatible(this, newer); why == "" {
 		t.Fatalf("this release (%+v) talks to a node with the protocol bump (%+v); expected refused", this, newer)
+	}
+}
+
+// Regression: protocol bump race. The bump is set while senders of nodes
+// other tests started (closed only by their cleanup) still read it in
+// ownVersions, so it must be safe to read and write at once; under -race
+// a plain variable failed here, as it failed the test above at random.
+func TestProtocolBumpIsSafeToSetWhileSendersRead(t *testing.T) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				_ = ownVersions()
+			}
+		}
+	}()
+	for range 1000 {
+		testProtocolBump.Store(1)
+		testProtocolBump.Store(0)
+	}
+	close(stop)
+	<-done
+	if v := ownVersions(); v.protocol != ProtocolVersion {
+		t.Fatalf("protocol after restoring the bump = %d; expected %d", v.protocol, ProtocolVersion)
 	}
 }
