@@ -141,7 +141,7 @@ func newRunCommand() *cobra.Command {
 	cfg := server.DefaultConfig()
 	var configFile, logLevel, logFormat, logFile string
 	var drainTimeout time.Duration
-	var testNewerFormat bool
+	var applyTestFlags func(*slog.Logger)
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run a node (the default command)",
@@ -211,8 +211,8 @@ underscores (client_addr, data_dir, ...).
 					return err
 				}
 			}
-			if testNewerFormat {
-				setTestNewerFormat(log)
+			if applyTestFlags != nil {
+				applyTestFlags(log)
 			}
 			popts, err := peerOptions(&cfg)
 			if err != nil {
@@ -304,12 +304,13 @@ underscores (client_addr, data_dir, ...).
 	f.DurationVar(&cfg.TestClockOffset, "test-clock-offset", 0, "TEST ONLY: shift this node's clock (stamping, skew check, clock probes) to simulate skew")
 	f.StringVar(&cfg.TestClockOffsetFile, "test-clock-offset-file", "", "TEST ONLY: file holding this node's clock offset (\"90s\", \"-5m\"), re-read every 100ms so a test can move the clock at run time; missing or empty: --test-clock-offset")
 	f.Int64Var(&cfg.MaxSnapshotBytes, "max-snapshot-bytes", 1<<30, "cap on one snapshot received from a peer, spooled to <data-dir>/snap-spool as it arrives; a longer stream is cut (must exceed the largest snapshot)")
-	f.BoolVar(&testNewerFormat, "test-newer-format", false, "TEST ONLY: act as a future release: write WAL segments and snapshots one format version up, speak a peer protocol that no longer talks to this release's, read one entry format more")
-	_ = f.MarkHidden("test-newer-format")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	f.StringVar(&logFile, "log-file", "", "write logs to this file instead of stderr")
 	f.DurationVar(&drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long to wait for in-flight requests")
+	if runTestFlags != nil {
+		applyTestFlags = runTestFlags(f)
+	}
 	return cmd
 }
 
@@ -353,21 +354,11 @@ func peerOptions(cfg *server.Config) (peer.Options, error) {
 	return o, nil
 }
 
-// setTestNewerFormat makes this process stand for a future release whose
-// formats this one cannot read (issue 12 item 2): WAL segments and
-// snapshot files one version up, an entry format more, and a peer
-// protocol that refuses this release's. The lifecycle suite shows with
-// it that a downgrade, and a mix across an incompatible protocol, refuse
-// clearly. TEST ONLY.
-func setTestNewerFormat(log *slog.Logger) {
-	wal.SetTestNewerFormat()
-	replica.SetTestNewerFormat()
-	replica.SetTestNewerEntryFormat()
-	peer.SetTestNewerProtocol()
-	log.Warn("TEST ONLY: acting as a newer release (--test-newer-format); never run a real node like this",
-		"wal_format", wal.FormatVersion+1, "snapshot_format", replica.SnapshotFormatVersion+1,
-		"entry_format", replica.ReadableEntryFormat(), "peer_protocol", peer.ProtocolVersion+1)
-}
+// runTestFlags, set only in a tidalbugs build (testflags_tidalbugs.go),
+// registers that build's hidden test-only flags on the run command and
+// returns what to do with them once the log is open. A normal build has
+// none: the flags, and the hooks they call, are not in its binary.
+var runTestFlags func(f *pflag.FlagSet) (apply func(log *slog.Logger))
 
 // snapshotSpoolDir is where, under the data dir, inbound snapshots are
 // written as they stream in (the transport empties it at start).

@@ -6,7 +6,6 @@
 package bugs
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
-	"github.com/tidaldb/tidal/buildinfo/gobuild"
 	"github.com/tidaldb/tidal/suites/fixture"
 )
 
@@ -35,16 +33,13 @@ var _ = SynchronizedBeforeSuite(func() []byte {
 	Expect(err).NotTo(HaveOccurred())
 	_, err = fixture.Build(dir)
 	Expect(err).NotTo(HaveOccurred())
-	root, err := fixture.RepoRoot()
+	_, err = fixture.BuildTidalbugs(dir)
 	Expect(err).NotTo(HaveOccurred())
-	cmd := gobuild.Command(context.Background(), root, gobuild.StampOf(root), filepath.Join(dir, "tidal-server-bugs"), "./tidal-server", "-tags", "tidalbugs")
-	out, err := cmd.CombinedOutput()
-	Expect(err).NotTo(HaveOccurred(), "go build -tags tidalbugs ./tidal-server:\n%s", out)
 	return []byte(dir)
 }, func(dir []byte) {
 	d := string(dir)
 	normalBins = &fixture.Binaries{Dir: d, TidalServer: filepath.Join(d, "tidal-server"), TCPRelay: filepath.Join(d, "tcp-relay")}
-	buggyServer = filepath.Join(d, "tidal-server-bugs")
+	buggyServer = filepath.Join(d, fixture.TidalbugsServer)
 })
 
 var _ = SynchronizedAfterSuite(func() {}, func() {

@@ -164,7 +164,10 @@ var _ = Describe("planted defects are caught by the chaos checkers", Ordered, fu
 			// and the election and responses checkers'.
 			"vote-before-sync", "internal-error-on-valid-write", "valid write refused without proposing it",
 			// and the graceful faults'.
-			"drain-ack-before-fsync", "answering every write as applied without waiting"} {
+			"drain-ack-before-fsync", "answering every write as applied without waiting",
+			// and the hidden flag that makes a node stand for a newer
+			// release, with the hooks it calls.
+			"test-newer-format", "acting as a newer release", "SetTestNewerFormat", "SetTestNewerEntryFormat", "SetTestNewerProtocol"} {
 			Expect(bytes.Contains(normal, []byte(s))).To(BeFalse(), "the normal tidal-server binary should not contain %q", s)
 			Expect(bytes.Contains(buggy, []byte(s))).To(BeTrue(), "the tidalbugs binary should contain %q (else this check proves nothing)", s)
 		}

@@ -7,7 +7,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"github.com/tidaldb/tidal/buildinfo/gobuild"
 	"github.com/tidaldb/tidal/harness/checker"
 	"github.com/tidaldb/tidal/harness/nemesis"
 	"github.com/tidaldb/tidal/harness/runner"
@@ -29,12 +28,8 @@ var _ = Describe("shrink", func() {
 	// so the shrink must end with at most two episodes that still lose
 	// acknowledged writes, in at least 2 of 3 runs of the minimum.
 	It("shrinks a failing run of 9 fault episodes to at most 2 that fail the same way", func(ctx SpecContext) {
-		root, err := fixture.RepoRoot()
+		buggy, err := fixture.BuildTidalbugs(bins.Dir)
 		Expect(err).NotTo(HaveOccurred())
-		buggy := filepath.Join(bins.Dir, "tidal-server-bugs")
-		cmd := gobuild.Command(ctx, root, gobuild.StampOf(root), buggy, "./tidal-server", "-tags", "tidalbugs")
-		out, err := cmd.CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), "go build -tags tidalbugs ./tidal-server:\n%s", out)
 		Expect(os.Setenv("TIDAL_BUGS", "ack-before-commit")).To(Succeed())
 		DeferCleanup(os.Unsetenv, "TIDAL_BUGS")
 

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -45,16 +46,31 @@ func writeOne(addr, id string) {
 	}).WithTimeout(60 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 }
 
-// Issue 12 item 2: format versions. --test-newer-format (hidden, test
-// only) makes a node act as a future release: WAL segments and snapshots
-// one version up, a peer protocol that no longer talks to this one.
+// Format versions. --test-newer-format (hidden, in a tidalbugs build
+// only: newerServer) makes a node act as a future release: WAL segments
+// and snapshots one version up, a peer protocol that no longer talks to
+// this one. Every other node is the normal build.
 var _ = Describe("format versions", func() {
+	It("Regression: test hooks in a normal build: it has no --test-newer-format, and refuses the flag", func() {
+		normal, err := os.ReadFile(bins.TidalServer)
+		Expect(err).NotTo(HaveOccurred())
+		newer, err := os.ReadFile(newerServer)
+		Expect(err).NotTo(HaveOccurred())
+		for _, s := range []string{"test-newer-format", "SetTestNewerFormat", "SetTestNewerProtocol"} {
+			Expect(bytes.Contains(normal, []byte(s))).To(BeFalse(), "the normal tidal-server binary (%s) should not contain %q", bins.TidalServer, s)
+			Expect(bytes.Contains(newer, []byte(s))).To(BeTrue(), "the tidalbugs binary (%s) should contain %q (else this check proves nothing)", newerServer, s)
+		}
+		out, err := exec.Command(bins.TidalServer, "run", "--test-newer-format", "--data-dir", filepath.Join(specDir("format-no-flag"), "data")).CombinedOutput()
+		Expect(err).To(HaveOccurred(), "a normal build should refuse --test-newer-format; output:\n%s", out)
+		Expect(string(out)).To(ContainSubstring("unknown flag: --test-newer-format"))
+	})
+
 	It("refuses a data dir a newer release wrote (a downgrade), naming the file and both versions, and changes nothing", func() {
 		dir := specDir("format-downgrade")
 		addrs := freeAddrs(2)
 		data := filepath.Join(dir, "data")
 
-		newer := startNode(-1, runArgs(1, addrs[0], addrs[1], data, "--test-newer-format")...)
+		newer := startNodeOf(newerServer, runArgs(1, addrs[0], addrs[1], data, "--test-newer-format")...)
 		newer.waitReady(addrs[0])
 		writeOne(addrs[0], "fmt-1")
 		_, _, err := client.New(addrs[0]).Snapshot(context.Background())
@@ -76,7 +92,7 @@ var _ = Describe("format versions", func() {
 		Expect(string(vout)).To(ContainSubstring(fmt.Sprintf("format version %d is newer than this build reads", wal.FormatVersion+1)))
 
 		// The newer release still opens it, with the write there.
-		again := startNode(-1, runArgs(1, addrs[0], addrs[1], data, "--test-newer-format")...)
+		again := startNodeOf(newerServer, runArgs(1, addrs[0], addrs[1], data, "--test-newer-format")...)
 		again.waitReady(addrs[0])
 		e, err := client.New(addrs[0]).Entity(context.Background(), 7)
 		Expect(err).NotTo(HaveOccurred())
@@ -90,11 +106,11 @@ var _ = Describe("format versions", func() {
 		peers := fmt.Sprintf("1=%s,2=%s,3=%s", addrs[3], addrs[4], addrs[5])
 		var nodes []*node
 		for i := range 3 {
-			extra := []string{"--peers", peers, "--log-file", filepath.Join(dir, fmt.Sprintf("n%d.log", i+1))}
+			bin, extra := bins.TidalServer, []string{"--peers", peers, "--log-file", filepath.Join(dir, fmt.Sprintf("n%d.log", i+1))}
 			if i == 2 {
-				extra = append(extra, "--test-newer-format")
+				bin, extra = newerServer, append(extra, "--test-newer-format")
 			}
-			nodes = append(nodes, startNode(-1, runArgs(i+1, addrs[i], addrs[3+i], filepath.Join(dir, fmt.Sprint(i+1)), extra...)...))
+			nodes = append(nodes, startNodeOf(bin, runArgs(i+1, addrs[i], addrs[3+i], filepath.Join(dir, fmt.Sprint(i+1)), extra...)...))
 		}
 		nodes[0].waitReady(addrs[0])
 		writeOne(addrs[0], "fmt-mixed")

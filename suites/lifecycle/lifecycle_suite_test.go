@@ -4,6 +4,7 @@ package lifecycle
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -11,7 +12,14 @@ import (
 	"github.com/tidaldb/tidal/suites/fixture"
 )
 
-var bins *fixture.Binaries
+// bins are the binaries as released; newerServer is tidal-server built
+// with the tidalbugs tag, whose hidden --test-newer-format makes a node
+// stand for a newer release (format_test.go). A normal build has no such
+// flag.
+var (
+	bins        *fixture.Binaries
+	newerServer string
+)
 
 func TestLifecycle(t *testing.T) {
 	RegisterFailHandler(Fail)
@@ -21,9 +29,12 @@ func TestLifecycle(t *testing.T) {
 var _ = SynchronizedBeforeSuite(func() []byte {
 	dir, err := fixture.BuildTemp("lifecycle")
 	Expect(err).NotTo(HaveOccurred())
+	_, err = fixture.BuildTidalbugs(dir)
+	Expect(err).NotTo(HaveOccurred())
 	return []byte(dir)
 }, func(dir []byte) {
 	bins = fixture.At(string(dir))
+	newerServer = filepath.Join(bins.Dir, fixture.TidalbugsServer)
 })
 
 var _ = SynchronizedAfterSuite(func() {}, func() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/tidaldb/tidal/tidal-server/replica"
 	"go.etcd.io/raft/v3/raftpb"
@@ -77,20 +78,17 @@ type versions struct {
 // handshake.
 var legacyVersions = versions{protocol: 1, protocolMin: 1, entryFormat: 1}
 
-// testProtocolBump raises this process's protocol and its minimum: TEST
-// ONLY (SetTestNewerProtocol).
-var testProtocolBump uint32
-
-// SetTestNewerProtocol makes this process speak a protocol one above
-// ProtocolVersion that no longer talks to ProtocolVersion, standing for a
-// future incompatible release. TEST ONLY (tidal-server's hidden
-// --test-newer-format).
-func SetTestNewerProtocol() { testProtocolBump = 1 }
+// testProtocolBump raises this process's protocol and its minimum: set
+// only by SetTestNewerProtocol (a tidalbugs build's hooks_tidalbugs.go)
+// and this package's tests. Atomic: a test sets it while the senders of
+// nodes other tests started (closed only by their cleanup) still read it.
+var testProtocolBump atomic.Uint32
 
 func ownVersions() versions {
+	bump := testProtocolBump.Load()
 	return versions{
-		protocol:    ProtocolVersion + testProtocolBump,
-		protocolMin: MinProtocolVersion + testProtocolBump*(ProtocolVersion+1-MinProtocolVersion), // above ProtocolVersion when bumped
+		protocol:    ProtocolVersion + bump,
+		protocolMin: MinProtocolVersion + bump*(ProtocolVersion+1-MinProtocolVersion), // above ProtocolVersion when bumped
 		entryFormat: replica.ReadableEntryFormat(),
 	}
 }

@@ -97,18 +97,10 @@ type PeerFormats interface {
 	PeerEntryFormat(id uint64) (uint32, bool)
 }
 
-// testEntryFormat stands for EntryFormat under SetTestNewerEntryFormat,
-// zero meaning "not set". Atomic: a test restores it while the goroutines
+// testEntryFormat stands for EntryFormat under SetTestNewerEntryFormat (a
+// tidalbugs build's hooks_tidalbugs.go), zero meaning "not set". Atomic: a test restores it while the goroutines
 // of the nodes it started (closed only by its cleanup) still read it.
 var testEntryFormat atomic.Uint32
-
-// SetTestNewerEntryFormat makes this process advertise, and accept, one
-// entry format above EntryFormat; restore undoes it. TEST ONLY
-// (--test-newer-format).
-func SetTestNewerEntryFormat() (restore func()) {
-	testEntryFormat.Store(EntryFormat + 1)
-	return func() { testEntryFormat.Store(0) }
-}
 
 // ReadableEntryFormat is the newest entry format this process reads (and
 // advertises): EntryFormat, except under SetTestNewerEntryFormat.

@@ -46,7 +46,7 @@ func TestCheckDataDirFormatReadsEveryGroupsSnapshots(t *testing.T) {
 	}
 	func() {
 		defer func() { snapWriteVersion, snapReadVersion = SnapshotFormatVersion, SnapshotFormatVersion }()
-		SetTestNewerFormat()
+		snapWriteVersion, snapReadVersion = SnapshotFormatVersion+1, SnapshotFormatVersion+1 // a newer release
 		snap.Metadata.Index = proto.Uint64(4)
 		if err := s.save(snap); err != nil {
 			t.Fatal(err)

@@ -58,7 +58,7 @@ func TestSnapStoreRefusesNewerFormat(t *testing.T) {
 		Index: proto.Uint64(7), Term: proto.Uint64(2), ConfState: &raftpb.ConfState{Voters: []uint64{1}}}}
 	func() {
 		defer func() { snapWriteVersion, snapReadVersion = SnapshotFormatVersion, SnapshotFormatVersion }()
-		SetTestNewerFormat()
+		snapWriteVersion, snapReadVersion = SnapshotFormatVersion+1, SnapshotFormatVersion+1 // a newer release
 		if err := s.save(snap); err != nil {
 			t.Fatal(err)
 		}
@@ -93,7 +93,7 @@ func TestCheckDataDirFormatReadsSnapshotHeaders(t *testing.T) {
 	}
 	func() {
 		defer func() { snapWriteVersion, snapReadVersion = SnapshotFormatVersion, SnapshotFormatVersion }()
-		SetTestNewerFormat()
+		snapWriteVersion, snapReadVersion = SnapshotFormatVersion+1, SnapshotFormatVersion+1 // a newer release
 		snap.Metadata.Index = proto.Uint64(4)
 		if err := s.save(snap); err != nil {
 			t.Fatal(err)

@@ -96,16 +96,6 @@ func (s *Store) PinQuery() *QueryView {
 	return v
 }
 
-// PinnedQueries is the number of QueryViews pinned and not yet released:
-// while it is above zero, overwrites save old vectors, so a caller that
-// forgets Release makes every later overwrite copy. Tests of the callers
-// check it returns to zero.
-func (s *Store) PinnedQueries() int {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return len(s.views)
-}
-
 // Len is the number of entities the view holds.
 func (v *QueryView) Len() int { return v.n }
 
@@ -159,16 +149,6 @@ func (s *Store) detachViewsLocked() {
 		}
 	}
 	s.views, s.undo, s.maxPinned = nil, nil, 0
-}
-
-// SetAfterChunk installs fn to run after each chunk a QueryView pinned
-// from now on scans, with the store's lock released, and fn(c) names the
-// chunk just scored. It exists for tests (here and in packages serving
-// queries) to hold a scan half-way; nil removes it.
-func (s *Store) SetAfterChunk(fn func(chunk int)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.afterChunk = fn
 }
 
 // prepareQuery validates k and q and returns q scaled to unit norm.

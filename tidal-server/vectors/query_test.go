@@ -205,12 +205,12 @@ func TestPutCompletesWhileScanIsParked(t *testing.T) {
 	want := bruteNearest(t, dim, model, q, 3)
 
 	parked, resume := make(chan struct{}), make(chan struct{})
-	s.SetAfterChunk(func(c int) {
+	s.afterChunk = func(c int) { // set before any view is pinned: no lock needed
 		if c == 1 {
 			close(parked)
 			<-resume
 		}
-	})
+	}
 	type result struct {
 		m   []Match
 		err error

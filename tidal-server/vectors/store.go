@@ -113,8 +113,9 @@ type Store struct {
 	// are written) hashes nothing again.
 	restores uint64
 	memo     digestMemo
-	// afterChunk, when set (tests only: SetAfterChunk), runs after each
-	// chunk a query view scans, outside the store's lock.
+	// afterChunk, when set (by this package's tests, or by SetAfterChunk
+	// in a tidalbugs build), runs after each chunk a query view scans,
+	// outside the store's lock.
 	afterChunk func(chunk int)
 	// afterDigestBatch, when set (by this package's tests only), runs
 	// after each batch of records a QueryView's Digest copies, outside

@@ -40,20 +40,12 @@ const (
 
 // writeVersion is the version written into the headers of new tagged
 // segments and readVersion the newest one Open accepts. They differ from
-// FormatVersion only under SetTestNewerFormat.
+// FormatVersion only under SetTestNewerFormat, which only a tidalbugs
+// build has (hooks_tidalbugs.go), or in this package's tests.
 var (
 	writeVersion uint32 = FormatVersion
 	readVersion  uint32 = FormatVersion
 )
-
-// SetTestNewerFormat makes this process write and read segments one
-// format version above FormatVersion, standing for a newer release: every
-// segment it creates is tagged and carries that version. TEST ONLY
-// (tidal-server's hidden --test-newer-format): it lets a suite show that
-// this build refuses the data dir such a release leaves.
-func SetTestNewerFormat() {
-	writeVersion, readVersion = FormatVersion+1, FormatVersion+1
-}
 
 // taggedVersion reports whether segments of version v hold tagged records.
 func taggedVersion(v uint32) bool { return v > untaggedVersion }

@@ -9,12 +9,13 @@ import (
 	"testing"
 )
 
-// asNewerRelease runs fn as a build one format version ahead would
-// (SetTestNewerFormat), restoring this build's versions after.
+// asNewerRelease runs fn as a build one format version ahead would (what
+// SetTestNewerFormat does in a tidalbugs build), restoring this build's
+// versions after.
 func asNewerRelease(t *testing.T, fn func()) {
 	t.Helper()
 	defer func() { writeVersion, readVersion = FormatVersion, FormatVersion }()
-	SetTestNewerFormat()
+	writeVersion, readVersion = FormatVersion+1, FormatVersion+1
 	fn()
 }
 
