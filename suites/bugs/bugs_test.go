@@ -100,7 +100,7 @@ func expectCaught(o *runner.Outcome, summary, by string) {
 }
 
 var _ = Describe("planted defects are caught by the chaos checkers", Ordered, func() {
-	// Label smoke: `make test` runs this one (issue 16 item 6), so CI
+	// Label smoke: `make test` runs this one, so CI
 	// always sees a checker say false on a real run. It is the quickest
 	// of the planted defects to catch.
 	It("ack-before-commit: an isolated leader's acks that never commit are lost writes (ledger)", Label("smoke"), func(ctx SpecContext) {
@@ -155,11 +155,11 @@ var _ = Describe("planted defects are caught by the chaos checkers", Ordered, fu
 		Expect(err).NotTo(HaveOccurred())
 		buggy, err := os.ReadFile(buggyServer)
 		Expect(err).NotTo(HaveOccurred())
-		// The WAL's defects (issue 11 item 4) too, and the message only
+		// The WAL's defects too, and the message only
 		// ignore-fsync-error logs.
 		for _, s := range []string{envVar, "ack-before-commit", "drop-dedup-on-restart",
 			"ack-before-fsync", "skip-dir-fsync", "drop-last-record-on-recovery", "ignore-fsync-error", "fdatasync failed; carrying on", "never-fsync",
-			// and the embeddings and aggregates checkers' (issue 9 items 15, 16).
+			// and the embeddings and aggregates checkers'.
 			"drop-vectors-in-snapshot", "window-off-by-one-bucket", "decay-wrong-half-life", "ignore-embedding-overwrite",
 			// and the election and responses checkers'.
 			"vote-before-sync", "internal-error-on-valid-write", "valid write refused without proposing it",
@@ -186,7 +186,7 @@ var _ = Describe("planted defects are caught by the chaos checkers", Ordered, fu
 			Workload: workload.Config{Kind: workload.Ledger, Concurrency: 8, Rate: 200},
 		})
 		Expect(warned).To(BeFalse(), "a normal build should not log %q", warning)
-		// Regression (issue 16 item 5): a valid verdict over no
+		// Regression: a valid verdict over no
 		// acknowledged writes would say nothing about the build.
 		Expect(ackedWrites(o)).To(BeNumerically(">", 0), "expected acknowledged writes in the history\n%s", s)
 		Expect(o.Results.Valid).To(Equal(checker.Valid), "a normal build with TIDAL_BUGS set should stay correct\n%s", s)

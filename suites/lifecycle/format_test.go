@@ -142,7 +142,7 @@ var _ = Describe("format versions", func() {
 	})
 })
 
-// Issue 12 item 4: a follower removed while it could not hear of it (here:
+// A follower removed while it could not hear of it (here:
 // frozen with SIGSTOP) never applies its removal: the leader stops sending
 // to it. Before, it ran on, campaigning in vain; now the first member it
 // reaches tells it, and it stops with the removed exit status.

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// Versions on the peer plane (issue 12 item 2). A sender opens its
+// Versions on the peer plane. A sender opens its
 // Messages stream with its versions in the request metadata; the receiver
 // answers with its own in the response header, or refuses the stream:
 //

@@ -35,7 +35,7 @@ func TestCompatibleProtocols(t *testing.T) {
 	}
 }
 
-// Issue 12 item 2: peers exchange versions when a stream opens, and the
+// Peers exchange versions when a stream opens, and the
 // entry format a peer advertised is what the minimum-entry-format rule
 // reads (PeerEntryFormat).
 func TestPeersExchangeVersions(t *testing.T) {
@@ -101,8 +101,8 @@ func appendWith(from, to uint64, data ...[]byte) *raftpb.Message {
 // An append carrying an entry of a format this node cannot read is
 // dropped before raft sees it (reason entry_format); appends of known
 // formats pass. Without the check, raft would append it and apply would
-// meet it (where it now stops the node; before issue 12 item 2 it was
-// skipped, and the replica diverged).
+// meet it (where it stops the node, rather than skip the entry and
+// diverge).
 func TestDropsAppendsOfUnreadableEntryFormat(t *testing.T) {
 	n1 := startNode(t, 1, Options{Membership: members([]uint64{1, 2})})
 	conn := rawClient(t, n1.addr, nil)
@@ -126,7 +126,7 @@ func TestDropsAppendsOfUnreadableEntryFormat(t *testing.T) {
 	}
 }
 
-// Issue 12 item 4: a member removed while it was cut off never applies
+// A member removed while it was cut off never applies
 // its removal (the leader stops sending to it). When it next sends, the
 // member it reaches says so, and it is told: Inbound.ReportRemoved.
 func TestRemovedSenderIsTold(t *testing.T) {

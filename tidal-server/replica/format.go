@@ -7,7 +7,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// Entry formats (issue 12 item 2). Every normal entry's data starts with
+// Entry formats. Every normal entry's data starts with
 // an envelope byte (envelopeVersion, confMarkerVersion, ...): the kind of
 // framing that follows. Each envelope belongs to an entry format, a number
 // that only grows; a build reads every format up to EntryFormat. Format 1

@@ -33,8 +33,8 @@ const (
 
 	// SnapshotFormatVersion is the snapshot file version this build
 	// writes; it reads MinSnapshotFormatVersion to SnapshotFormatVersion
-	// and refuses others with a *wal.FormatError naming the file (issue
-	// 12 item 2). Bump it with any change to the file's framing or to the
+	// and refuses others with a *wal.FormatError naming the file. Bump it
+	// with any change to the file's framing or to the
 	// state encodings inside it.
 	SnapshotFormatVersion    = 1
 	MinSnapshotFormatVersion = 1
@@ -206,7 +206,7 @@ func decodeSnapshotFile(name string, data []byte) (*raftpb.Snapshot, error) {
 // or snapshot file of dataDir written in a format version this build does
 // not read, reading only their headers; nil otherwise (damage is reported
 // when the node opens them). tidal-server checks this before it writes
-// anything into a data dir (issue 12 item 2).
+// anything into a data dir.
 func CheckDataDirFormat(dataDir string) error {
 	if err := wal.CheckFormat(filepath.Join(dataDir, "wal")); err != nil {
 		return err

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Regression (issue 9 item 5): the temporary file of a snapshot write a
+// Regression: the temporary file of a snapshot write a
 // crash interrupted survived every restart. Opening the store removes it,
 // with a log line naming it, and keeps the snapshots themselves.
 func TestSnapStoreRemovesLeftoverTemporaries(t *testing.T) {
@@ -46,7 +46,7 @@ func TestSnapStoreRemovesLeftoverTemporaries(t *testing.T) {
 	}
 }
 
-// Issue 12 item 2: a snapshot file a newer release wrote is refused with
+// A snapshot file a newer release wrote is refused with
 // the file, the version found and the versions this build reads.
 func TestSnapStoreRefusesNewerFormat(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "snap")
@@ -108,7 +108,7 @@ func TestCheckDataDirFormatReadsSnapshotHeaders(t *testing.T) {
 // A snapshot read back with a bit flipped in its payload is refused, and
 // the error says "corruption in <file> at offset <n>" as the WAL's does,
 // which is what the chaos harness's checkers look for in a node's log.
-// Regression (issue 11 item 2): corrupt-read now flips snapshot payloads,
+// Regression: corrupt-read now flips snapshot payloads,
 // and the refusal said only "checksum mismatch", so a node that refused
 // its snapshot rightly was judged to have exited without naming it.
 func TestSnapStoreRefusesAFlippedPayloadNamingFileAndOffset(t *testing.T) {
@@ -173,7 +173,7 @@ func TestSnapshotPayloadMatchesSave(t *testing.T) {
 	}
 }
 
-// The snapshot file written from pieces (issue 14: no joined copy of a
+// The snapshot file written from pieces (no joined copy of a
 // large snapshot's data in memory) is byte for byte the version-1 file the
 // single-buffer writer made — header, proto.Marshal of the snapshot — so
 // files of either build load in the other, and it loads back equal.

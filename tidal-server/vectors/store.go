@@ -77,7 +77,7 @@ type Store struct {
 	norms    []float64 // slot -> Euclidean norm of the vector, in [MinNorm, MaxNorm]
 	// chunks hold the vectors, perChunk slots each: slot i is
 	// chunks[i/perChunk][(i%perChunk)*dim:][:dim]. Fixed-size chunks
-	// (issue 14, build item 2) mean a new entity never copies the vectors
+	// mean a new entity never copies the vectors
 	// already held: one growing arena copied the whole store at every
 	// doubling (60 µs per new 1536-dim vector in BenchmarkPut/new).
 	chunks   [][]float32

@@ -19,7 +19,7 @@ func asNewerRelease(t *testing.T, fn func()) {
 	fn()
 }
 
-// Issue 12 item 2: a log written by a newer release is refused with the
+// A log written by a newer release is refused with the
 // file, the version found and the versions this build reads — before this,
 // its segment header failed a version check that reported "corruption",
 // and a newest segment so damaged sat one classification away from being
