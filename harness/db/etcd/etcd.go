@@ -24,6 +24,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/tidaldb/tidal/harness/cluster"
@@ -42,6 +44,26 @@ const (
 	// after the heal, nothing that was never sent, nothing at two revisions.
 	Append = "append"
 )
+
+// Node selections: which member a client op goes to.
+const (
+	// RoundRobin cycles through the members, op by op, across all workers.
+	RoundRobin = "round-robin"
+	// Random picks a member uniformly for every op.
+	Random = "random"
+	// Leader sends every op to the member last seen leading; the hint is
+	// refreshed every half second and at once after an op sent to it did
+	// not complete ok. While no leader is known, ops go round-robin.
+	Leader = "leader"
+	// Bound ties each worker to one member for the whole run (worker i to
+	// member i mod n, Jepsen's default): a paused member stalls only its
+	// own workers while the others keep the majority writing, the writes
+	// a stale read on the paused member is judged against.
+	Bound = "bound"
+)
+
+// Selections lists every node selection, for flag help and errors.
+var Selections = []string{RoundRobin, Random, Leader, Bound}
 
 // Read consistencies of the register workload.
 const (
@@ -62,6 +84,18 @@ type Config struct {
 	// linearizability search stays small however long the run).
 	Keys      int `json:"keys,omitempty"`
 	OpsPerKey int `json:"ops_per_key,omitempty"`
+	// Values, when > 0, draws every written value from 1..Values (a cas
+	// then often compares equal, but a stale read can return the value it
+	// should have seen). 0, the default, writes a value never written
+	// before on any key, so that every value read names the one write
+	// that produced it.
+	Values int `json:"values,omitempty"`
+	// Select is how a worker chooses the member of each op (Selections);
+	// empty is round-robin.
+	Select string `json:"select,omitempty"`
+	// LinearizableTimeout bounds the register workload's porcupine search
+	// of one run (past it: unknown); the runner sets it from its own.
+	LinearizableTimeout Duration `json:"linearizable_timeout,omitempty"`
 	// Concurrency is the number of client workers; Rate, when > 0, makes
 	// the load open loop at that many ops/s.
 	Concurrency int     `json:"concurrency,omitempty"`
@@ -106,6 +140,18 @@ func (c Config) WithDefaults() (Config, error) {
 	if c.Keys == 0 {
 		c.Keys = 3
 	}
+	if c.Keys < 0 || c.OpsPerKey < 0 || c.Values < 0 {
+		return c, fmt.Errorf("etcd register: expected keys, ops per key and values >= 0, found %d, %d, %d", c.Keys, c.OpsPerKey, c.Values)
+	}
+	if c.Select == "" {
+		c.Select = RoundRobin
+	}
+	if !slices.Contains(Selections, c.Select) {
+		return c, fmt.Errorf("etcd node selection: expected one of %s, found %q", strings.Join(Selections, ", "), c.Select)
+	}
+	if c.LinearizableTimeout <= 0 {
+		c.LinearizableTimeout = Duration(LinearizableTimeout)
+	}
 	if c.OpsPerKey == 0 {
 		c.OpsPerKey = 120
 	}
@@ -137,6 +183,9 @@ func New(cfg Config) (*DB, error) {
 }
 
 var _ db.DB = (*DB)(nil)
+
+// Config is the adapter's configuration, defaults filled in.
+func (d *DB) Config() Config { return d.cfg }
 
 // Name implements db.DB.
 func (d *DB) Name() string { return "etcd" }
