@@ -18,14 +18,17 @@ import (
 // configuration sets no bound (Config.LinearizableTimeout).
 const LinearizableTimeout = 60 * time.Second
 
-// Check implements db.DB: the register workload's linearizability, or
-// the append workload's ledger; convergence of every node's keyspace.
+// Check implements db.DB: the register workload's linearizability and
+// revisions, or the append workload's ledger; convergence of every node's
+// keyspace.
 func (d *DB) Check(in db.CheckInput) []checker.Result {
 	var rs []checker.Result
 	switch d.cfg.Workload {
 	case Register:
 		rs = append(rs, CheckRegister(in.Ops, in.Run.LinearizableDir(), d.cfg.Reads, time.Duration(d.cfg.LinearizableTimeout)))
+		rs = append(rs, CheckRevisions(in.Ops, d.cfg.Reads))
 	case Append:
+		rs = append(rs, CheckRevisions(in.Ops, Linearizable))
 		audits, err := in.Run.ReadAudits()
 		if err != nil {
 			rs = append(rs, checker.Result{Name: "ledger", Valid: checker.Unknown, Summary: "keys of the nodes unreadable: " + err.Error()})

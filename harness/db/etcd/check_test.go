@@ -25,6 +25,10 @@ type step struct {
 	t        history.Type
 	complete bool
 	readVal  int
+	// rev is the completion's header revision; modRev the mod revision
+	// an ok get saw.
+	rev    uint64
+	modRev int64
 }
 
 func hist(t *testing.T, steps []step) []history.Op {
@@ -40,9 +44,9 @@ func hist(t *testing.T, steps []step) []history.Op {
 			inv := pending[s.proc]
 			var out any
 			if inv.F == FGet && s.t == history.OK {
-				out = RegisterValue{Key: s.v.Key, Value: s.readVal}
+				out = RegisterValue{Key: s.v.Key, Value: s.readVal, Rev: s.modRev}
 			}
-			rec.Complete(inv, s.t, out, nil, 0, 0)
+			rec.Complete(inv, s.t, out, nil, s.rev, 0)
 			delete(pending, s.proc)
 			time.Sleep(time.Microsecond)
 			continue
