@@ -25,6 +25,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -269,4 +270,20 @@ func Find(bin string) (string, error) {
 		}
 	}
 	return exec.LookPath("etcd")
+}
+
+// ElectionTimeout is the election timeout the members run with: the last
+// --election-timeout (ms) among Flags, else etcd's default of 1000ms.
+func (c Config) ElectionTimeout() time.Duration {
+	et := time.Second
+	for i, f := range c.Flags {
+		v, ok := strings.CutPrefix(f, "--election-timeout=")
+		if !ok && f == "--election-timeout" && i+1 < len(c.Flags) {
+			v, ok = c.Flags[i+1], true
+		}
+		if ms, err := strconv.Atoi(v); ok && err == nil && ms > 0 {
+			et = time.Duration(ms) * time.Millisecond
+		}
+	}
+	return et
 }
