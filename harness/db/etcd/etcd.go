@@ -195,10 +195,11 @@ func (d *DB) Name() string { return "etcd" }
 func (d *DB) Capabilities() nemesis.Capabilities {
 	return nemesis.Capabilities{DB: "etcd",
 		Has: []nemesis.Capability{nemesis.CapNetwork, nemesis.CapKill, nemesis.CapPause, nemesis.CapLeader,
-			nemesis.CapTransferLeader, nemesis.CapMembership},
+			nemesis.CapTransferLeader, nemesis.CapMembership, nemesis.CapDisk},
 		Lacks: map[nemesis.Capability]string{
-			nemesis.CapDisk:  "the etcd adapter does not mount faultfs under its data dirs yet",
-			nemesis.CapClock: "etcd has no clock the harness can move (its nodes would need libfaketime or a time namespace)",
+			nemesis.CapClock:       "etcd reads the system clock and has no flag to offset it; a Go binary reads the clock through the vDSO, not libc, so LD_PRELOAD libfaketime cannot move it, and a time namespace offsets CLOCK_MONOTONIC and CLOCK_BOOTTIME only, not the wall clock",
+			nemesis.CapElectionLog: "the adapter does not follow etcd's log for elections as they happen",
+			nemesis.CapStop:        "the adapter has no graceful stop",
 		}}
 }
 
@@ -222,7 +223,7 @@ func (d *DB) Setup(ctx context.Context, env db.Env) (db.Cluster, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c, err := startCluster(cfg, env.Nodes, env.NodesDir, backend, log)
+	c, err := startCluster(cfg, env.Nodes, env.NodesDir, env.DiskFaults, backend, log)
 	if err != nil {
 		backend.Close()
 		return nil, err
