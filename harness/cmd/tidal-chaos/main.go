@@ -141,7 +141,10 @@ func newRunCommand() *cobra.Command {
   tidal-chaos run --db etcd --nodes 3 --nemesis partition,kill,pause --duration 60s
 
   # etcd, unique-key appends checked by the ledger checker, membership churn
-  tidal-chaos run --db etcd --workload append --nemesis membership,kill --duration 60s`,
+  tidal-chaos run --db etcd --workload append --nemesis membership,kill --duration 60s
+
+  # etcd, stale reads: clients bound to members, the leader paused past elections again and again
+  tidal-chaos run --db etcd --select bound --op-timeout 1s --nemesis pause-leader-burst --db-flag=--election-timeout=500`,
 		Args: cobra.NoArgs,
 		// Flags are checked before anything starts, so a typo costs no
 		// cluster start-up (and --help's examples are checked by the same
