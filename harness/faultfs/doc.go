@@ -66,5 +66,8 @@
 //
 // Files are opened with FOPEN_DIRECT_IO, so every read and write reaches
 // faultfs (the kernel keeps no page cache of its own that a fault could
-// miss); mmap of files on the mount is therefore not supported.
+// miss). A shared mmap works on Linux 6.6 and later (the mount asks for
+// FUSE's DIRECT_IO_ALLOW_MMAP): a direct write drops the mapped pages it
+// covers, and a mapped page is read through faultfs when first faulted
+// in, then from the page cache; older kernels refuse the mmap (ENODEV).
 package faultfs

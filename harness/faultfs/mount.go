@@ -215,9 +215,17 @@ func (f *FS) mountGeneration() (*generation, error) {
 		DirectMount:   true,
 		MaxWrite:      1 << 20,
 		DisableXAttrs: true,
-		AllowOther:    f.opts.AllowOther,
-		Debug:         f.opts.Debug,
-		Logger:        logger,
+		// Shared mmap of a direct-I/O file (Linux 6.6+; older kernels
+		// refuse the mmap with ENODEV): bbolt, etcd's backend, maps its
+		// db file to read it and writes it with pwrite. The kernel drops
+		// the mapped pages a direct write covers, so a map never shows
+		// bytes older than the file's; reads through a map are served
+		// from the page cache once faulted in, so read faults reach them
+		// only on the first fault of each page.
+		ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP,
+		AllowOther:        f.opts.AllowOther,
+		Debug:             f.opts.Debug,
+		Logger:            logger,
 	}
 	if f.opts.AllowOther {
 		mo.Options = append(mo.Options, "default_permissions")

@@ -209,7 +209,7 @@ var groups = []group{
 	{"disk", "power-cut-one, power-cut-minority, power-cut-all, power-cut-after-election, fsync-error, disk-full, slow-disk, corrupt-read, slow-disk-stall (need faultfs)",
 		[]string{"power-cut-one", "power-cut-minority", "power-cut-all", "power-cut-after-election", "fsync-error", "disk-full", "slow-disk", "corrupt-read", "slow-disk-stall"}},
 	{"clock", "clock-skew, clock-jump", []string{"clock-skew", "clock-jump"}},
-	{"all", "every kind but the opt-in power-cut-reorder (the disk kinds only where faultfs can mount)", nil},
+	{"all", "every kind but the opt-in power-cut-reorder and pause-leader-burst (the disk kinds only where faultfs can mount)", nil},
 }
 
 // groupOf names the group kind belongs to (the first group listing it,

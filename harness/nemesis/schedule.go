@@ -32,6 +32,9 @@ type ScheduleConfig struct {
 	// second per direction (default 128 KiB/s).
 	Latency, Jitter time.Duration
 	Bandwidth       int64
+	// ElectionTimeout is the database's, which pause-leader-burst sizes
+	// its pauses by (0: DefaultElectionTimeout).
+	ElectionTimeout time.Duration
 }
 
 // Step is one fault of a schedule.
@@ -194,6 +197,13 @@ func Generate(seed int64, cfg ScheduleConfig) (Schedule, error) {
 		}
 		k := eligible[r.IntN(len(eligible))]
 		covered[groupOf(k.Name)] = true
+		if k.Name == "pause-leader-burst" {
+			b := burst(r, cfg, t, min(t+cfg.FaultDuration, cfg.Duration))
+			last := b[len(b)-1]
+			busyUntil[k.Class] = last.At + last.Duration
+			s.Steps = append(s.Steps, b...)
+			continue
+		}
 		st := Step{At: t, Kind: k.Name, Link: cfg.linkSpec(k.Name)}
 		if k.pick != nil {
 			st.Targets = k.pick(r, nodes)
@@ -326,11 +336,14 @@ type scheduleConfigJSON struct {
 	Latency       jsonDuration `json:"latency"`
 	Jitter        jsonDuration `json:"jitter"`
 	Bandwidth     int64        `json:"bandwidth_bytes"`
+	// ElectionTimeout is left out when zero: schedules without it read
+	// as they were written.
+	ElectionTimeout jsonDuration `json:"election_timeout,omitempty"`
 }
 
 func (c ScheduleConfig) MarshalJSON() ([]byte, error) {
 	return json.Marshal(scheduleConfigJSON{jsonDuration(c.Duration), jsonDuration(c.Interval), jsonDuration(c.FaultDuration),
-		c.Mix, c.Nodes, jsonDuration(c.Latency), jsonDuration(c.Jitter), c.Bandwidth})
+		c.Mix, c.Nodes, jsonDuration(c.Latency), jsonDuration(c.Jitter), c.Bandwidth, jsonDuration(c.ElectionTimeout)})
 }
 
 func (c *ScheduleConfig) UnmarshalJSON(b []byte) error {
@@ -339,7 +352,7 @@ func (c *ScheduleConfig) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*c = ScheduleConfig{time.Duration(j.Duration), time.Duration(j.Interval), time.Duration(j.FaultDuration),
-		j.Mix, j.Nodes, time.Duration(j.Latency), time.Duration(j.Jitter), j.Bandwidth}
+		j.Mix, j.Nodes, time.Duration(j.Latency), time.Duration(j.Jitter), j.Bandwidth, time.Duration(j.ElectionTimeout)}
 	return nil
 }
 

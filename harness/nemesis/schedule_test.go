@@ -173,8 +173,8 @@ func TestParseMix(t *testing.T) {
 		t.Fatalf("the partition group: expected majorities-ring only on 5 nodes, found %v (3) and %v (5)", part3, part5)
 	}
 	all, _ := ParseMix("all", 5)
-	if want := slices.DeleteFunc(KindNames(), func(k string) bool { return k == "power-cut-reorder" }); !slices.Equal(all, want) {
-		t.Fatalf("all on 5 nodes: expected every kind but the opt-in power-cut-reorder, found %v", all)
+	if want := slices.DeleteFunc(KindNames(), func(k string) bool { return k == "power-cut-reorder" || k == "pause-leader-burst" }); !slices.Equal(all, want) {
+		t.Fatalf("all on 5 nodes: expected every kind but the opt-in power-cut-reorder and pause-leader-burst, found %v", all)
 	}
 	if got, err := ParseMix("power-cut-reorder", 3); err == nil && !slices.Equal(got, []string{"power-cut-reorder"}) {
 		t.Fatalf("power-cut-reorder named: expected it alone, found %v", got)

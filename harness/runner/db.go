@@ -44,6 +44,9 @@ func openDB(cfg Config) (db.DB, error) {
 		if e.Rate == 0 {
 			e.Rate = cfg.Workload.Rate
 		}
+		if e.LinearizableTimeout == 0 {
+			e.LinearizableTimeout = etcd.Duration(cfg.LinearizableTimeout.D())
+		}
 		if e.SampleInterval == 0 {
 			e.SampleInterval = etcd.Duration(cfg.SampleInterval.D())
 		}

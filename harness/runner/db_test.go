@@ -5,9 +5,11 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tidaldb/tidal/harness/checker"
 	"github.com/tidaldb/tidal/harness/db"
+	"github.com/tidaldb/tidal/harness/db/etcd"
 	"github.com/tidaldb/tidal/harness/nemesis"
 )
 
@@ -86,4 +88,19 @@ func TestAllMeansWhatTheDBCanTake(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "pause-one needs pause") {
 		t.Fatalf("expected pause-one named by itself to be refused, found %v", err)
 	}
+}
+
+// The etcd adapter's register search is bounded by the run's
+// --linearizable-timeout, as tidal-server's is.
+func TestEtcdLinearizableTimeout(t *testing.T) {
+	t.Run("Regression: etcd linearizable timeout ignored", func(t *testing.T) {
+		cfg := Config{DB: DBEtcd, Backend: BackendProcess, LinearizableTimeout: Duration(7 * time.Second)}
+		d, err := openDB(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := time.Duration(d.(*etcd.DB).Config().LinearizableTimeout); got != 7*time.Second {
+			t.Fatalf("expected the etcd register search bounded by the run's 7s, found %v", got)
+		}
+	})
 }

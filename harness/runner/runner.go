@@ -233,6 +233,16 @@ func (c *Config) setDefaults() error {
 	return err
 }
 
+// electionTimeout is the election timeout of the database under test,
+// which leader-pause bursts are sized by: etcd's from its flags; 0 (the
+// nemesis default) for tidal-server.
+func (c Config) electionTimeout() time.Duration {
+	if c.DB == DBEtcd {
+		return c.Etcd.ElectionTimeout()
+	}
+	return 0
+}
+
 // DefaultQuietBeforeCut is tidal-chaos's --quiet-before-cut: long enough
 // for the clients' writes in flight to be acknowledged (group commits of
 // a few ms), short against a fault window.
@@ -386,7 +396,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Outcome, error) {
 	} else if len(mix) > 0 {
 		schedule, err = nemesis.Generate(cfg.Seed, nemesis.ScheduleConfig{
 			Duration: cfg.Duration.D(), Interval: cfg.Interval.D(), FaultDuration: cfg.FaultDuration.D(),
-			Mix: mix, Nodes: c.Names(),
+			Mix: mix, Nodes: c.Names(), ElectionTimeout: cfg.electionTimeout(),
 		})
 		if err != nil {
 			return nil, err

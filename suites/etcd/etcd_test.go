@@ -59,7 +59,7 @@ func judged(o *runner.Outcome, workload string, faults bool, summary string) {
 	case etcd.Append:
 		want = append(want, "ledger", "watch")
 	default:
-		want = append(want, "linearizable")
+		want = append(want, "linearizable", "revision")
 	}
 	if faults {
 		want = append(want, "faults")
@@ -149,7 +149,7 @@ var _ = Describe("etcd under faults", func() {
 			if ops[i].F == etcd.FGet && ops[i].Type == history.OK {
 				v, err := history.Decode[etcd.RegisterValue](ops[i])
 				Expect(err).NotTo(HaveOccurred())
-				v.Value = 99
+				v.Value = -7 // every written value is positive
 				ops[i].Value = mustJSON(v)
 				planted = true
 			}
@@ -162,6 +162,78 @@ var _ = Describe("etcd under faults", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(res.Valid).To(Equal(checker.Invalid), "the planted read must make the run invalid")
 	}, SpecTimeout(3*time.Minute))
+	It("pauses whoever leads past elections, its clients bound to members", func(ctx SpecContext) {
+		etcdRun(ctx, []string{"pause-leader-burst"}, etcd.Config{Workload: etcd.Register, Select: etcd.Bound,
+			OpTimeout: etcd.Duration(time.Second), Flags: []string{"--election-timeout=500", "--heartbeat-interval=50"}})
+	}, SpecTimeout(3*time.Minute))
+
+	It("sends every op to the leader", func(ctx SpecContext) {
+		etcdRun(ctx, []string{"pause-leader", "transfer-leader"}, etcd.Config{Workload: etcd.Register, Select: etcd.Leader, OpTimeout: etcd.Duration(2 * time.Second)})
+	}, SpecTimeout(3*time.Minute))
+
+	// Power cuts are left to campaigns: under faultfs every cut member has
+	// so far lost its member directory (docs/findings.md), and two cuts
+	// leave the cluster without a quorum for the rest of the run.
+	// Regression: etcd refused to start on faultfs — bbolt maps its db
+	// file, and a direct-I/O FUSE file could not be mapped ("failed to
+	// open database ... no such device"), so the cluster never came up.
+	It("Regression: etcd cannot start on faultfs; fails etcd's fsyncs (faultfs under its data dirs)", func(ctx SpecContext) {
+		if _, err := etcd.Find(""); err != nil {
+			Skip("etcd is not installed and cannot be: " + err.Error())
+		}
+		cfg := runner.Config{DB: runner.DBEtcd, Etcd: etcd.Config{Workload: etcd.Register, Select: etcd.Bound}, Nodes: 3, Store: storeRoot(),
+			Test: "etcd-fsync-error", Duration: runner.Duration(20 * time.Second), Interval: runner.Duration(5 * time.Second),
+			FaultDuration: runner.Duration(3 * time.Second), Nemesis: []string{"fsync-error"}}
+		o, err := runner.Run(ctx, cfg, runner.Options{Progress: GinkgoWriter})
+		if err != nil && strings.Contains(err.Error(), "faultfs") {
+			Skip("faultfs cannot mount here: " + err.Error())
+		}
+		Expect(err).NotTo(HaveOccurred())
+		var out bytes.Buffer
+		report.Summary(&out, o.Results, o.Run)
+		GinkgoWriter.Println(out.String())
+		// Whether etcd survives is what the run finds (docs/findings.md);
+		// the spec asks that the faults took effect and were judged.
+		got := map[string]checker.Result{}
+		for _, r := range o.Results.Results {
+			got[r.Name] = r
+		}
+		Expect(got["faults"].Valid).To(Equal(checker.Valid), "the fsync errors must take effect:\n%s", out.String())
+		for _, name := range []string{"nodes", "linearizable", "revision", "convergence", "fencing"} {
+			Expect(got).To(HaveKey(name), "checker %s did not run:\n%s", name, out.String())
+		}
+		Expect(filepath.Join(o.Run.Dir(), "nodes", "n1", "faultfs.json")).To(BeAnExistingFile())
+	}, SpecTimeout(3*time.Minute))
+
+	It("says false of a stored etcd run once a read is answered at an old revision", func(ctx SpecContext) {
+		o := etcdRun(ctx, nil, register)
+		// Plant: the last ok get answers at revision 1, below every write
+		// acknowledged before it; its value is left as it was, so only the
+		// revision gives it away.
+		ops, err := o.Run.ReadHistory()
+		Expect(err).NotTo(HaveOccurred())
+		planted := false
+		for i := len(ops) - 1; i >= 0 && !planted; i-- {
+			if ops[i].F == etcd.FGet && ops[i].Type == history.OK && ops[i].Seq > 1 {
+				ops[i].Seq = 1
+				planted = true
+			}
+		}
+		Expect(planted).To(BeTrue())
+		Expect(rewriteHistory(o.Run, ops)).To(Succeed())
+		var cfg runner.Config
+		Expect(o.Run.ReadConfig(&cfg)).To(Succeed())
+		res, err := runner.Analyze(o.Run, cfg)
+		Expect(err).NotTo(HaveOccurred())
+		for _, r := range res.Results {
+			if r.Name == "revision" {
+				Expect(r.Valid).To(Equal(checker.Invalid), "the read at revision 1 must make the revision checker say false: %s", r.Summary)
+				return
+			}
+		}
+		Fail("the revision checker did not run")
+	}, SpecTimeout(3*time.Minute))
+
 	It("says false of a stored etcd run once its clients are no longer served", func(ctx SpecContext) {
 		o := etcdRun(ctx, nil, register)
 		// Plant: from 5 s into the workload on, no client op succeeds

@@ -109,6 +109,7 @@ func addKeepRunsFlag(cmd *cobra.Command, keep *int) {
 func newRunCommand() *cobra.Command {
 	var cfg runner.Config
 	var nemesisList, workloadKind, selection, reads string
+	var dbFlags []string
 	var duration, interval, faultDuration, lagP99, lagCatchUp, linTimeout, stall, recovery, quietBeforeCut time.Duration
 	var verbose bool
 	var keepRuns int
@@ -140,7 +141,10 @@ func newRunCommand() *cobra.Command {
   tidal-chaos run --db etcd --nodes 3 --nemesis partition,kill,pause --duration 60s
 
   # etcd, unique-key appends checked by the ledger checker, membership churn
-  tidal-chaos run --db etcd --workload append --nemesis membership,kill --duration 60s`,
+  tidal-chaos run --db etcd --workload append --nemesis membership,kill --duration 60s
+
+  # etcd, stale reads: clients bound to members, the leader paused past elections again and again
+  tidal-chaos run --db etcd --select bound --op-timeout 1s --nemesis pause-leader-burst --db-flag=--election-timeout=500`,
 		Args: cobra.NoArgs,
 		// Flags are checked before anything starts, so a typo costs no
 		// cluster start-up (and --help's examples are checked by the same
@@ -151,6 +155,11 @@ func newRunCommand() *cobra.Command {
 			}
 			if err := parseWorkload(cmd, &cfg, workloadKind, selection, reads); err != nil {
 				return err
+			}
+			if cfg.DB == runner.DBEtcd {
+				cfg.Etcd.Flags = dbFlags
+			} else {
+				cfg.ServerFlags = append(cfg.ServerFlags, dbFlags...)
 			}
 			var err error
 			if cfg.FaultFS, err = runner.ParseFaultFS(cfg.FaultFS); err != nil {
@@ -204,7 +213,12 @@ func newRunCommand() *cobra.Command {
 	f.DurationVar(&quietBeforeCut, "quiet-before-cut", runner.DefaultQuietBeforeCut.D(), "before each power cut, hold the workload's new ops this long so the newest writes are acknowledged and synced when it lands (0: off)")
 	f.IntVar(&cfg.Workload.Concurrency, "concurrency", 8, "client processes (closed loop) or the in-flight bound (open loop)")
 	f.Float64Var(&cfg.Workload.Rate, "rate", 0, "open-loop ops/s (0: closed loop)")
-	f.StringVar(&selection, "select", "round-robin", "which node each op goes to: round-robin, random or leader")
+	f.StringVar(&selection, "select", "round-robin", "which node each op goes to: round-robin, random or leader; with --db etcd also bound (each worker tied to one member for the run, so a paused member stalls only its own workers)")
+	f.IntVar(&cfg.Etcd.Keys, "keys", 0, "--db etcd, register workload: keys in use at once (0: 3)")
+	f.IntVar(&cfg.Etcd.OpsPerKey, "ops-per-key", 0, "--db etcd, register workload: ops a key takes before its slot moves to a fresh key, which keeps the linearizability search small (0: 120)")
+	f.IntVar(&cfg.Etcd.Values, "values", 0, "--db etcd, register workload: draw written values from 1..N; 0 writes a value never written before, so a read names the write it saw")
+	f.Var((*durationFlag)(&cfg.Etcd.OpTimeout), "op-timeout", "--db etcd: bound on one client request, past it the op is info (default 5s; shorter than a pause keeps the workers of a paused member cycling)")
+	f.StringArrayVar(&dbFlags, "db-flag", nil, "extra flag of the database under test, repeatable: etcd's (e.g. --db-flag=--election-timeout=500 --db-flag=--heartbeat-interval=50) or, for tidal, the same as --server-flag")
 	f.Int64Var(&cfg.Seed, "seed", 0, "seed for the schedule and the workload (0: from the clock; printed and stored)")
 	f.StringVar(&cfg.Store, "store", "store", "run store root")
 	f.StringVar(&cfg.ServerBin, "server-bin", "bin/tidal-server", "tidal-server binary")
@@ -467,6 +481,11 @@ func parseWorkload(cmd *cobra.Command, cfg *runner.Config, kind, selection, read
 			return fmt.Errorf("--select: %w", err)
 		}
 		cfg.Workload.Kind, cfg.Workload.Select = k, sel
+		for _, name := range []string{"keys", "values", "ops-per-key", "op-timeout"} {
+			if cmd.Flags().Changed(name) {
+				return fmt.Errorf("--%s: only for --db etcd (its register workload)", name)
+			}
+		}
 		if cmd.Flags().Changed("reads") {
 			return fmt.Errorf("--reads: only for --db etcd (tidal-server's workloads read linearizably)")
 		}
@@ -476,13 +495,35 @@ func parseWorkload(cmd *cobra.Command, cfg *runner.Config, kind, selection, read
 		if cmd.Flags().Changed("workload") {
 			cfg.Etcd.Workload = kind
 		}
-		if cmd.Flags().Changed("select") {
-			return fmt.Errorf("--select: not for --db etcd (its clients go round-robin over the members)")
-		}
+		cfg.Etcd.Select = selection
 		if _, err := cfg.Etcd.WithDefaults(); err != nil {
-			return fmt.Errorf("--workload/--reads: %w", err)
+			return fmt.Errorf("--workload/--reads/--select/--keys/--values: %w", err)
 		}
 		return nil
 	}
 	return fmt.Errorf("--db: expected %s or %s, found %q", runner.DBTidal, runner.DBEtcd, cfg.DB)
 }
+
+// durationFlag is an etcd.Duration as a pflag.Value ("5s").
+type durationFlag etcd.Duration
+
+func (d *durationFlag) String() string {
+	if *d == 0 {
+		return ""
+	}
+	return time.Duration(*d).String()
+}
+
+func (d *durationFlag) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	if v <= 0 {
+		return fmt.Errorf("expected a duration > 0, found %s", s)
+	}
+	*d = durationFlag(v)
+	return nil
+}
+
+func (d *durationFlag) Type() string { return "duration" }

@@ -421,3 +421,25 @@ func TestUsageErrorsExitWithTheUsageCode(t *testing.T) {
 		}
 	}
 }
+
+// --select takes every selection the etcd adapter has, and refuses one it
+// does not know, naming it.
+func TestEtcdSelect(t *testing.T) {
+	t.Run("Regression: --select refused for etcd", func(t *testing.T) {
+		for _, sel := range []string{"round-robin", "random", "leader", "bound"} {
+			cmd := newRunCommand()
+			if err := cmd.ParseFlags([]string{"--db", "etcd", "--select", sel}); err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.PreRunE(cmd, nil); err != nil {
+				t.Errorf("--db etcd --select %s: expected it accepted, found %v", sel, err)
+			}
+		}
+	})
+	if err := checkInvocation([]string{"run", "--db", "etcd", "--select", "nearest"}); err == nil || !strings.Contains(err.Error(), `"nearest"`) {
+		t.Fatalf("--select nearest: expected an error naming it, found %v", err)
+	}
+	if err := checkInvocation([]string{"run", "--select", "bound"}); err == nil {
+		t.Fatal("--select bound for tidal: expected an error (its workloads have no bound selection), found none")
+	}
+}

@@ -14,17 +14,21 @@ import (
 	"github.com/tidaldb/tidal/harness/history"
 )
 
-// LinearizableTimeout bounds the register search of one run.
+// LinearizableTimeout bounds the register search of one run when the
+// configuration sets no bound (Config.LinearizableTimeout).
 const LinearizableTimeout = 60 * time.Second
 
-// Check implements db.DB: the register workload's linearizability, or
-// the append workload's ledger; convergence of every node's keyspace.
+// Check implements db.DB: the register workload's linearizability and
+// revisions, or the append workload's ledger; convergence of every node's
+// keyspace.
 func (d *DB) Check(in db.CheckInput) []checker.Result {
 	var rs []checker.Result
 	switch d.cfg.Workload {
 	case Register:
-		rs = append(rs, CheckRegister(in.Ops, in.Run.LinearizableDir(), d.cfg.Reads, LinearizableTimeout))
+		rs = append(rs, CheckRegister(in.Ops, in.Run.LinearizableDir(), d.cfg.Reads, time.Duration(d.cfg.LinearizableTimeout)))
+		rs = append(rs, CheckRevisions(in.Ops, d.cfg.Reads))
 	case Append:
+		rs = append(rs, CheckRevisions(in.Ops, Linearizable))
 		audits, err := in.Run.ReadAudits()
 		if err != nil {
 			rs = append(rs, checker.Result{Name: "ledger", Valid: checker.Unknown, Summary: "keys of the nodes unreadable: " + err.Error()})
@@ -105,7 +109,9 @@ type KeyResult struct {
 
 // RegisterDetails is the Details of a CheckRegister result.
 type RegisterDetails struct {
-	Reads   string      `json:"reads"`
+	Reads string `json:"reads"`
+	// Timeout is the bound the search of each key had.
+	Timeout Duration    `json:"timeout"`
 	Keys    []KeyResult `json:"keys"`
 	Illegal int         `json:"illegal"`
 	Unknown int         `json:"unknown"`
@@ -133,7 +139,7 @@ func CheckRegister(ops []history.Op, outDir, reads string, timeout time.Duration
 		return checker.Result{Name: name, Valid: checker.Unknown, Summary: fmt.Sprintf("cannot pair the history: %v", err)}
 	}
 	windows, _ := checker.FaultWindows(ops)
-	d := RegisterDetails{Reads: reads}
+	d := RegisterDetails{Reads: reads, Timeout: Duration(timeout)}
 	keyed := checker.NewKeyedOps[string]()
 	for _, p := range pairs {
 		if !p.Invoke.Process.IsClient() || p.Type() == history.Fail {

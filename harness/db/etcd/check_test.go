@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/tidaldb/tidal/harness/checker"
+	"github.com/tidaldb/tidal/harness/db"
 	"github.com/tidaldb/tidal/harness/history"
+	"github.com/tidaldb/tidal/harness/report"
 )
 
 // hist builds a history from steps: an invoke, or (complete) the
@@ -23,6 +25,10 @@ type step struct {
 	t        history.Type
 	complete bool
 	readVal  int
+	// rev is the completion's header revision; modRev the mod revision
+	// an ok get saw.
+	rev    uint64
+	modRev int64
 }
 
 func hist(t *testing.T, steps []step) []history.Op {
@@ -38,9 +44,9 @@ func hist(t *testing.T, steps []step) []history.Op {
 			inv := pending[s.proc]
 			var out any
 			if inv.F == FGet && s.t == history.OK {
-				out = RegisterValue{Key: s.v.Key, Value: s.readVal}
+				out = RegisterValue{Key: s.v.Key, Value: s.readVal, Rev: s.modRev}
 			}
-			rec.Complete(inv, s.t, out, nil, 0, 0)
+			rec.Complete(inv, s.t, out, nil, s.rev, 0)
 			delete(pending, s.proc)
 			time.Sleep(time.Microsecond)
 			continue
@@ -177,4 +183,26 @@ func TestRefusedReconfig(t *testing.T) {
 	if refusedReconfig(&Error{HTTPStatus: 503, Code: 14, Message: "etcdserver: request timed out"}) {
 		t.Fatal("expected a timeout not to be a refused change")
 	}
+}
+
+// Check bounds the register search by the configuration's timeout.
+func TestCheckUsesTheConfiguredTimeout(t *testing.T) {
+	run, err := report.NewRun(t.TempDir(), "t", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Config{LinearizableTimeout: Duration(7 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := hist(t, []step{{proc: 0, f: FPut, v: put(1)}, {proc: 0, complete: true, t: history.OK}})
+	for _, r := range d.Check(db.CheckInput{Run: run, Ops: ops}) {
+		if r.Name == "linearizable" {
+			if got := time.Duration(r.Details.(RegisterDetails).Timeout); got != 7*time.Second {
+				t.Fatalf("expected the search bounded by 7s, found %v", got)
+			}
+			return
+		}
+	}
+	t.Fatal("expected a linearizable result, found none")
 }

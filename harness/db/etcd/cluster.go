@@ -16,6 +16,7 @@ import (
 
 	"github.com/tidaldb/tidal/harness/cluster"
 	"github.com/tidaldb/tidal/harness/db/ingress"
+	"github.com/tidaldb/tidal/harness/faultfs"
 	"github.com/tidaldb/tidal/harness/nemesis"
 	"github.com/tidaldb/tidal/tcp-relay/mesh"
 )
@@ -52,12 +53,14 @@ type Cluster struct {
 
 	mu    sync.Mutex
 	nodes []*node
+	// disks are the faultfs mounts under the data dirs (nil: none).
+	disks map[string]*faultfs.FS
 	stops []func() // background work to end at Close (watchers)
 }
 
 // startCluster allocates ports, builds the mesh and an ingress per node,
 // and starts every node with initial-cluster-state new.
-func startCluster(cfg Config, nodes int, dir string, backend cluster.Backend, log *slog.Logger) (*Cluster, error) {
+func startCluster(cfg Config, nodes int, dir string, diskFaults bool, backend cluster.Backend, log *slog.Logger) (*Cluster, error) {
 	c := &Cluster{cfg: cfg, log: log, backend: backend, token: "tidal-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
 	var held []net.Listener
 	defer func() {
@@ -110,6 +113,12 @@ func startCluster(cfg Config, nodes int, dir string, backend cluster.Backend, lo
 		l.Close()
 	}
 	held = nil
+	if diskFaults {
+		if err := c.mountDisks(); err != nil {
+			c.teardown()
+			return nil, err
+		}
+	}
 	for _, n := range c.nodes {
 		if err := c.Start(n.name); err != nil {
 			c.teardown()
@@ -354,7 +363,7 @@ func (c *Cluster) RemoveMember(ctx context.Context, name string) error {
 	c.mu.Lock()
 	n.state, n.memberID = cluster.Removed, 0
 	c.mu.Unlock()
-	return os.RemoveAll(filepath.Join(n.dir, "data"))
+	return c.wipe(n)
 }
 
 // AddMember implements nemesis.Cluster: the member API adds the slot back
@@ -410,7 +419,7 @@ func (c *Cluster) AddMember(ctx context.Context, name string) (uint64, error) {
 	n.initialCluster, n.clusterState = strings.Join(parts, ","), "existing"
 	n.state = cluster.Stopped
 	c.mu.Unlock()
-	os.RemoveAll(filepath.Join(n.dir, "data"))
+	c.wipe(n)
 	return uint64(resp.Member.ID), c.Start(name)
 }
 
@@ -672,10 +681,17 @@ func (c *Cluster) teardown() error {
 	for _, in := range c.ingress {
 		in.Close()
 	}
-	if c.mesh != nil {
-		return c.mesh.Close()
+	var errs []error
+	if c.HasDisks() {
+		// A process still holding a file of a mount would get EIO and
+		// keep the unmount busy: the nodes go first.
+		c.waitExited(30 * time.Second)
+		errs = append(errs, c.unmountDisks())
 	}
-	return nil
+	if c.mesh != nil {
+		errs = append(errs, c.mesh.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // refusedReconfig says etcd refused a membership change before proposing
@@ -747,7 +763,7 @@ func (c *Cluster) adopt(name string, n *node, m member) (uint64, error) {
 	n.initialCluster, n.clusterState = strings.Join(parts, ","), "existing"
 	n.state = cluster.Stopped
 	c.mu.Unlock()
-	os.RemoveAll(filepath.Join(n.dir, "data"))
+	c.wipe(n)
 	c.log.Info("etcd slot adopts a member added earlier", "node", name, "member", fmt.Sprintf("%x", uint64(m.ID)))
 	return uint64(m.ID), c.Start(name)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,5 +106,18 @@ func TestAddMemberAdoptsAnAddWhoseAnswerWasLost(t *testing.T) {
 	}
 	if err := c.Serving(ctx, "n2"); err != nil {
 		t.Fatalf("n2: %v", err)
+	}
+}
+
+// The etcd adapter takes disk faults (faultfs under its data dirs) and
+// refuses clock faults, saying why.
+func TestEtcdCapabilities(t *testing.T) {
+	caps := (&DB{}).Capabilities()
+	if err := nemesis.CheckMix([]string{"power-cut-one", "power-cut-all", "fsync-error", "disk-full", "slow-disk", "pause-leader-burst"}, caps); err != nil {
+		t.Fatal(err)
+	}
+	err := nemesis.CheckMix([]string{"clock-skew"}, caps)
+	if err == nil || !strings.Contains(err.Error(), "vDSO") {
+		t.Fatalf("expected clock-skew refused with the reason, found %v", err)
 	}
 }

@@ -24,6 +24,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tidaldb/tidal/harness/cluster"
@@ -42,6 +45,26 @@ const (
 	// after the heal, nothing that was never sent, nothing at two revisions.
 	Append = "append"
 )
+
+// Node selections: which member a client op goes to.
+const (
+	// RoundRobin cycles through the members, op by op, across all workers.
+	RoundRobin = "round-robin"
+	// Random picks a member uniformly for every op.
+	Random = "random"
+	// Leader sends every op to the member last seen leading; the hint is
+	// refreshed every half second and at once after an op sent to it did
+	// not complete ok. While no leader is known, ops go round-robin.
+	Leader = "leader"
+	// Bound ties each worker to one member for the whole run (worker i to
+	// member i mod n, Jepsen's default): a paused member stalls only its
+	// own workers while the others keep the majority writing, the writes
+	// a stale read on the paused member is judged against.
+	Bound = "bound"
+)
+
+// Selections lists every node selection, for flag help and errors.
+var Selections = []string{RoundRobin, Random, Leader, Bound}
 
 // Read consistencies of the register workload.
 const (
@@ -62,6 +85,18 @@ type Config struct {
 	// linearizability search stays small however long the run).
 	Keys      int `json:"keys,omitempty"`
 	OpsPerKey int `json:"ops_per_key,omitempty"`
+	// Values, when > 0, draws every written value from 1..Values (a cas
+	// then often compares equal, but a stale read can return the value it
+	// should have seen). 0, the default, writes a value never written
+	// before on any key, so that every value read names the one write
+	// that produced it.
+	Values int `json:"values,omitempty"`
+	// Select is how a worker chooses the member of each op (Selections);
+	// empty is round-robin.
+	Select string `json:"select,omitempty"`
+	// LinearizableTimeout bounds the register workload's porcupine search
+	// of one run (past it: unknown); the runner sets it from its own.
+	LinearizableTimeout Duration `json:"linearizable_timeout,omitempty"`
 	// Concurrency is the number of client workers; Rate, when > 0, makes
 	// the load open loop at that many ops/s.
 	Concurrency int     `json:"concurrency,omitempty"`
@@ -106,6 +141,18 @@ func (c Config) WithDefaults() (Config, error) {
 	if c.Keys == 0 {
 		c.Keys = 3
 	}
+	if c.Keys < 0 || c.OpsPerKey < 0 || c.Values < 0 {
+		return c, fmt.Errorf("etcd register: expected keys, ops per key and values >= 0, found %d, %d, %d", c.Keys, c.OpsPerKey, c.Values)
+	}
+	if c.Select == "" {
+		c.Select = RoundRobin
+	}
+	if !slices.Contains(Selections, c.Select) {
+		return c, fmt.Errorf("etcd node selection: expected one of %s, found %q", strings.Join(Selections, ", "), c.Select)
+	}
+	if c.LinearizableTimeout <= 0 {
+		c.LinearizableTimeout = Duration(LinearizableTimeout)
+	}
 	if c.OpsPerKey == 0 {
 		c.OpsPerKey = 120
 	}
@@ -138,6 +185,9 @@ func New(cfg Config) (*DB, error) {
 
 var _ db.DB = (*DB)(nil)
 
+// Config is the adapter's configuration, defaults filled in.
+func (d *DB) Config() Config { return d.cfg }
+
 // Name implements db.DB.
 func (d *DB) Name() string { return "etcd" }
 
@@ -145,10 +195,11 @@ func (d *DB) Name() string { return "etcd" }
 func (d *DB) Capabilities() nemesis.Capabilities {
 	return nemesis.Capabilities{DB: "etcd",
 		Has: []nemesis.Capability{nemesis.CapNetwork, nemesis.CapKill, nemesis.CapPause, nemesis.CapLeader,
-			nemesis.CapTransferLeader, nemesis.CapMembership},
+			nemesis.CapTransferLeader, nemesis.CapMembership, nemesis.CapDisk},
 		Lacks: map[nemesis.Capability]string{
-			nemesis.CapDisk:  "the etcd adapter does not mount faultfs under its data dirs yet",
-			nemesis.CapClock: "etcd has no clock the harness can move (its nodes would need libfaketime or a time namespace)",
+			nemesis.CapClock:       "etcd reads the system clock and has no flag to offset it; a Go binary reads the clock through the vDSO, not libc, so LD_PRELOAD libfaketime cannot move it, and a time namespace offsets CLOCK_MONOTONIC and CLOCK_BOOTTIME only, not the wall clock",
+			nemesis.CapElectionLog: "the adapter does not follow etcd's log for elections as they happen",
+			nemesis.CapStop:        "the adapter has no graceful stop",
 		}}
 }
 
@@ -172,7 +223,7 @@ func (d *DB) Setup(ctx context.Context, env db.Env) (db.Cluster, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c, err := startCluster(cfg, env.Nodes, env.NodesDir, backend, log)
+	c, err := startCluster(cfg, env.Nodes, env.NodesDir, env.DiskFaults, backend, log)
 	if err != nil {
 		backend.Close()
 		return nil, err
@@ -220,4 +271,20 @@ func Find(bin string) (string, error) {
 		}
 	}
 	return exec.LookPath("etcd")
+}
+
+// ElectionTimeout is the election timeout the members run with: the last
+// --election-timeout (ms) among Flags, else etcd's default of 1000ms.
+func (c Config) ElectionTimeout() time.Duration {
+	et := time.Second
+	for i, f := range c.Flags {
+		v, ok := strings.CutPrefix(f, "--election-timeout=")
+		if !ok && f == "--election-timeout" && i+1 < len(c.Flags) {
+			v, ok = c.Flags[i+1], true
+		}
+		if ms, err := strconv.Atoi(v); ok && err == nil && ms > 0 {
+			et = time.Duration(ms) * time.Millisecond
+		}
+	}
+	return et
 }

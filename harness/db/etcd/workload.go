@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -24,13 +25,17 @@ const (
 	FCAS = "cas"
 )
 
-// RegisterValue is the value of a register op. Values are 1..5; 0 is a
-// key that does not exist. put: Value. cas: Old -> Value (compare the
-// value, then put). get: the completion's Value is what was read.
+// RegisterValue is the value of a register op. Values are positive (by
+// default each written once: Config.Values); 0 is a key that does not
+// exist. put: Value. cas: Old -> Value (compare the value, then put).
+// get: the completion's Value is what was read and Rev the key's mod
+// revision (the revision of the write that produced it; 0 when the key
+// does not exist, and in histories recorded before it was kept).
 type RegisterValue struct {
 	Key   string `json:"key"`
 	Value int    `json:"value"`
 	Old   int    `json:"old,omitempty"`
+	Rev   int64  `json:"rev,omitempty"`
 }
 
 // Key prefixes: the workloads' keys never meet.
@@ -57,9 +62,19 @@ type Workload struct {
 	nextID   atomic.Int64
 	rr       atomic.Uint64
 	keys     *keySlots
-	mu       sync.Mutex
-	counts   map[string]*workload.Counts
-	shed     atomic.Int64
+	// nextValue numbers the written values when each is written once.
+	nextValue atomic.Int64
+	// leader is the member last seen leading ("" unknown), for the leader
+	// selection; stale asks its refresher to look again now.
+	leader atomic.Pointer[string]
+	stale  chan struct{}
+	// last is the newest value a worker saw on each key (read or
+	// written): a cas compares against it, so that it has a chance of
+	// holding with values written once.
+	last   map[string]int
+	mu     sync.Mutex
+	counts map[string]*workload.Counts
+	shed   atomic.Int64
 
 	// watchers follow the append prefix on every node (append workload).
 	watchers    []*watcher
@@ -72,7 +87,8 @@ var _ db.Workload = (*Workload)(nil)
 // Workload implements db.Cluster.
 func (c *Cluster) Workload(rec *history.Recorder, d time.Duration) (db.Workload, error) {
 	w := &Workload{cfg: c.cfg, c: c, rec: rec, duration: d, clients: map[string]*api{},
-		keys: newKeySlots(c.cfg.Keys, c.cfg.OpsPerKey), counts: map[string]*workload.Counts{}}
+		keys: newKeySlots(c.cfg.Keys, c.cfg.OpsPerKey), counts: map[string]*workload.Counts{},
+		stale: make(chan struct{}, 1), last: map[string]int{}}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, n := range c.nodes {
@@ -171,11 +187,21 @@ func (w *Workload) Final(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Run implements db.Workload: workers issue ops, each to the next member
-// round-robin, until the duration has passed or ctx ends.
+// Run implements db.Workload: workers issue ops, each to the member the
+// selection picks, until the duration has passed or ctx ends.
 func (w *Workload) Run(ctx context.Context) error {
 	issue, cancel := context.WithTimeout(ctx, w.duration)
 	defer cancel()
+	if w.cfg.Select == Leader {
+		var done sync.WaitGroup
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			w.followLeader(issue)
+		}()
+		defer done.Wait()
+		defer cancel()
+	}
 	steps := make([]func(), w.cfg.Concurrency)
 	for i := range steps {
 		wk := &worker{w: w, index: i, rng: rand.New(rand.NewPCG(w.cfg.Seed, uint64(i)))}
@@ -194,8 +220,32 @@ func (w *Workload) Run(ctx context.Context) error {
 
 func (w *Workload) newProcess() history.Process { return history.Process(w.nextProc.Add(1) - 1) }
 
-// target picks the next member slot round-robin ("" when none is a member).
-func (w *Workload) target() string {
+// followLeader keeps the leader hint fresh until ctx ends: every half
+// second, and at once when an op sent to the hinted leader did not
+// complete ok (it may have lost leadership or be paused).
+func (w *Workload) followLeader(ctx context.Context) {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		lctx, cancel := context.WithTimeout(ctx, time.Second)
+		name, err := w.c.leader(lctx)
+		cancel()
+		if err != nil {
+			name = ""
+		}
+		w.leader.Store(&name)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-w.stale:
+		}
+	}
+}
+
+// target picks the member slot of worker index's next op by the run's
+// selection ("" when no slot holds a member).
+func (w *Workload) target(index int, rng *rand.Rand) string {
 	names := w.c.Names()
 	var members []string
 	for _, n := range names {
@@ -206,7 +256,60 @@ func (w *Workload) target() string {
 	if len(members) == 0 {
 		return ""
 	}
+	switch w.cfg.Select {
+	case Random:
+		return members[rng.IntN(len(members))]
+	case Leader:
+		if l := w.leader.Load(); l != nil && *l != "" && slices.Contains(members, *l) {
+			return *l
+		}
+	case Bound:
+		// The worker's slot among all slots, so that membership churn
+		// elsewhere never moves it; a removed slot's workers spread
+		// round-robin until it is a member again.
+		if n := names[index%len(names)]; slices.Contains(members, n) {
+			return n
+		}
+	}
 	return members[int(w.rr.Add(1))%len(members)]
+}
+
+// missed tells the leader refresher that an op sent to node did not
+// complete ok.
+func (w *Workload) missed(node string) {
+	if l := w.leader.Load(); w.cfg.Select != Leader || l == nil || *l != node {
+		return
+	}
+	select {
+	case w.stale <- struct{}{}:
+	default:
+	}
+}
+
+// value returns the next value to write: never written before on any key
+// (Config.Values 0), or drawn from 1..Values.
+func (w *Workload) value(rng *rand.Rand) int {
+	if w.cfg.Values > 0 {
+		return 1 + rng.IntN(w.cfg.Values)
+	}
+	return int(w.nextValue.Add(1))
+}
+
+// casOld is the value a cas compares against: the newest value a worker
+// saw on key (or, with a value range, one drawn from it half the time).
+func (w *Workload) casOld(key string, rng *rand.Rand) int {
+	if w.cfg.Values > 0 && rng.IntN(2) == 0 {
+		return 1 + rng.IntN(w.cfg.Values)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last[key]
+}
+
+func (w *Workload) saw(key string, v int) {
+	w.mu.Lock()
+	w.last[key] = v
+	w.mu.Unlock()
 }
 
 type worker struct {
@@ -218,7 +321,7 @@ type worker struct {
 
 func (wk *worker) step(ctx context.Context) {
 	w := wk.w
-	node := w.target()
+	node := w.target(wk.index, wk.rng)
 	if node == "" {
 		select {
 		case <-ctx.Done():
@@ -231,6 +334,9 @@ func (wk *worker) step(ctx context.Context) {
 		t = wk.appendOp(ctx, node)
 	} else {
 		t = wk.registerOp(ctx, node)
+	}
+	if t != history.OK {
+		w.missed(node)
 	}
 	if t == history.Info {
 		wk.proc = w.newProcess()
@@ -251,9 +357,9 @@ func (wk *worker) registerOp(ctx context.Context, node string) history.Type {
 	case r < 4:
 		f = FGet
 	case r < 7:
-		f, v.Value = FPut, 1+wk.rng.IntN(5)
+		f, v.Value = FPut, w.value(wk.rng)
 	default:
-		f, v.Old, v.Value = FCAS, 1+wk.rng.IntN(5), 1+wk.rng.IntN(5)
+		f, v.Old, v.Value = FCAS, w.casOld(key, wk.rng), w.value(wk.rng)
 	}
 	inv := w.rec.Invoke(wk.proc, f, v, node)
 	w.count(f, "")
@@ -271,9 +377,13 @@ func (wk *worker) registerOp(ctx context.Context, node string) history.Type {
 		if err == nil {
 			got := RegisterValue{Key: key}
 			if len(resp.KVs) > 0 {
+				got.Rev = int64(resp.KVs[0].ModRevision)
 				if got.Value, err = strconv.Atoi(string(resp.KVs[0].Value)); err != nil {
 					err = fmt.Errorf("key %s: expected a number, found %q", key, resp.KVs[0].Value)
 				}
+			}
+			if err == nil && got.Value != 0 {
+				w.saw(key, got.Value)
 			}
 			out, seq, term = got, uint64(resp.Header.Revision), uint64(resp.Header.RaftTerm)
 		}
@@ -304,6 +414,8 @@ func (wk *worker) registerOp(ctx context.Context, node string) history.Type {
 	}
 	if t != history.OK {
 		out, seq, term = nil, 0, 0
+	} else if f != FGet {
+		w.saw(key, v.Value)
 	}
 	w.rec.Complete(inv, t, out, err, seq, term)
 	w.count(f, t)
