@@ -173,8 +173,8 @@ func (s Schedule) Requested() []checker.FaultKind {
 // --nemesis), plus every kind named there by itself (not through a group)
 // that the schedule was generated to draw from but never drew: a run
 // asked for isolate-one whose draws all fell on partition-halves
-// exercised nothing of isolate-one, and checker.Faults must say so
-// (issue 16 item 1). Kinds reached only through a group ("partition",
+// exercised nothing of isolate-one, and checker.Faults must say so.
+// Kinds reached only through a group ("partition",
 // "all") are not each required: a group asks for some of its kinds.
 func (s Schedule) RequestedOf(named []string) []checker.FaultKind {
 	out := s.Requested()

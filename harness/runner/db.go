@@ -16,7 +16,7 @@ const (
 // extraDBs are adapters registered by tests of the runner itself.
 var extraDBs = map[string]func(Config) (db.DB, error){}
 
-// openDB returns the adapter of the run's database (issue 15): tidal-server
+// openDB returns the adapter of the run's database: tidal-server
 // (the default) or etcd.
 func openDB(cfg Config) (db.DB, error) {
 	if open, ok := extraDBs[cfg.DB]; ok {

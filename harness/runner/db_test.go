@@ -28,7 +28,7 @@ func (d pauselessDB) Setup(context.Context, db.Env) (db.Cluster, error) {
 }
 func (pauselessDB) Check(db.CheckInput) []checker.Result { return nil }
 
-// Issue 15 item 1: a run refuses a fault its database cannot take, saying
+// A run refuses a fault its database cannot take, saying
 // which and why, before it starts anything or makes a run directory.
 func TestRunRefusesFaultTheDBCannotTake(t *testing.T) {
 	extraDBs["pauseless"] = func(Config) (db.DB, error) { return pauselessDB{t}, nil }

@@ -86,7 +86,7 @@ type Config struct {
 	// "auto" (the default: on when the nemesis has a disk kind). The disk
 	// kinds (power cuts, fsync errors, ...) need it; see faultfsMode.
 	FaultFS string `json:"faultfs,omitempty"`
-	// DB is the database under test (issue 15): "tidal" (default; empty
+	// DB is the database under test: "tidal" (default; empty
 	// in stores written before the field) or "etcd". The fields above
 	// that name tidal-server apply to tidal only.
 	DB string `json:"db,omitempty"`
@@ -655,8 +655,8 @@ func Analyze(run *report.Run, cfg Config) (checker.Results, error) {
 	if clock, ok := checker.Clock(ops); ok {
 		rs = append(rs, clock)
 	}
-	// What nodes did under fsync errors, full and corrupt disks (issue 11
-	// item 3): only runs that had such faults.
+	// What nodes did under fsync errors, full and corrupt disks: only
+	// runs that had such faults.
 	if checker.DiskFaulted(ops) {
 		if evErr != nil {
 			rs = append(rs, checker.Result{Name: "fencing", Valid: checker.Unknown,

@@ -119,7 +119,7 @@ func allCommands(cmd *cobra.Command) []*cobra.Command {
 	return out
 }
 
-// Regression (issue 9 item 18): the first example of `tidal-chaos run
+// Regression: the first example of `tidal-chaos run
 // --help` named a fault group that does not exist ("partitions"). Every
 // example of every command must parse and pass the command's own checks.
 func TestEveryHelpExampleIsAValidInvocation(t *testing.T) {
@@ -149,8 +149,8 @@ func TestEveryHelpExampleIsAValidInvocation(t *testing.T) {
 	}
 }
 
-// The README's tidal-chaos lines are held to the same standard (issue 9
-// item 18: every example real).
+// The README's tidal-chaos lines are held to the same standard: every
+// example real.
 func TestReadmeTidalChaosLinesAreValidInvocations(t *testing.T) {
 	f, err := os.Open(filepath.Join("..", "..", "..", "README.md"))
 	if err != nil {
@@ -203,7 +203,7 @@ func TestInvocationCheckRefusesStaleExamples(t *testing.T) {
 	}
 }
 
-// Regression (issue 9 item 18): --nemesis printed its value name as
+// Regression: --nemesis printed its value name as
 // "tidal-chaos faults" (pflag takes the first `quoted` word of a usage
 // string as the value name). Every flag's value name must be one word.
 func TestFlagValueNamesAreOneWord(t *testing.T) {
@@ -224,7 +224,7 @@ func TestFlagValueNamesAreOneWord(t *testing.T) {
 	}
 }
 
-// Regression (issue 9 item 18): required flags were not marked. A flag
+// Regression: required flags were not marked. A flag
 // cobra requires says "(required)" in --help, and leaving it out is an
 // error naming it.
 func TestRequiredFlagsAreMarkedInHelp(t *testing.T) {
@@ -254,7 +254,7 @@ func TestRequiredFlagsAreMarkedInHelp(t *testing.T) {
 	}
 }
 
-// Regression (issue 9 item 18): --nodes said "odd: 3 or 5" and took 4.
+// Regression: --nodes said "odd: 3 or 5" and took 4.
 func TestRunRefusesAnEvenOrTooSmallCluster(t *testing.T) {
 	for _, n := range []string{"4", "2", "1", "0", "-3"} {
 		err := checkInvocation([]string{"run", "--nodes", n})
@@ -269,7 +269,7 @@ func TestRunRefusesAnEvenOrTooSmallCluster(t *testing.T) {
 	}
 }
 
-// Regression (issue 9 item 18): tidal-chaos had no --version.
+// Regression: tidal-chaos had no --version.
 func TestVersionPrintsTheBuildLine(t *testing.T) {
 	old := buildinfo.Version
 	buildinfo.Version = "v9.9.9"
@@ -326,7 +326,7 @@ func storeWithRuns(t *testing.T, root, test string, n int) []*report.Run {
 	return runs
 }
 
-// Regression (issue 9 item 19): `tidal-chaos prune` prints each run it
+// Regression: `tidal-chaos prune` prints each run it
 // removes with its size and the bytes freed; --dry-run removes nothing.
 func TestPruneCommandPrintsWhatItRemovedAndFreed(t *testing.T) {
 	store := t.TempDir()
@@ -364,7 +364,7 @@ func TestPruneCommandPrintsWhatItRemovedAndFreed(t *testing.T) {
 	}
 }
 
-// Regression (issue 9 item 19): a run ends by capping the store at
+// Regression: a run ends by capping the store at
 // --keep-runs runs per test (default 20); 0 turns it off.
 func TestRunCapsTheStoreAtKeepRuns(t *testing.T) {
 	run, _, err := newRoot().Find([]string{"run"})

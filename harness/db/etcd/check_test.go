@@ -69,7 +69,7 @@ var k = RegisterValue{Key: registerPrefix + "0"}
 func put(v int) RegisterValue      { return RegisterValue{Key: k.Key, Value: v} }
 func cas(old, v int) RegisterValue { return RegisterValue{Key: k.Key, Old: old, Value: v} }
 
-// Issue 15 item 3: the register checker says true of a linearizable
+// The register checker says true of a linearizable
 // history with writes of unknown outcome, and false of a stale read.
 // Regression: the first history's info cas(4→5), whose compare cannot
 // have held, was judged illegal (the model made an unknown cas step only
@@ -124,7 +124,7 @@ func TestCheckRegister(t *testing.T) {
 	}
 }
 
-// Issue 15 item 2: timeouts end as info, never fail, unless etcd said the
+// Timeouts end as info, never fail, unless etcd said the
 // operation did not happen.
 func TestOutcome(t *testing.T) {
 	cases := []struct {

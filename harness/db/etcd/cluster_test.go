@@ -40,7 +40,7 @@ func startTestCluster(t *testing.T) *Cluster {
 	return c.(*Cluster)
 }
 
-// Regression (issue 15, found by the campaign): a member add whose answer
+// Regression (found by the campaign): a member add whose answer
 // was lost (a timeout under a partition) had committed; the harness kept
 // the slot "removed" and retried the add, which etcd refused for as long
 // as the added member never started (too few started members for the

@@ -1,4 +1,4 @@
-// Package etcd is the harness's adapter for etcd (issue 15): real etcd
+// Package etcd is the harness's adapter for etcd: real etcd
 // processes from Debian's etcd-server package (3.4), every peer link and
 // every client link through the relay mesh, the register and append
 // workloads, and their checkers. It is the first database the harness
