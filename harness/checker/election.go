@@ -119,6 +119,10 @@ func LoggedLeaderClaims(ops []history.Op) []ElectionSample {
 	return out
 }
 
+// exitRemoved is tidal-server's exit status for a member removed from
+// the cluster.
+const exitRemoved = 5
+
 // Election checks election safety from the status samples: at most one
 // member claims leadership in any term (raft's Election Safety), and no
 // node's term goes down, across a restart (its term and vote must be
@@ -129,7 +133,9 @@ func LoggedLeaderClaims(ops []history.Op) []ElectionSample {
 // Invalid on two claimants of one term, or a term that went down, each
 // named with the samples that show it. Unknown when there are no
 // samples, when no sample ever claimed leadership (nothing to judge),
-// or when processes exited and no restart could be compared. Valid says
+// or when members restarted and no restart could be compared, by the
+// samples or by the nodes' logs. An exit whose member never came back
+// (removed for good) is no restart. Valid says
 // how many terms, samples and restarts were judged.
 func Election(samples []ElectionSample, exits []ProcessExit) Result {
 	return ElectionWithLogs(samples, exits, nil)
@@ -228,8 +234,25 @@ func ElectionWithLogs(samples []ElectionSample, exits []ProcessExit, logs *Elect
 			}
 		}
 	}
+	// An exit is a restart to judge only if its member came back: a later
+	// process on the same slot answering with the same member id (any id,
+	// when the exited process was never sampled). A member removed for
+	// good (exit status 5), whose slot may be re-added as a new member,
+	// has no "after" to compare.
+	cameBack := func(e ProcessExit) bool {
+		if e.Status.Code == exitRemoved {
+			return false
+		}
+		id := idOf[e.PID]
+		for _, s := range ss {
+			if s.Node == e.Node && s.Time > e.Time && s.PID != e.PID && (id == 0 || s.ID == id) {
+				return true
+			}
+		}
+		return false
+	}
 	for _, e := range exits {
-		if !judged[e.PID] {
+		if !judged[e.PID] && cameBack(e) {
 			d.Unbracketed = append(d.Unbracketed, fmt.Sprintf("%s pid %d at %s", e.Node, e.PID, history.FormatTime(e.Time)))
 		}
 	}
@@ -260,9 +283,9 @@ func ElectionWithLogs(samples []ElectionSample, exits []ProcessExit, logs *Elect
 		return Result{Name: name, Valid: Unknown, Details: d,
 			Summary: fmt.Sprintf("no node claimed leadership in any of %d samples: too few to judge election safety", d.Samples)}
 	}
-	if len(exits) > 0 && d.Restarts == 0 {
+	if len(d.Unbracketed) > 0 && d.Restarts == 0 && d.LogStarts == 0 {
 		return Result{Name: name, Valid: Unknown, Details: d,
-			Summary: fmt.Sprintf("%d process exits, none with a sample before and after it: terms across restarts could not be judged (%d terms judged for a second leader)", len(exits), d.Terms)}
+			Summary: fmt.Sprintf("%d restarts, none with a sample before and after it and no node log to read: terms across restarts could not be judged (%d terms judged for a second leader)", len(d.Unbracketed), d.Terms)}
 	}
 	s := fmt.Sprintf("one leader per term in %d terms judged over %d samples; no term went down, %d restarts compared", d.Terms, d.Samples, d.Restarts)
 	if d.LogStarts > 0 {

@@ -115,13 +115,35 @@ func TestElectionUnknownWithTooFewSamples(t *testing.T) {
 	if !strings.Contains(r.Summary, "no node claimed leadership in any of 2 samples") {
 		t.Fatalf("summary: %s", r.Summary)
 	}
-	// Exits none of which the samples bracket: restarts not judged.
-	ss, _ := healthyElections()
-	ss = ss[:5]
-	r = Election(ss, []ProcessExit{{Node: "n3", PID: 999, Time: int64(3 * time.Second)}})
+	// A restart the samples do not bracket (n3's first process exited
+	// before it was ever sampled; its next one answers): not judged.
+	ss := []ElectionSample{es(0.1, "n1", 101, 1, 1, 1), es(0.1, "n2", 102, 2, 1, 1), es(2.0, "n3", 303, 3, 1, 1)}
+	r = Election(ss, []ProcessExit{{Node: "n3", PID: 999, Time: int64(1 * time.Second)}})
 	mustValid(t, r, Unknown)
 	if !strings.Contains(r.Summary, "could not be judged") {
 		t.Fatalf("summary: %s", r.Summary)
+	}
+}
+
+// Regression: removed members made the election checker UNKNOWN. A
+// membership-churn run removes members for good (exit status 5) and
+// re-adds their slots as new members: no exit there is a restart, and the
+// run is judged on its samples.
+func TestElectionRemovedMembersAreNoRestarts(t *testing.T) {
+	ss := []ElectionSample{
+		es(0.1, "n1", 101, 1, 5, 1), es(0.1, "n3", 103, 3, 5, 1),
+		es(2.0, "n3", 203, 4, 0, 0), es(2.5, "n3", 203, 4, 5, 1),
+	}
+	exits := []ProcessExit{{Node: "n3", PID: 103, Time: int64(time.Second), Status: ExitStatus{Code: exitRemoved, Text: "exit status 5"}}}
+	mustValid(t, Election(ss, exits), Valid)
+	// The same exit by a kill, its member back under the same id: a
+	// restart, judged by the samples either side.
+	ss[2].ID, ss[3].ID, ss[2].Term = 3, 3, 5
+	exits[0].Status = ExitStatus{Code: -1, Signal: "killed"}
+	r := Election(ss, exits)
+	mustValid(t, r, Valid)
+	if d := r.Details.(ElectionDetails); d.Restarts != 1 {
+		t.Fatalf("restarts judged: %d, expected 1", d.Restarts)
 	}
 }
 
