@@ -291,6 +291,12 @@ func TestNodeLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitNode(t, b, h, spec, "n1 answers after resume", ready)
+	// Regression: an unpause the daemon refused. Resuming a running
+	// container succeeds (the daemon had acknowledged a pause it then
+	// showed as running, and Terminate's resume failed the test).
+	if err := h.Resume(); err != nil {
+		t.Fatalf("resume of a running container: %v", err)
+	}
 
 	// Paused, then terminated: resumed first, drains, exits 0.
 	if err := h.Pause(); err != nil {

@@ -251,12 +251,20 @@ func (h *Handle) Pause() error {
 	return nil
 }
 
-// Resume thaws a paused container.
+// Resume thaws a paused container; a container already running is left
+// as it is.
 func (h *Handle) Resume() error {
 	ctx, cancel := context.WithTimeout(h.b.ctx, callTimeout)
 	defer cancel()
 	if err := h.b.cli.ContainerUnpause(ctx, h.id); err != nil {
-		return fmt.Errorf("%s: unpause container %s: %w", h.node, h.name, err)
+		// Resume is idempotent: the daemon refuses to unpause a container
+		// its state shows running (seen right after a pause it had
+		// acknowledged, on a loaded host), and running is what Resume is
+		// for. Anything else is an error.
+		in, ierr := h.b.cli.ContainerInspect(ctx, h.id)
+		if ierr != nil || in.State == nil || !in.State.Running || in.State.Paused {
+			return fmt.Errorf("%s: unpause container %s: %w", h.node, h.name, err)
+		}
 	}
 	h.mu.Lock()
 	h.paused = false
